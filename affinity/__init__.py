@@ -1,0 +1,45 @@
+"""affinity: put TensorFlow, OpenMP and process threads on the right cores.
+
+Nothing is loaded at import: the compiled core, hwloc and TensorFlow are only
+touched when a function that needs them is called.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# name -> submodule that defines it; resolved on first access (PEP 562).
+_LAZY = {
+    "Topology": "topology",
+    "AffinityError": "errors",
+    "BindError": "errors",
+    "SpecError": "errors",
+    "TopologyError": "errors",
+    "UnsupportedError": "errors",
+    "NativeUnavailableError": "errors",
+    "PlanError": "errors",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'affinity' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .errors import (AffinityError, BindError, NativeUnavailableError, SpecError,
+                         TopologyError, UnsupportedError)
+    from .topology import Topology
