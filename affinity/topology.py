@@ -76,7 +76,9 @@ class NumaNode:
     os_index: int
     logical_index: int
     cpuset: frozenset[int]
-    memory: int = 0  #: local memory in bytes, 0 when unknown
+    #: local memory in bytes, 0 when unknown; not part of equality (a cpuinfo
+    #: file cannot say it, hwloc's synthetic backend invents 1 GiB).
+    memory: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +88,7 @@ class Cache:
     level: int
     logical_index: int
     cpuset: frozenset[int]
-    size: int = 0  #: bytes, 0 when unknown
+    size: int = field(default=0, compare=False)  #: bytes, 0 when unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +288,7 @@ class Topology:
         path = os.fspath(path)
         if not os.path.exists(path):
             raise TopologyError("no such file", path)
+        _check_xml_syntax(path)
         return _from_native(_native.load_topology("xml", path), source=path)
 
     @staticmethod
@@ -345,19 +348,24 @@ class Topology:
 # --------------------------------------------------------------------------
 
 def _assemble(pu_rows: Sequence[tuple[int, int, int, int | None]],
-              numa: Sequence[tuple[int, frozenset[int], int]],
+              numa: Sequence[tuple[int, frozenset[int], int, int | None]],
               caches: Sequence[tuple[int, frozenset[int], int]],
               groups: Sequence[tuple[str, int | None, frozenset[int]]],
               core_info: Mapping[int, tuple[str | None, int | None]] | None,
               allowed: frozenset[int] | None,
-              source: str, this_system: bool) -> Topology:
+              source: str, this_system: bool,
+              position: Mapping[int, int] | None = None) -> Topology:
     """Build a Topology from flat rows.
 
     ``pu_rows``: ``(os_index, package_os, core_key, thread_key)`` per PU where
     ``core_key`` identifies the core within its package (its "core id") and
-    ``thread_key`` orders siblings (``None``: by OS index).  Logical indexes are
-    assigned as hwloc does: siblings ordered by their first PU, numbered
-    depth-first.
+    ``thread_key`` ranks siblings (``None``: by OS index).
+    ``numa``: ``(os_index, cpus, memory, hwloc_logical_index or None)``.
+    ``position``: each PU's depth-first position (hwloc's PU logical index).
+    Every logical index derives from it, as in hwloc: objects of one type are
+    numbered in the order of their first PU.  Without it (cpuinfo files) the
+    position is what hwloc would compute: packages, then NUMA nodes inside a
+    package, then cores, each ordered by their first CPU.
     """
     if not pu_rows:
         raise TopologyError("no processors found", source)
@@ -368,37 +376,39 @@ def _assemble(pu_rows: Sequence[tuple[int, int, int, int | None]],
         pkg_cpus.setdefault(pkg, set()).add(os_i)
         core_cpus.setdefault((pkg, core), set()).add(os_i)
         tkey[os_i] = (th if th is not None else 0, os_i)
-    pkg_order = sorted(pkg_cpus, key=lambda p: (min(pkg_cpus[p]), p))
+    if position is None:
+        position = _hwloc_like_positions(pkg_cpus, core_cpus, numa)
+    first = lambda cpus: min(position[c] for c in cpus) if cpus else 1 << 60  # noqa: E731
+    pkg_order = sorted(pkg_cpus, key=lambda p: first(pkg_cpus[p]))
     packages = tuple(Package(p, i, frozenset(pkg_cpus[p])) for i, p in enumerate(pkg_order))
     pkg_logical = {p.os_index: p.logical_index for p in packages}
-    core_order = sorted(core_cpus, key=lambda k: (pkg_logical[k[0]], min(core_cpus[k])))
+    core_order = sorted(core_cpus, key=lambda k: first(core_cpus[k]))
     cores_l: list[Core] = []
-    pus_l: list[tuple[int, int, int, int]] = []  # os, core_l, pkg_l, rank
+    rank_of: dict[int, tuple[int, int]] = {}  # os -> (core logical, rank in core)
     for ci, key in enumerate(core_order):
         cpus = frozenset(core_cpus[key])
-        kind, eff = (None, None)
-        if core_info:
-            kind, eff = core_info.get(min(cpus), (None, None))
+        kind, eff = core_info.get(min(cpus), (None, None)) if core_info else (None, None)
         cores_l.append(Core(key[1], ci, pkg_logical[key[0]], cpus, kind, eff))
         for rank, os_i in enumerate(sorted(cpus, key=lambda o: tkey[o])):
-            pus_l.append((os_i, ci, pkg_logical[key[0]], rank))
-    # PU logical order: depth first = core order, then by OS index inside a core
-    pus_l.sort(key=lambda r: (r[1], r[0]))
-    numa_nodes = tuple(NumaNode(os_i, li, cpus, mem) for li, (os_i, cpus, mem) in enumerate(
-        sorted(numa, key=lambda n: (min(n[1]) if n[1] else 1 << 30, n[0]))))
+            rank_of[os_i] = (ci, rank)
+    numa_nodes = tuple(NumaNode(os_i, li, cpus, mem) for li, (os_i, cpus, mem, _) in enumerate(
+        sorted(numa, key=lambda n: (n[3] if n[3] is not None else -1, first(n[1]), n[0]))))
+    # A PU's node is the most local one: the smallest node holding it (nodes can
+    # nest, e.g. KNL MCDRAM beside DDR, or a package-wide node over SNC nodes).
     node_of: dict[int, int] = {}
-    for n in numa_nodes:
+    for n in sorted(numa_nodes, key=lambda n: (len(n.cpuset), n.logical_index)):
         for c in n.cpuset:
             node_of.setdefault(c, n.logical_index)
-    pus = tuple(PU(os_i, li, core_l, pkg_l, node_of.get(os_i), rank)
-                for li, (os_i, core_l, pkg_l, rank) in enumerate(pus_l))
+    pus = tuple(PU(os_i, li, rank_of[os_i][0], cores_l[rank_of[os_i][0]].package,
+                   node_of.get(os_i), rank_of[os_i][1])
+                for li, os_i in enumerate(sorted(position, key=position.__getitem__)))
     cache_vals = []
     for level in sorted({c[0] for c in caches}):
-        lv = sorted((c for c in caches if c[0] == level), key=lambda c: min(c[1]) if c[1] else 1 << 30)
+        lv = sorted((c for c in caches if c[0] == level), key=lambda c: first(c[1]))
         cache_vals.extend(Cache(level, i, cpus, size) for i, (_, cpus, size) in enumerate(lv))
     group_vals = []
     for kind in sorted({g[0] for g in groups}):
-        gv = sorted((g for g in groups if g[0] == kind), key=lambda g: min(g[2]) if g[2] else 1 << 30)
+        gv = sorted((g for g in groups if g[0] == kind), key=lambda g: first(g[2]))
         group_vals.extend(Group(kind, os_i, i, cpus) for i, (_, os_i, cpus) in enumerate(gv))
     every = frozenset(p.os_index for p in pus)
     allowed_set = every if allowed is None else (allowed & every)
@@ -406,6 +416,28 @@ def _assemble(pu_rows: Sequence[tuple[int, int, int, int | None]],
         raise TopologyError("no PU of this machine is allowed to this process", source)
     return Topology(pus, tuple(cores_l), packages, numa_nodes, tuple(cache_vals), tuple(group_vals),
                     allowed_set, source, this_system)
+
+
+def _hwloc_like_positions(pkg_cpus: Mapping[int, set[int]],
+                          core_cpus: Mapping[tuple[int, int], set[int]],
+                          numa: Sequence[tuple[int, frozenset[int], int, int | None]]) -> dict[int, int]:
+    """Depth-first PU positions as hwloc would number the same machine: packages by
+    first CPU, inside a package the NUMA nodes it contains (SNC) by first CPU, then
+    cores by first CPU, then PUs by OS index."""
+    pkg_rank = {p: i for i, p in enumerate(sorted(pkg_cpus, key=lambda p: min(pkg_cpus[p])))}
+    node_rank: dict[int, int] = {}
+    for pkg, cpus in pkg_cpus.items():
+        inside = sorted((n for n in numa if n[1] and n[1] <= cpus and n[1] != cpus),
+                        key=lambda n: min(n[1]))
+        for i, n in enumerate(inside):
+            for c in n[1]:
+                node_rank.setdefault(c, i)
+    keys = {}
+    for (pkg, _), cpus in core_cpus.items():
+        cmin = min(cpus)
+        for c in cpus:
+            keys[c] = (pkg_rank[pkg], node_rank.get(cmin, 0), cmin, c)
+    return {c: i for i, c in enumerate(sorted(keys, key=keys.__getitem__))}
 
 
 # --------------------------------------------------------------------------
@@ -417,7 +449,7 @@ _NODE_RE = re.compile(r"^node_(\d+) id$")
 
 
 def _from_cpuinfo_text(text: str, source: str,
-                       numa: Sequence[tuple[int, frozenset[int], int]]) -> Topology:
+                       numa: Sequence[tuple[int, frozenset[int], int, None]]) -> Topology:
     records: list[dict[str, tuple[int, int]]] = []  # field -> (value, line)
     cur: dict[str, tuple[int, int]] | None = None
     for lineno, raw in enumerate(text.splitlines(), 1):
@@ -464,7 +496,7 @@ def _from_cpuinfo_text(text: str, source: str,
         # cores numbered by appearance when the file has no core ids
         rows = [(p, pkg, c if c >= 0 else p, th) for p, pkg, c, th in rows]
     every = {r[0] for r in rows}
-    for node_id, cpus, _ in numa:
+    for node_id, cpus, _, _ in numa:
         bad = set(cpus) - every
         if bad:
             raise TopologyError(f"NUMA node {node_id} lists cpus {format_list(bad)} that are not "
@@ -474,7 +506,7 @@ def _from_cpuinfo_text(text: str, source: str,
     return _assemble(rows, numa, (), groups, None, None, source, False)
 
 
-def _numa_from_arg(arg: Any, source: str) -> list[tuple[int, frozenset[int], int]]:
+def _numa_from_arg(arg: Any, source: str) -> list[tuple[int, frozenset[int], int, None]]:
     if arg is None:
         return []
     if isinstance(arg, (str, os.PathLike)):
@@ -490,7 +522,7 @@ def _numa_from_arg(arg: Any, source: str) -> list[tuple[int, frozenset[int], int
             try:
                 with open(f) as fh:
                     txt = fh.read().strip()
-                out.append((int(m.group(1)), parse_list(txt), 0))
+                out.append((int(m.group(1)), parse_list(txt), 0, None))
             except (OSError, ValueError) as e:
                 raise TopologyError(f"unreadable cpulist: {e}", f) from e
         return out
@@ -501,7 +533,7 @@ def _numa_from_arg(arg: Any, source: str) -> list[tuple[int, frozenset[int], int
             cs = parse_list(cpus) if isinstance(cpus, str) else frozenset(int(c) for c in cpus)
         except ValueError as e:
             raise TopologyError(f"NUMA node {node_id}: {e}", source) from e
-        out.append((int(node_id), cs, 0))
+        out.append((int(node_id), cs, 0, None))
     return out
 
 
@@ -529,7 +561,7 @@ def _from_native(loaded: Any, source: str) -> Topology:
     for pu in pus:
         o = pu.os_index
         rows.append((o, pkg_of.get(o, 0), core_of.get(o, o), None))
-    numa = [(n.os_index, n.cpuset, n.size) for n in objs if n.type == "NUMANode"]
+    numa = [(n.os_index, n.cpuset, n.size, n.logical_index) for n in objs if n.type == "NUMANode"]
     caches = [(o.cache_level, o.cpuset, o.size) for o in objs if o.type == "Cache"]
     redundant = {frozenset(n.cpuset) for n in objs if n.type in ("NUMANode", "Package", "Machine")}
     groups = []
@@ -543,8 +575,24 @@ def _from_native(loaded: Any, source: str) -> Topology:
         for c in cores:
             if min(c.cpuset) in kind_cpus:
                 core_info[min(c.cpuset)] = (kind_name, eff)
+    position = {pu.os_index: pu.logical_index for pu in pus}
     return _assemble(rows, numa, caches, groups, core_info or None,
-                     loaded.allowed, source, loaded.this_system)
+                     loaded.allowed, source, loaded.this_system, position)
+
+
+def _check_xml_syntax(path: str) -> None:
+    """hwloc reports a broken XML file without a position: find it ourselves."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError as e:
+        line = e.position[0] if getattr(e, "position", None) else None
+        raise TopologyError(f"not well-formed XML: {e}", path, line) from None
+    except OSError as e:
+        raise TopologyError(f"cannot read: {e.strerror}", path) from e
+    if root.tag != "topology":
+        raise TopologyError(f"root element is <{root.tag}>, not an hwloc <topology>", path, 1)
 
 
 _system_lock = threading.Lock()

