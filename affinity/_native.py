@@ -11,6 +11,8 @@ CPU and NUMA-node sets cross the boundary as arrays of ``unsigned long`` words.
 from __future__ import annotations
 
 import errno as _errno
+import os
+import sys
 import threading
 import warnings
 from collections.abc import Iterable
@@ -55,10 +57,18 @@ def lib() -> Any:
     with _lock:
         if _mod is not None:
             return _mod
+        # RTLD_DEEPBIND: resolve hwloc from the extension's own dependency (the
+        # libhwloc it was built against) before the global scope.  TensorFlow, for
+        # one, exports a bundled hwloc 2.5 globally; without this, importing it
+        # first silently redirects every hwloc call of ours to its copy.
+        flags = sys.getdlopenflags()
+        sys.setdlopenflags(flags | getattr(os, "RTLD_DEEPBIND", 0))
         try:
             from . import _affinity_native as mod  # type: ignore[attr-defined]
         except ImportError as e:
             raise NativeUnavailableError(f"{_explain_import_error(e)}: {e}") from e
+        finally:
+            sys.setdlopenflags(flags)
         check_versions(mod.lib.aff_api_version_header(), mod.lib.aff_api_version_runtime())
         _mod = mod
         return mod
@@ -391,3 +401,30 @@ def _fmt(cpus: Iterable[int]) -> str:
     from .cpulist import format_list
 
     return format_list(cpus)
+
+
+# ------------------------------------------------------------------ OpenMP
+
+def omp_pin_team(gomp_parallel: int, omp_get_thread_num: int,
+                 cpusets: list[frozenset[int]]) -> list[tuple[int, frozenset[int]]]:
+    """Run one parallel region of an OpenMP runtime (through its ``GOMP_parallel``
+    at address ``gomp_parallel``) binding team member ``i`` to ``cpusets[i]`` from
+    inside; return ``[(tid, mask read back)]`` per member."""
+    s = system()
+    m = s._m
+    n, nw = len(cpusets), s.nwords
+    sets = m.ffi.new("unsigned long[]", n * nw)
+    for i, cpus in enumerate(cpusets):
+        m.ffi.memmove(sets + i * nw, words(cpus, nw), nw * 8)
+    tids = m.ffi.new("int[]", n)
+    back = m.ffi.new("unsigned long[]", n * nw)
+    errs = m.ffi.new("int[]", n)
+    rc = m.lib.aff_omp_pin_team(s.handle, m.ffi.cast("void *", gomp_parallel),
+                                m.ffi.cast("void *", omp_get_thread_num), n, sets, nw, tids, back, errs)
+    if rc == -1:
+        bad = next((i for i in range(n) if errs[i]), 0)
+        detail = ("the runtime ran fewer threads than asked" if errs[bad] == _errno.ESRCH
+                  else f"team member {bad}")
+        raise error_for(errs[bad], "hwloc_set_cpubind", f"omp thread {bad}, cpus={{{_fmt(cpusets[bad])}}}",
+                        detail)
+    return [(tids[i], from_words(back, nw, i * nw)) for i in range(n)]

@@ -13,6 +13,7 @@ import os as _os
 
 __all__ = [
     "AffinityError",
+    "AffinityWarning",
     "BindError",
     "NativeUnavailableError",
     "PlanError",
@@ -106,3 +107,7 @@ def errno_name(err: int) -> str:
 class PlanError(AffinityError, ValueError):
     """A binding plan cannot be computed (e.g. a thread count the runtime itself
     would abort on)."""
+
+
+class AffinityWarning(RuntimeWarning):
+    """Something was applied differently from what was asked (and said so)."""

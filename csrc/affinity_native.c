@@ -656,3 +656,66 @@ int aff_get_area_memlocation(aff_topo *t, void *addr, size_t len, unsigned long 
     hwloc_bitmap_free(set);
     return rc;
 }
+
+/* ---------------------------------------------------------------- OpenMP */
+
+typedef void (*aff_gomp_parallel_fn)(void (*)(void *), void *, unsigned, unsigned);
+typedef int (*aff_omp_thread_num_fn)(void);
+
+struct aff_pin_team {
+    aff_topo *t;
+    aff_omp_thread_num_fn thread_num;
+    int n, nwords;
+    const unsigned long *cpusets;
+    int *tids;
+    unsigned long *readback;
+    int *errs;
+};
+
+static void aff_pin_member(void *arg)
+{
+    struct aff_pin_team *c = arg;
+    int i = c->thread_num();
+    if (i < 0 || i >= c->n)
+        return;
+    c->tids[i] = aff_gettid();
+    hwloc_bitmap_t set = from_words(c->cpusets + (size_t)i * (size_t)c->nwords, c->nwords);
+    if (!set) {
+        c->errs[i] = ENOMEM;
+        return;
+    }
+    if (hwloc_set_cpubind(c->t->topo, set, HWLOC_CPUBIND_THREAD) < 0) {
+        c->errs[i] = errno ? errno : EINVAL;
+    } else if (hwloc_get_cpubind(c->t->topo, set, HWLOC_CPUBIND_THREAD) < 0
+               || to_words(set, c->readback + (size_t)i * (size_t)c->nwords, c->nwords) < 0) {
+        c->errs[i] = errno ? errno : EINVAL;
+    } else {
+        c->errs[i] = 0;
+    }
+    hwloc_bitmap_free(set);
+}
+
+int aff_omp_pin_team(aff_topo *t, void *gomp_parallel, void *omp_get_thread_num, int n,
+                     const unsigned long *cpusets, int nwords, int *tids,
+                     unsigned long *readback, int *errs)
+{
+    if (require_thissystem(t) < 0)
+        return -1;
+    if (!gomp_parallel || !omp_get_thread_num || n <= 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    struct aff_pin_team c = {t, (aff_omp_thread_num_fn)omp_get_thread_num, n, nwords, cpusets,
+                             tids, readback, errs};
+    for (int i = 0; i < n; i++) {
+        tids[i] = 0;
+        errs[i] = ESRCH; /* "this member never ran" until it reports */
+    }
+    ((aff_gomp_parallel_fn)gomp_parallel)(aff_pin_member, &c, (unsigned)n, 0);
+    for (int i = 0; i < n; i++)
+        if (errs[i]) {
+            errno = errs[i];
+            return -1;
+        }
+    return 0;
+}

@@ -76,3 +76,11 @@ int aff_get_area_membind(aff_topo *t, void *addr, size_t len, unsigned long *nod
                          int *policy);
 int aff_get_area_memlocation(aff_topo *t, void *addr, size_t len, unsigned long *nodeset,
                              int nwords);
+
+/* OpenMP: run one parallel region of an already-loaded runtime through its GOMP
+ * entry point (libgomp, and the GOMP ABI of libiomp5/libomp) and bind team
+ * member i to cpusets[i] from inside the region.  tids[i] and readback[i]
+ * report what each member is and what the kernel applied; errs[i] its errno. */
+int aff_omp_pin_team(aff_topo *t, void *gomp_parallel, void *omp_get_thread_num, int n,
+                     const unsigned long *cpusets, int nwords, int *tids,
+                     unsigned long *readback, int *errs);
