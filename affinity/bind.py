@@ -89,7 +89,10 @@ class Binding:
     # ------------------------------------------------------------ derived
     @property
     def slots(self) -> list[frozenset[int]]:
-        return _slots(self.plan)
+        """One CPU set per intra-op/OpenMP worker (:func:`affinity.envvars.worker_slots`)."""
+        from .envvars import worker_slots
+
+        return worker_slots(self.plan)
 
     @property
     def union(self) -> frozenset[int]:
@@ -227,19 +230,6 @@ class Binding:
         state = "active" if self.active else "restored"
         return (f"<Binding {state}: {self.plan.threads} slots, intra={self.intra_op_threads} "
                 f"inter={self.inter_op_threads}, pinned {roles}>")
-
-
-def _slots(plan: Any) -> list[frozenset[int]]:
-    """One CPU set per intra-op/OpenMP worker: the plan's sets, first appearance
-    first, as many as ``plan.intra_op_threads`` (cycled when fewer are distinct)."""
-    distinct: list[frozenset[int]] = []
-    for s in plan.cpusets:
-        if s not in distinct:
-            distinct.append(s)
-    n = int(plan.intra_op_threads)
-    if len(distinct) >= n:
-        return distinct[:n]
-    return [plan.cpusets[i % len(plan.cpusets)] for i in range(n)]
 
 
 def _packages_used(plan: Any) -> list[frozenset[int]]:

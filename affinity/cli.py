@@ -57,6 +57,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run(sys.stdout)
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .workload import main_cli
+
+    return main_cli(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="affinity",
@@ -69,6 +75,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_topology_arg(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a tree")
     p.set_defaults(func=cmd_topology)
+
+    p = sub.add_parser("bench", help="tf_cnn_benchmarks-style TensorFlow workload on synthetic data")
+    p.add_argument("--model", choices=["resnet50", "small_cnn", "matmul"], default="small_cnn")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--num-batches", type=int, default=20)
+    p.add_argument("--num-warmup-batches", type=int, default=2)
+    p.add_argument("--forward-only", action="store_true", help="inference only (default: train)")
+    p.add_argument("--pin", metavar="SPEC", default=None,
+                   help="apply this KMP_AFFINITY-style plan before TensorFlow starts")
+    p.add_argument("--threads", type=int, default=None, help="team size for --pin")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("demo", help="the main job end to end (what 'make demo' runs)")
     p.set_defaults(func=cmd_demo)
