@@ -51,6 +51,18 @@ def cmd_version(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_show(args: argparse.Namespace) -> int:
+    from .report import report
+
+    try:
+        bmap = report(args.pid)
+    except FileNotFoundError:
+        print(f"affinity show: error: no process {args.pid}", file=sys.stderr)
+        return 1
+    print(bmap.to_json(indent=2) if args.json else bmap.text())
+    return 1 if bmap.mismatches else 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run
 
@@ -75,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_topology_arg(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a tree")
     p.set_defaults(func=cmd_topology)
+
+    p = sub.add_parser("show", help="the bind map of a process: every thread, its mask, CPU and node")
+    p.add_argument("pid", nargs="?", type=int, default=None, help="process id (default: this one)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("bench", help="tf_cnn_benchmarks-style TensorFlow workload on synthetic data")
     p.add_argument("--model", choices=["resnet50", "small_cnn", "matmul"], default="small_cnn")
