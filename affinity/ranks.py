@@ -24,7 +24,8 @@ from .cpulist import format_list
 from .errors import PlanError
 from .topology import Topology
 
-__all__ = ["LAUNCHER_VARIABLES", "LocalRank", "Share", "local_rank", "partition", "rank_share"]
+__all__ = ["LAUNCHER_VARIABLES", "LocalRank", "Share", "local_rank", "parse_rank", "partition", "rank_share",
+           "rank_topology"]
 
 #: (launcher, local-rank variable, local-size variable), in the order they are
 #: tried: MPI launchers first (an mpirun inside a Slurm allocation inherits the
@@ -127,7 +128,8 @@ class Share:
     def describe(self) -> str:
         nodes = f" NUMA node{'s' if len(self.numa_nodes) != 1 else ''} {format_list(self.numa_nodes)}" \
             if self.numa_nodes else ""
-        return f"share {self.index}: cpus {format_list(self.cpus)} ({len(self.cores)} cores{',' if nodes else ''}{nodes})"
+        cores = f"{len(self.cores)} core{'s' if len(self.cores) != 1 else ''}"
+        return f"share {self.index}: cpus {format_list(self.cpus)} ({cores}{',' if nodes else ''}{nodes})"
 
 
 def partition(topology: Topology, count: int, cores_per_share: int | None = None) -> tuple[Share, ...]:
@@ -277,3 +279,16 @@ def _share(topology: Topology, index: int, group: list[Unit]) -> Share:
     nodes = frozenset(topology.numa_nodes[topology.pu(p).numa].os_index for p in cpus
                       if topology.pu(p).numa is not None)
     return Share(index, cpus, cores, nodes)
+
+
+def rank_topology(topology: Topology, rank: str | LocalRank = "auto",
+                  environ: Mapping[str, str] | None = None) -> tuple[Topology, LocalRank, Share]:
+    """``topology`` restricted to this rank's share of the node, for in-process use
+    (``affinity.apply(..., rank="auto")``): ``rank`` is ``"auto"`` (launcher
+    variables of ``environ``, default ``os.environ``), ``"R/N"`` or a
+    :class:`LocalRank`.  Returns the restricted topology, the rank and its share."""
+    import os
+
+    r = rank if isinstance(rank, LocalRank) else parse_rank(rank, os.environ if environ is None else environ)
+    share = rank_share(topology, r.rank, r.size)
+    return topology.with_allowed(share.cpus), r, share
