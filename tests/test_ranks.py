@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from affinity.errors import PlanError
-from affinity.ranks import LocalRank, local_rank, parse_rank, partition, rank_share
+from affinity.ranks import LocalRank, local_rank, parse_rank, partition, rank_share, rank_topology
 from affinity.topology import Topology
 
 from conftest import golden_dir
@@ -243,3 +243,14 @@ def test_partition_properties(shape, data):
         fixed = partition(t, count, c)
         check_disjoint(t, fixed)
         assert all(len(s.cores) == c for s in fixed)
+
+
+def test_rank_topology_for_in_process_use():
+    t = Topology.from_synthetic(XEON)
+    sub, r, share = rank_topology(t, "auto", {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"})
+    assert (r.rank, r.size) == (1, 2) and r.source.startswith("torchrun")
+    assert sub.allowed == share.cpus == cpus((28, 55), (84, 111)) and sub.cpuset == t.cpuset
+    sub, r, _ = rank_topology(t, LocalRank(0, 4, "test"))
+    assert sub.allowed == cpus((0, 13), (56, 69))
+    with pytest.raises(PlanError, match="no launcher variables"):
+        rank_topology(t, "auto", {})
