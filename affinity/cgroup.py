@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .cpulist import format_list, parse_list
+from .cpulist import parse_list
 
 __all__ = ["CpuQuota", "Mount", "cpu_quota", "cpuset_cpus", "default_thread_count",
            "parse_cgroup_file", "parse_mountinfo"]
@@ -213,8 +212,3 @@ def default_thread_count(cores: int, quota: CpuQuota | float | None, *, share: i
     cpus = quota.cpus if isinstance(quota, CpuQuota) else float(quota)
     return max(1, min(cores, math.ceil(cpus / share)))
 
-
-def describe_limits(allowed: Iterable[int], quota: CpuQuota | None) -> str:
-    """One line for reports: ``cpuset 0-3, CFS quota 1.5 CPUs (...)``."""
-    text = f"cpus {format_list(allowed)}"
-    return text + (f", CFS quota {quota}" if quota else ", no CFS quota")
