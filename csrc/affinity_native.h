@@ -70,6 +70,16 @@ int aff_gettid(void);
 /* memory policy (calling thread) and memory areas */
 int aff_set_membind(aff_topo *t, const unsigned long *nodeset, int nwords, int policy, int flags);
 int aff_get_mempolicy(int *mode, unsigned long *nodeset, int nwords);
+
+/* memory policies by raw system call, as numactl sets them (no hwloc): the calling
+ * thread's policy with `local` as MPOL_LOCAL and `preferred` as MPOL_PREFERRED
+ * (MPOL_PREFERRED_MANY for several nodes); the policy of the page at addr; and
+ * move_pages(2) (nodes NULL: query where each page is; status[i] = node or -errno) */
+int aff_set_mempolicy(int policy, const unsigned long *nodeset, int nwords);
+int aff_get_mempolicy_addr(void *addr, int *mode, unsigned long *nodeset, int nwords);
+long aff_move_pages(int pid, unsigned long count, void **pages, const int *nodes, int *status,
+                    int flags);
+
 int aff_set_area_membind(aff_topo *t, void *addr, size_t len, const unsigned long *nodeset,
                          int nwords, int policy, int flags);
 int aff_get_area_membind(aff_topo *t, void *addr, size_t len, unsigned long *nodeset, int nwords,

@@ -1,0 +1,95 @@
+"""What ``affinity run`` costs: start-up against running the command directly,
+numactl and taskset; the preload library's cost per pthread_create; the pure
+partition of large machines.  ``make bench`` (pytest-benchmark) runs these;
+nothing here asserts on time."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from affinity.launch import pin_library
+from affinity.ranks import partition
+from affinity.topology import Topology
+
+TRUE = shutil.which("true") or "/bin/true"
+CPUS = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+
+
+def run(cmd: list[str], **env: str) -> None:
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env={**os.environ, **env})
+
+
+@pytest.mark.parametrize("how", ["direct", "taskset", "numactl", "affinity run", "affinity run --pin-threads",
+                                 "affinity run --instances 2"])
+def test_startup(benchmark, how):
+    base = {"direct": [], "taskset": ["taskset", "-c", CPUS], "numactl": ["numactl", "-C", CPUS, "--"],
+            "affinity run": [sys.executable, "-m", "affinity", "run", "--"],
+            "affinity run --pin-threads": [sys.executable, "-m", "affinity", "run", "--pin-threads", "--"],
+            "affinity run --instances 2": [sys.executable, "-m", "affinity", "run", "--instances", "2",
+                                           "--"]}[how]
+    if base and shutil.which(base[0]) is None and base[0] != sys.executable:
+        pytest.skip(f"{base[0]} is not installed")
+    benchmark.pedantic(run, args=(base + [TRUE],), rounds=15, iterations=1, warmup_rounds=1)
+
+
+CREATE = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static void *nothing(void *a) { return a; }
+int main(int argc, char **argv) {
+    int n = atoi(argv[1]);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < n; i++) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, nothing, NULL)) return 1;
+        pthread_join(t, NULL);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    printf("%.0f\n", ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / n);
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def create_program(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("create")
+    (d / "create.c").write_text(CREATE)
+    subprocess.run(["gcc", "-O2", "-pthread", str(d / "create.c"), "-o", str(d / "create")], check=True)
+    return d / "create"
+
+
+@pytest.mark.parametrize("preload", [False, True], ids=["plain", "preloaded"])
+def test_pthread_create_and_join(benchmark, create_program, preload):
+    """ns per create+join of a thread that does nothing; with the library each
+    new thread also pins itself (one sched_setaffinity)."""
+    env = {}
+    if preload:
+        env = {"LD_PRELOAD": str(pin_library()), "AFFINITY_PIN_SLOTS": CPUS.replace(",", ";")}
+    out = {}
+
+    def once():
+        r = subprocess.run([str(create_program), "2000"], capture_output=True, text=True, check=True,
+                           env={**os.environ, **env})
+        out["ns"] = int(r.stdout)
+
+    benchmark.pedantic(once, rounds=10, iterations=1, warmup_rounds=1)
+    benchmark.extra_info["ns_per_thread_last_round"] = out["ns"]
+
+
+@pytest.mark.parametrize("desc,count", [("pack:2 [numa] core:28 pu:2(indexes=2*56:1*2)", 8),
+                                        ("pack:1 group:4 [numa] [numa] core:17 pu:4(indexes=4*68:1*4)", 68),
+                                        ("pack:8 [numa] core:64 pu:2", 64)])
+def test_partition(benchmark, desc, count):
+    topo = Topology.from_synthetic(desc)
+    shares = benchmark(partition, topo, count)
+    assert len(shares) == count
