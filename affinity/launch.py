@@ -43,6 +43,7 @@ from typing import Any
 
 from .cgroup import CpuQuota, default_thread_count
 from .cpulist import format_list, parse_list
+from .envvars import plan_environment, worker_slots
 from .errors import (BindError, NativeUnavailableError, PlanError, TopologyError,
                      UnsupportedError)
 from .ranks import LocalRank, Share, parse_rank, partition
@@ -235,45 +236,9 @@ def _planner() -> tuple[Callable[..., Any], Callable[..., Any]]:
     return plan, plan_env
 
 
-# --- SHIM, to be replaced by affinity.envvars.plan_environment / worker_slots once
-# --- envvars.py is on this branch (it is being written on main).  The import below
-# --- already prefers the real module when it exists; delete the fallback then.
 def _plan_environment(plan: Any, blocktime: str | None) -> dict[str, str]:
     """The plan's variables; ``blocktime=None`` keeps the default KMP_BLOCKTIME."""
-    kw = {} if blocktime is None else {"blocktime": blocktime}
-    try:
-        from .envvars import plan_environment
-    except ImportError:
-        return _shim_plan_environment(plan, **kw)
-    return plan_environment(plan, **kw)
-
-
-def _shim_plan_environment(plan: Any, *, blocktime: str | None = "1") -> dict[str, str]:
-    slots = _worker_slots(plan)
-    env = {
-        "OMP_NUM_THREADS": str(len(slots)),
-        "KMP_AFFINITY": "granularity=fine,explicit,proclist=[" + ",".join(
-            str(min(s)) if len(s) == 1 else "{" + ",".join(map(str, sorted(s))) + "}"
-            for s in slots) + "]",
-        "OMP_PLACES": ",".join("{" + ",".join(map(str, sorted(s))) + "}" for s in slots),
-        "OMP_PROC_BIND": "close",
-        "TF_NUM_INTRAOP_THREADS": str(int(plan.intra_op_threads)),
-        "TF_NUM_INTEROP_THREADS": str(int(plan.inter_op_threads)),
-    }
-    if all(len(s) == 1 for s in slots):
-        env["GOMP_CPU_AFFINITY"] = " ".join(str(min(s)) for s in slots)
-    if blocktime is not None:
-        env["KMP_BLOCKTIME"] = blocktime
-    return env
-
-
-def _worker_slots(plan: Any) -> list[frozenset[int]]:
-    try:
-        from .envvars import worker_slots
-    except ImportError:
-        return list(plan.cpusets)
-    return list(worker_slots(plan))
-# --- END SHIM
+    return plan_environment(plan) if blocktime is None else plan_environment(plan, blocktime=blocktime)
 
 
 def _make_plan(spec: str | None, threads: int, topology: Topology, environ: Mapping[str, str]) -> Any:
@@ -419,7 +384,7 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
                              f"{ctx.quota}" + (f" shared by {sharing} processes" if sharing > 1 else ""))
         p = _make_plan(opts.spec, threads, topo_i, ctx.environ)
         warnings.extend(f"planner: {w}" for w in getattr(p, "warnings", ()))
-        slots = tuple(_worker_slots(p))
+        slots = tuple(worker_slots(p))
         env = _plan_environment(p, blocktime)
         if len(shares) > 1:
             env["AFFINITY_INSTANCE"] = str(i)
