@@ -21,6 +21,14 @@ _LAZY = {
     "UnsupportedError": "errors",
     "NativeUnavailableError": "errors",
     "PlanError": "errors",
+    "AffinityWarning": "errors",
+    "apply": "bind",
+    "pinned": "bind",
+    "Binding": "bind",
+    "report": "report",
+    "plan": "plan",
+    "plan_env": "plan",
+    "Plan": "plan",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
@@ -40,6 +48,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .errors import (AffinityError, BindError, NativeUnavailableError, SpecError,
-                         TopologyError, UnsupportedError)
+    from .errors import (AffinityError, AffinityWarning, BindError, NativeUnavailableError,
+                         PlanError, SpecError, TopologyError, UnsupportedError)
+    from .bind import Binding, apply, pinned
+    from .plan import Plan, plan, plan_env
+    from .report import report
     from .topology import Topology
