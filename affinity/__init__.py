@@ -25,10 +25,10 @@ _LAZY = {
     "apply": "bind",
     "pinned": "bind",
     "Binding": "bind",
-    "report": "report",
-    "plan": "plan",
-    "plan_env": "plan",
-    "Plan": "plan",
+    "report": "bindmap",
+    "plan": "planner",
+    "plan_env": "planner",
+    "Plan": "planner",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
@@ -51,6 +51,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .errors import (AffinityError, AffinityWarning, BindError, NativeUnavailableError,
                          PlanError, SpecError, TopologyError, UnsupportedError)
     from .bind import Binding, apply, pinned
-    from .plan import Plan, plan, plan_env
-    from .report import report
+    from .planner import Plan, plan, plan_env
+    from .bindmap import report
     from .topology import Topology

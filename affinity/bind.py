@@ -207,7 +207,7 @@ class Binding:
 
     def report(self) -> Any:
         """The bind map of this process, with what this binding requested."""
-        from .report import report
+        from .bindmap import report
 
         return report(binding=self)
 
@@ -274,9 +274,11 @@ def _parse_membind(membind: Any, plan: Any) -> tuple[str, frozenset[int]] | None
 
 def _set_env(values: Mapping[str, str], override: bool, b: Binding, snap_env: dict[str, str | None]
              ) -> None:
+    with _stack_lock:  # values an enclosing binding exported are ours, not the user's
+        ours = {k: v for outer in _active for k, v in outer.env_set.items()}
     for k, v in values.items():
         old = os.environ.get(k)
-        if old is not None and old != v and not override:
+        if old is not None and old != v and not override and ours.get(k) != old:
             b.env_kept[k] = old
             continue
         snap_env.setdefault(k, old)
@@ -309,7 +311,7 @@ def apply(spec: Any = "granularity=fine,compact,1,0", *, threads: int | None = N
     ``strict``    parse the spec strictly (``SpecError``) instead of like the runtime.
     """
     from .envvars import plan_environment
-    from .plan import plan as make_plan
+    from .planner import plan as make_plan
 
     topo = topology if topology is not None else Topology.from_system()
     _threads.require_system(topo)

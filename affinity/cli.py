@@ -52,7 +52,7 @@ def cmd_version(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .report import report
+    from .bindmap import report
 
     try:
         bmap = report(args.pid)

@@ -11,6 +11,10 @@ own language, and TensorFlow gets the matching pool sizes:
 ``OMP_PROC_BIND``          ``close``: thread i on place i
 ``GOMP_CPU_AFFINITY``      libgomp's own form, only when every slot is one CPU
 ``KMP_BLOCKTIME``          how long Intel/LLVM workers spin before sleeping (ms)
+``KMP_WARNINGS``           ``0``: Intel/LLVM runtimes otherwise warn (#182) that
+                           ``OMP_PLACES``/``OMP_PROC_BIND``/``GOMP_CPU_AFFINITY`` are
+                           ignored because ``KMP_AFFINITY`` is set, though all say the
+                           same thing; set it yourself to see the runtime's warnings
 ``TF_NUM_INTRAOP_THREADS`` TensorFlow's intra-op pool size
 ``TF_NUM_INTEROP_THREADS`` TensorFlow's inter-op pool size
 =========================  ====================================================
@@ -27,7 +31,7 @@ from typing import Any
 __all__ = ["ENV_VARS", "plan_environment", "worker_slots"]
 
 ENV_VARS = ("OMP_NUM_THREADS", "KMP_AFFINITY", "OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY",
-            "KMP_BLOCKTIME", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+            "KMP_BLOCKTIME", "KMP_WARNINGS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 
 
 def worker_slots(plan: Any) -> list[frozenset[int]]:
@@ -56,6 +60,7 @@ def plan_environment(plan: Any, *, blocktime: str | None = "1") -> dict[str, str
         "KMP_AFFINITY": "granularity=fine,explicit,proclist=[" + ",".join(_set_text(s) for s in slots) + "]",
         "OMP_PLACES": ",".join("{" + ",".join(map(str, sorted(s))) + "}" for s in slots),
         "OMP_PROC_BIND": "close",
+        "KMP_WARNINGS": "0",
         "TF_NUM_INTRAOP_THREADS": str(int(plan.intra_op_threads)),
         "TF_NUM_INTEROP_THREADS": str(int(plan.inter_op_threads)),
     }

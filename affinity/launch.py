@@ -230,9 +230,9 @@ class Launch:
 
 def _planner() -> tuple[Callable[..., Any], Callable[..., Any]]:
     try:
-        from .plan import plan, plan_env
+        from .planner import plan, plan_env
     except ImportError as e:  # pragma: no cover - the planner ships with the package
-        raise NativeUnavailableError(f"the planner (affinity.plan) cannot be imported: {e}") from e
+        raise NativeUnavailableError(f"the planner (affinity.planner) cannot be imported: {e}") from e
     return plan, plan_env
 
 

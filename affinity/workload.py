@@ -144,7 +144,7 @@ def run(model: str = "small_cnn", *, batch_size: int = 32, num_batches: int = 20
     say("-" * 64)
     say(f"total images/sec: {total:.2f}")
     say("-" * 64)
-    from .report import report
+    from .bindmap import report
 
     bmap = binding.report() if binding is not None else report()
     from . import tf as _tf

@@ -69,3 +69,56 @@ def build(kind: str, dst: Path) -> Path:
     else:
         raise ValueError(kind)
     return out
+
+
+MAIN_SOURCE = r"""
+#define _GNU_SOURCE
+#include <omp.h>
+#include <sched.h>
+#include <stdio.h>
+
+/* Prints "thread cpu,cpu,..." for every member of one parallel region. */
+int main(void)
+{
+#pragma omp parallel
+    {
+        cpu_set_t s;
+        CPU_ZERO(&s);
+        sched_getaffinity(0, sizeof s, &s);
+        char buf[1024];
+        int n = 0;
+        for (int c = 0; c < CPU_SETSIZE && n < 1000; c++)
+            if (CPU_ISSET(c, &s))
+                n += snprintf(buf + n, sizeof buf - n, n ? ",%d" : "%d", c);
+#pragma omp critical
+        printf("%d %s\n", omp_get_thread_num(), buf);
+    }
+    return 0;
+}
+"""
+
+
+def build_program(kind: str, dst: Path) -> Path:
+    """An executable printing every OpenMP thread's mask, linked to ``kind``."""
+    src = dst / "omp_main.c"
+    src.write_text(MAIN_SOURCE)
+    out = dst / f"omp_main_{kind}"
+    if kind == "libgomp":
+        subprocess.run(["gcc", "-O2", "-fopenmp", str(src), "-o", str(out)], check=True)
+    elif kind == "libiomp5":
+        obj = dst / "omp_main.o"
+        subprocess.run(["gcc", "-O2", "-fopenmp", "-c", str(src), "-o", str(obj)], check=True)
+        lib = iomp5_dir()
+        subprocess.run(["gcc", str(obj), "-o", str(out), f"-L{lib}", "-liomp5", f"-Wl,-rpath,{lib}"],
+                       check=True)
+    else:
+        raise ValueError(kind)
+    return out
+
+
+def run_program(exe: Path, env: dict[str, str]) -> tuple[list[frozenset[int]], str]:
+    """Run it; return the per-thread masks in thread order and its stderr."""
+    r = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=60, check=True)
+    rows = sorted((int(a), frozenset(int(c) for c in b.split(","))) for a, b in
+                  (line.split() for line in r.stdout.splitlines()))
+    return [m for _, m in rows], r.stderr

@@ -41,3 +41,20 @@ def test_lazy_attributes():
         assert "no_such_thing" in str(e)
     else:
         raise AssertionError("missing attribute did not raise")
+
+
+def test_public_functions_are_not_shadowed_by_submodules():
+    """Importing a submodule rebinds the package attribute of the same name: no
+    public function may share its name with a module."""
+    import importlib
+    import pkgutil
+
+    import affinity
+
+    for m in pkgutil.iter_modules(affinity.__path__):
+        if not m.name.startswith("_"):
+            importlib.import_module(f"affinity.{m.name}")
+    for name in affinity.__all__:
+        value = getattr(affinity, name)
+        assert not isinstance(value, type(affinity)), f"affinity.{name} is a module"
+    assert callable(affinity.plan) and callable(affinity.report) and callable(affinity.apply)

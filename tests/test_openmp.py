@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ompprog import build
+from ompprog import build, build_program, run_program
 
 CPUS = sorted(os.sched_getaffinity(0))
 pytestmark = pytest.mark.skipif(len(CPUS) < 2, reason="needs a process mask of at least 2 CPUs")
@@ -53,3 +53,35 @@ def test_pin_team_from_inside_a_region(tmp_path: Path, kind: str):
     assert [t for t, _ in out["after"]] == [t for t, _ in out["pinned"]]
     assert out["after"][0][0] == out["main"]  # member 0 is the calling thread
     assert "OMP: Warning" not in r.stderr
+
+
+# ---------------------------------------------------------------------------
+# The exported environment, obeyed by real runtimes in child processes
+
+ENV_SPECS = ["explicit,proclist=[1,0]", "granularity=fine,compact", "scatter",
+             "explicit,proclist=[{0,1},0]"]
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("omp")
+    return {k: build_program(k, d) for k in ("libgomp", "libiomp5")}
+
+
+@pytest.mark.parametrize("kind", ["libgomp", "libiomp5"])
+@pytest.mark.parametrize("spec", ENV_SPECS)
+def test_exported_environment_binds_children_as_planned(programs, kind, spec):
+    from affinity import plan
+    from affinity.envvars import plan_environment, worker_slots
+    from affinity.topology import Topology
+
+    p = plan(spec, threads=2, topology=Topology.from_system())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "GOMP_"))}
+    env.update(plan_environment(p))
+    masks, err = run_program(programs[kind], env)
+    assert masks == worker_slots(p)
+    assert "OMP:" not in err, err  # no warning, no error from the runtime
+    if all(len(s) == 1 for s in worker_slots(p)):
+        assert "GOMP_CPU_AFFINITY" in env
+    else:
+        assert "GOMP_CPU_AFFINITY" not in env  # libgomp's list cannot say "a set per thread"

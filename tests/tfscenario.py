@@ -30,7 +30,7 @@ def masks() -> dict[int, list[int]]:
 
 
 def stage(b) -> dict:
-    from affinity.report import report
+    from affinity.bindmap import report
 
     rep = report(binding=b)
     return {
