@@ -47,13 +47,13 @@ def test_public_functions_are_not_shadowed_by_submodules():
     """Importing a submodule rebinds the package attribute of the same name: no
     public function may share its name with a module."""
     import importlib
-    import pkgutil
+    from pathlib import Path
 
     import affinity
 
-    for m in pkgutil.iter_modules(affinity.__path__):
-        if not m.name.startswith("_"):
-            importlib.import_module(f"affinity.{m.name}")
+    for f in Path(affinity.__file__).parent.glob("*.py"):
+        if not f.stem.startswith("_"):
+            importlib.import_module(f"affinity.{f.stem}")
     for name in affinity.__all__:
         value = getattr(affinity, name)
         assert not isinstance(value, type(affinity)), f"affinity.{name} is a module"
