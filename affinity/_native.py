@@ -11,6 +11,7 @@ CPU and NUMA-node sets cross the boundary as arrays of ``unsigned long`` words.
 from __future__ import annotations
 
 import errno as _errno
+import functools
 import os
 import sys
 import threading
@@ -143,22 +144,18 @@ def _arg(a: object) -> str:
 
 # ------------------------------------------------------------------- words
 
-def words(cpus: Iterable[int], nwords: int) -> Any:
-    """A new ``unsigned long[nwords]`` holding the set ``cpus``."""
-    m = lib()
+@functools.lru_cache(maxsize=4096)
+def _set_bytes(cpus: frozenset[int], nwords: int) -> bytes:
     mask = 0
     for c in cpus:
         if c < 0 or c >= nwords * WORD_BITS:
             raise ValueError(f"CPU/node index {c} out of range (0..{nwords * WORD_BITS - 1})")
         mask |= 1 << c
-    buf = m.ffi.new("unsigned long[]", nwords)
-    m.ffi.memmove(buf, mask.to_bytes(nwords * 8, "little"), nwords * 8)
-    return buf
+    return mask.to_bytes(nwords * 8, "little")
 
 
-def from_words(buf: Any, nwords: int, offset: int = 0) -> frozenset[int]:
-    m = lib()
-    raw = bytes(m.ffi.buffer(buf + offset, nwords * 8))
+@functools.lru_cache(maxsize=4096)
+def _bytes_set(raw: bytes) -> frozenset[int]:
     mask = int.from_bytes(raw, "little")
     out = []
     while mask:
@@ -166,6 +163,35 @@ def from_words(buf: Any, nwords: int, offset: int = 0) -> frozenset[int]:
         out.append(low.bit_length() - 1)
         mask ^= low
     return frozenset(out)
+
+
+def words(cpus: Iterable[int], nwords: int) -> Any:
+    """A new ``unsigned long[nwords]`` holding the set ``cpus``."""
+    return _ulongs(_set_bytes(frozenset(cpus), nwords))
+
+
+def words_many(sets: list[frozenset[int]], nwords: int) -> Any:
+    """One ``unsigned long[len(sets) * nwords]`` holding every set, in order."""
+    return _ulongs(b"".join(_set_bytes(frozenset(c), nwords) for c in sets))
+
+
+def _ulongs(raw: bytes) -> Any:
+    m = lib()
+    buf = m.ffi.new("unsigned long[]", len(raw) // 8)
+    m.ffi.memmove(buf, raw, len(raw))
+    return buf
+
+
+def from_words(buf: Any, nwords: int, offset: int = 0) -> frozenset[int]:
+    m = lib()
+    return _bytes_set(bytes(m.ffi.buffer(buf + offset, nwords * 8)))
+
+
+def from_words_many(buf: Any, n: int, nwords: int) -> list[frozenset[int]]:
+    m = lib()
+    raw = bytes(m.ffi.buffer(buf, n * nwords * 8))
+    step = nwords * 8
+    return [_bytes_set(raw[i * step:(i + 1) * step]) for i in range(n)]
 
 
 # ---------------------------------------------------------------- topology
@@ -287,9 +313,7 @@ def set_threads_cpubind(pairs: list[tuple[int, frozenset[int]]]) -> dict[int, fr
     m = s._m
     n, nw = len(pairs), s.nwords
     tids = m.ffi.new("int[]", [t for t, _ in pairs])
-    sets = m.ffi.new("unsigned long[]", n * nw)
-    for i, (_, cpus) in enumerate(pairs):
-        m.ffi.memmove(sets + i * nw, words(cpus, nw), nw * 8)
+    sets = words_many([c for _, c in pairs], nw)
     old = m.ffi.new("unsigned long[]", n * nw)
     failed = m.ffi.new("int *", -1)
     rc = m.lib.aff_set_threads_cpubind(s.handle, n, tids, sets, nw, old, failed)
@@ -298,12 +322,7 @@ def set_threads_cpubind(pairs: list[tuple[int, frozenset[int]]]) -> dict[int, fr
         i = failed[0]
         arg = (f"tid={pairs[i][0]}, cpus={{{_fmt(pairs[i][1])}}}" if 0 <= i < n else f"{n} threads")
         raise error_for(err, "hwloc_linux_set_tid_cpubind", arg, "no thread was changed")
-    prev = {}
-    for i, (tid, _) in enumerate(pairs):
-        o = from_words(old, nw, i * nw)
-        if o:
-            prev[tid] = o
-    return prev
+    return {tid: o for (tid, _), o in zip(pairs, from_words_many(old, n, nw)) if o}
 
 
 def set_process_cpubind(cpus: Iterable[int]) -> None:
@@ -464,9 +483,7 @@ def omp_pin_team(gomp_parallel: int, omp_get_thread_num: int,
     s = system()
     m = s._m
     n, nw = len(cpusets), s.nwords
-    sets = m.ffi.new("unsigned long[]", n * nw)
-    for i, cpus in enumerate(cpusets):
-        m.ffi.memmove(sets + i * nw, words(cpus, nw), nw * 8)
+    sets = words_many(cpusets, nw)
     tids = m.ffi.new("int[]", n)
     back = m.ffi.new("unsigned long[]", n * nw)
     errs = m.ffi.new("int[]", n)
@@ -478,4 +495,4 @@ def omp_pin_team(gomp_parallel: int, omp_get_thread_num: int,
                   else f"team member {bad}")
         raise error_for(errs[bad], "hwloc_set_cpubind", f"omp thread {bad}, cpus={{{_fmt(cpusets[bad])}}}",
                         detail)
-    return [(tids[i], from_words(back, nw, i * nw)) for i in range(n)]
+    return list(zip(list(tids), from_words_many(back, n, nw)))

@@ -1,0 +1,135 @@
+"""Pin N threads of this process to N different CPU sets and restore them.
+
+Side by side, in one run (group ``pin+restore-N``):
+
+* ``floor``     ``sched_setaffinity`` through ctypes, one call per thread and
+                 direction, nothing else: the bare-syscall floor;
+* ``os-loop``    ``os.sched_getaffinity``/``os.sched_setaffinity`` loop: what a
+                 user writes by hand (with a snapshot to restore);
+* ``psutil``     ``psutil.Process(tid).cpu_affinity()`` loop (snapshot + set + restore);
+* ``affinity``   :func:`affinity.threads.set_threads_affinity` (all or nothing,
+                 returns the snapshot) and back.
+
+Group ``apply+restore`` times the whole :func:`affinity.apply` (plan, snapshot,
+environment export, pin, read back) plus :meth:`Binding.restore`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+import pytest
+
+import affinity
+from affinity import threads as athreads
+
+CPUS = sorted(os.sched_getaffinity(0))
+N = (4, 32)
+
+
+class Parked:
+    def __init__(self, n: int):
+        self.stop = threading.Event()
+        self.tids: list[int] = []
+        lock = threading.Lock()
+        ready = threading.Barrier(n + 1)
+
+        def body():
+            with lock:
+                self.tids.append(threading.get_native_id())
+            ready.wait()
+            self.stop.wait()
+
+        self.threads = [threading.Thread(target=body, daemon=True) for _ in range(n)]
+        for t in self.threads:
+            t.start()
+        ready.wait()
+
+    def close(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+
+
+@pytest.fixture(params=N, ids=lambda n: f"{n}threads")
+def parked(request):
+    p = Parked(request.param)
+    yield p
+    p.close()
+
+
+def _targets(tids):
+    return {t: frozenset({CPUS[i % len(CPUS)]}) for i, t in enumerate(tids)}
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_SET_SIZE = 128  # bytes: 1024 CPUs
+
+
+def _mask_buf(cpus):
+    buf = (ctypes.c_ubyte * _SET_SIZE)()
+    for c in cpus:
+        buf[c // 8] |= 1 << (c % 8)
+    return buf
+
+
+def _floor(pre):
+    for tid, new, old in pre:
+        _libc.sched_setaffinity(tid, _SET_SIZE, new)
+    for tid, new, old in pre:
+        _libc.sched_setaffinity(tid, _SET_SIZE, old)
+
+
+def _os_loop(targets):
+    snap = {t: os.sched_getaffinity(t) for t in targets}
+    for t, m in targets.items():
+        os.sched_setaffinity(t, m)
+    for t, m in snap.items():
+        os.sched_setaffinity(t, m)
+
+
+def _psutil_loop(targets):
+    import psutil
+
+    procs = {t: psutil.Process(t) for t in targets}
+    snap = {t: p.cpu_affinity() for t, p in procs.items()}
+    for t, m in targets.items():
+        procs[t].cpu_affinity(sorted(m))
+    for t, m in snap.items():
+        procs[t].cpu_affinity(m)
+
+
+def _affinity(targets):
+    prev = athreads.set_threads_affinity(targets)
+    athreads.set_threads_affinity(prev)
+
+
+@pytest.mark.parametrize("impl", ["floor", "os-loop", "psutil", "affinity"])
+def test_pin_and_restore(benchmark, parked, impl):
+    targets = _targets(parked.tids)
+    benchmark.group = f"pin+restore-{len(parked.tids)}"
+    if impl == "floor":
+        full = _mask_buf(CPUS)
+        pre = [(t, _mask_buf(m), full) for t, m in targets.items()]
+        benchmark(_floor, pre)
+    elif impl == "os-loop":
+        benchmark(_os_loop, targets)
+    elif impl == "psutil":
+        pytest.importorskip("psutil")
+        benchmark(_psutil_loop, targets)
+    else:
+        benchmark(_affinity, targets)
+    for t in parked.tids:  # every implementation restores
+        assert os.sched_getaffinity(t) == set(CPUS)
+
+
+def test_apply_and_restore(benchmark, parked):
+    benchmark.group = f"apply+restore-{len(parked.tids)}"
+
+    def go():
+        b = affinity.apply("granularity=fine,compact", tensorflow=False, openmp=False, blas=False)
+        b.restore()
+
+    benchmark(go)
