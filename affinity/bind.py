@@ -290,7 +290,7 @@ def apply(spec: Any = "granularity=fine,compact,1,0", *, threads: int | None = N
           topology: Topology | None = None, tensorflow: str | bool = "auto",
           openmp: str | bool = "auto", blas: str | bool = "auto", membind: Any = None,
           env: bool | str = True, inter: str = "union", blocktime: str | None = "1",
-          strict: bool = False) -> Binding:
+          rank: Any = None, strict: bool = False) -> Binding:
     """Plan ``spec`` on this machine and apply it to this process.
 
     ``spec``      a ``KMP_AFFINITY`` string (or spec value); ``threads`` the team size
@@ -308,6 +308,9 @@ def apply(spec: Any = "granularity=fine,compact,1,0", *, threads: int | None = N
                   (listed in ``Binding.env_kept``); ``"override"``: replace them too;
                   ``False``: export nothing.
     ``inter``     ``"union"`` or ``"package"``: where inter-op workers go.
+    ``rank``      ``"auto"`` (MPI/Slurm/torchrun variables), ``"R/N"`` or a
+                  :class:`~affinity.ranks.LocalRank`: plan inside this local rank's
+                  disjoint share of the node (:func:`affinity.ranks.rank_topology`).
     ``strict``    parse the spec strictly (``SpecError``) instead of like the runtime.
     """
     from .envvars import plan_environment
@@ -319,7 +322,12 @@ def apply(spec: Any = "granularity=fine,compact,1,0", *, threads: int | None = N
         raise ValueError(f"inter must be 'union' or 'package', not {inter!r}")
     main_tid = os.getpid()
     process_mask = _native.get_thread_cpubind(main_tid)
-    p = make_plan(spec, threads=threads, topology=topo.with_allowed(process_mask), strict=strict)
+    planned_on = topo.with_allowed(process_mask)
+    if rank is not None:
+        from .ranks import rank_topology
+
+        planned_on = rank_topology(planned_on, rank)[0]
+    p = make_plan(spec, threads=threads, topology=planned_on, strict=strict)
 
     masks_before = _threads.get_process_affinity()
     mem_before = None
