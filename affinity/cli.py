@@ -66,7 +66,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run
 
-    return run(sys.stdout)
+    return run(sys.stdout, model=args.model, batch_size=args.batch_size, num_batches=args.num_batches)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("demo", help="the main job end to end (what 'make demo' runs)")
+    p.add_argument("--model", choices=["resnet50", "small_cnn", "matmul"], default="resnet50")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--num-batches", type=int, default=10)
     p.set_defaults(func=cmd_demo)
 
     from .launch import add_run_parser
