@@ -51,6 +51,57 @@ def cmd_version(args: argparse.Namespace) -> int:
     return 0
 
 
+def _env_pairs(items: Sequence[str]) -> dict[str, str]:
+    env = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"affinity: error: --env takes KEY=VALUE, got {item!r}")
+        env[key] = value
+    return env
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from .cpulist import parse_list
+    from .planner import plan
+
+    topo = _load_topology(args)
+    mask = None
+    if args.mask is not None:
+        try:
+            mask = parse_list(args.mask)
+        except ValueError as e:
+            raise SystemExit(f"affinity plan: error: --mask: {e}") from None
+    p = plan(args.spec, threads=args.threads, topology=topo, strict=not args.lenient,
+             env=_env_pairs(args.env), initial_mask=mask)
+    translations: dict[str, str | None] = {}
+    untranslatable: dict[str, str] = {}
+    for name, fn in (("KMP_AFFINITY", p.to_kmp_affinity), ("OMP_PLACES", p.to_omp_places),
+                     ("GOMP_CPU_AFFINITY", p.to_gomp_cpu_affinity), ("taskset", p.to_taskset),
+                     ("numactl", p.to_numactl)):
+        try:
+            translations[name] = fn()
+        except AffinityError as e:  # e.g. GOMP_CPU_AFFINITY cannot give a thread several CPUs
+            translations[name] = None
+            untranslatable[name] = str(e)
+    if args.json:
+        print(json.dumps({**p.to_dict(), "translations": translations,
+                          "untranslatable": untranslatable}, indent=2))
+    else:
+        print(p.explain())
+        if args.translate:
+            print()
+            print("Equivalent settings:")
+            for k, v in translations.items():
+                print(f"  {k}: {v if v is not None else 'not expressible: ' + untranslatable[k]}")
+    if args.picture:
+        from .picture import save
+
+        title = f"{args.spec or 'runtime defaults'}, {p.threads} threads"
+        save(args.picture, topo, p.cpusets, title=title)
+    return 0
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from .bindmap import report
 
@@ -60,6 +111,15 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"affinity show: error: no process {args.pid}", file=sys.stderr)
         return 1
     print(bmap.to_json(indent=2) if args.json else bmap.text())
+    if args.picture:
+        from .picture import save
+        from .topology import Topology
+
+        rows = list(bmap.rows)
+        roles = [r.role if r.role in ("main", "tf-intra", "tf-inter", "tf-other", "openmp") else "other"
+                 for r in rows]
+        save(args.picture, Topology.from_system(), [r.actual for r in rows], roles=roles,
+             title=f"pid {bmap.pid}: {len(rows)} threads")
     return 1 if bmap.mismatches else 0
 
 
@@ -88,9 +148,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a tree")
     p.set_defaults(func=cmd_topology)
 
+    p = sub.add_parser("plan", help="the per-thread CPU sets Intel's OpenMP runtime would bind to")
+    p.add_argument("spec", nargs="?", default=None,
+                   help="KMP_AFFINITY string (e.g. granularity=fine,compact,1,0); omit to plan --env only")
+    p.add_argument("--threads", "-t", type=int, default=None, help="team size (OMP_NUM_THREADS)")
+    _add_topology_arg(p)
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="more runtime variables: OMP_PLACES, OMP_PROC_BIND, KMP_HW_SUBSET, ...")
+    p.add_argument("--mask", default=None, metavar="CPUS",
+                   help="the process's initial affinity mask (default: every allowed PU)")
+    p.add_argument("--lenient", action="store_true",
+                   help="read malformed settings as the runtime does (warn, fall back) instead of failing")
+    p.add_argument("--translate", action="store_true",
+                   help="also print the equivalent KMP_AFFINITY, OMP_PLACES, GOMP_CPU_AFFINITY, taskset, numactl")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--picture", metavar="FILE", default=None, help="draw the plan (.svg or .png)")
+    p.set_defaults(func=cmd_plan)
+
     p = sub.add_parser("show", help="the bind map of a process: every thread, its mask, CPU and node")
     p.add_argument("pid", nargs="?", type=int, default=None, help="process id (default: this one)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--picture", metavar="FILE", default=None, help="draw the live process (.svg or .png)")
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("bench", help="tf_cnn_benchmarks-style TensorFlow workload on synthetic data")

@@ -64,3 +64,73 @@ def test_console_script_and_version():
     assert r.returncode == 0, r.stderr
     v = json.loads(r.stdout)
     assert v["header_api"].split(".")[0] == v["runtime_api"].split(".")[0] == "2"
+
+
+# ----------------------------------------------------------------- plan
+
+
+def test_plan_explain_lines_match_the_planner():
+    from affinity import plan
+
+    xml = str(GOLDEN / "hwloc" / "2s4c2t_linux.xml")
+    r = run("plan", "granularity=fine,scatter", "--threads", "5", "--topology", xml, "--translate")
+    assert r.returncode == 0, r.stderr
+    p = plan("granularity=fine,scatter", threads=5, topology=Topology.from_xml(xml))
+    bound = [line for line in r.stdout.splitlines() if " bound to OS proc set " in line]
+    assert bound == [f"KMP_AFFINITY: thread {i} bound to OS proc set {{{','.join(map(str, sorted(s)))}}}"
+                     for i, s in enumerate(p.cpusets)]
+    assert "KMP_AFFINITY: OS proc 8 maps to socket 0 core 0 thread 1" in r.stdout
+    assert "  OMP_PLACES: {0},{4},{1},{5},{2}" in r.stdout
+
+
+def test_plan_json_env_mask_and_lenient():
+    xml = str(GOLDEN / "hwloc" / "2s4c2t_linux.xml")
+    r = run("plan", "--env", "OMP_PLACES=cores", "--env", "OMP_PROC_BIND=spread", "--threads", "3",
+            "--topology", xml, "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["threads"] == 3 and d["cpusets"] == [[0, 8], [3, 11], [6, 14]]
+    assert len(d["places"]) == 8 and d["warnings"] == []
+    assert d["translations"]["OMP_PLACES"] == "{0,8},{3,11},{6,14}"
+    r = run("plan", "granularity=fine,compact", "--mask", "0-3,8-11", "--topology", xml, "--json")
+    assert json.loads(r.stdout)["cpusets"] == [[0], [8], [1], [9], [2], [10], [3], [11]]
+    # strict by default: a caret under the bad token, exit 1
+    r = run("plan", "granularity=fine,compakt", "--topology", xml)
+    assert r.returncode == 1
+    assert r.stderr.splitlines()[-2:] == ["    granularity=fine,compakt", "                     ^"]
+    # lenient: as the runtime, warn and fall back
+    r = run("plan", "granularity=fine,compakt", "--topology", xml, "--lenient", "--json")
+    assert r.returncode == 0
+    assert json.loads(r.stdout)["warnings"] == ['KMP_AFFINITY: parameter invalid, ignoring "compakt".']
+    assert run("plan", "--env", "NOEQUALS", "--topology", xml).returncode != 0
+
+
+def test_plan_picture_is_drawn_from_the_plan(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    from affinity import plan
+
+    topo = Topology.from_synthetic("pack:2 [numa] core:4 pu:2")
+    for spec in ("granularity=fine,compact", "granularity=fine,scatter", "compact,1"):
+        out = tmp_path / "p.svg"
+        assert main(["plan", spec, "--topology", "synthetic:pack:2 [numa] core:4 pu:2",
+                     "--picture", str(out)]) == 0
+        p = plan(spec, topology=topo)
+        drawn = {}
+        for el in ET.parse(out).iter():
+            if el.get("data-threads") is not None and el.get("data-os-index") and \
+                    el.get("data-thread-names") is not None:
+                ts = el.get("data-threads")
+                drawn[int(el.get("data-os-index"))] = {int(t) for t in ts.split(",")} if ts else set()
+        want = {pu.os_index: {i for i, s in enumerate(p.cpusets) if pu.os_index in s} for pu in topo.pus}
+        assert drawn == want, spec
+
+
+def test_show_json_and_picture(tmp_path):
+    out = tmp_path / "live.png"
+    r = run("show", "--json", "--picture", str(out))
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["threads"][0]["role"] == "main" and d["mismatches"] == []
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert run("show", "999999999").returncode == 1
