@@ -50,7 +50,9 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
-	$(PY) -m pytest bench -q
+	$(PY) -m pytest bench -q -p no:cacheprovider --benchmark-json=bench/results.json
+	$(PY) bench/report.py bench/results.json bench/RESULTS.md
+	@echo "wrote bench/RESULTS.md"
 
 clean:
 	rm -rf build dist *.egg-info affinity/_affinity_native.* .pytest_cache .benchmarks

@@ -10,8 +10,9 @@ Side by side, in one run (group ``pin+restore-N``):
 * ``affinity``   :func:`affinity.threads.set_threads_affinity` (all or nothing,
                  returns the snapshot) and back.
 
-Group ``apply+restore`` times the whole :func:`affinity.apply` (plan, snapshot,
-environment export, pin, read back) plus :meth:`Binding.restore`.
+* ``apply+restore`` the whole :func:`affinity.apply` (plan, snapshot of all N
+                 masks, environment export, read-back) plus :meth:`Binding.restore`
+                 (every mask set back), in the same process.
 """
 
 from __future__ import annotations
@@ -126,10 +127,14 @@ def test_pin_and_restore(benchmark, parked, impl):
 
 
 def test_apply_and_restore(benchmark, parked):
-    benchmark.group = f"apply+restore-{len(parked.tids)}"
+    """The whole apply() + restore() in a process holding N threads: plan, snapshot
+    of all N masks, environment export, read-back, then every mask restored."""
+    benchmark.group = f"pin+restore-{len(parked.tids)}"
 
     def go():
         b = affinity.apply("granularity=fine,compact", tensorflow=False, openmp=False, blas=False)
         b.restore()
 
     benchmark(go)
+    for t in parked.tids:
+        assert os.sched_getaffinity(t) == set(CPUS)
