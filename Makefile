@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check
 STAMP  := $(VENV)/.installed
-EXTRAS ?= test,tf
+EXTRAS ?= test,tf,docs
 
 .PHONY: demo test bench docs golden-check sysdeps clean distclean
 
@@ -51,11 +51,21 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m pytest bench -q -p no:cacheprovider --benchmark-json=bench/results.json
-	$(PY) bench/report.py bench/results.json bench/RESULTS.md
-	@echo "wrote bench/RESULTS.md"
+	$(PY) bench/report.py bench/results.json bench/RESULTS.md docs/results.md
+	@echo "wrote bench/RESULTS.md and docs/results.md"
+
+docs: $(STAMP)
+	$(PY) docs/gen_pictures.py docs/img
+	$(PY) -m mkdocs build --strict --clean
+	@echo "site built in site/"
 
 clean:
 	rm -rf build dist *.egg-info affinity/_affinity_native.* .pytest_cache .benchmarks
 
-distclean: clean
+distdocs: $(STAMP)
+	$(PY) docs/gen_pictures.py docs/img
+	$(PY) -m mkdocs build --strict --clean
+	@echo "site built in site/"
+
+clean: clean
 	rm -rf $(VENV)

@@ -1,6 +1,6 @@
 """Turn a pytest-benchmark JSON file into bench/RESULTS.md.
 
-    python bench/report.py bench/results.json bench/RESULTS.md
+    python bench/report.py bench/results.json bench/RESULTS.md [docs/results.md]
 
 One table per benchmark group, every row with its ratio to the group's reference:
 the row named as baseline below when present (the thing a user would otherwise
@@ -106,11 +106,13 @@ def render(data: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3:
+    if len(argv) not in (3, 4):
         print(__doc__, file=sys.stderr)
         return 2
     data = json.loads(Path(argv[1]).read_text())
-    Path(argv[2]).write_text(render(data) + "\n")
+    text = render(data) + "\n"
+    for out in argv[2:]:
+        Path(out).write_text(text)
     return 0
 
 
