@@ -422,7 +422,8 @@ def _process_place(ini: _Init, p: Place, max_os: int, acc: set[int]) -> int:
     size = 0
     if p.exclude is not None:
         size = _process_place(ini, p.exclude, max_os, acc)
-        comp = set(range(max_os + 1)) - acc
+        # libiomp5 complements within the available procs
+        comp = set(ini.full) - acc
         acc.clear()
         acc |= comp
         return size
@@ -446,7 +447,10 @@ def _process_place(ini: _Init, p: Place, max_os: int, acc: set[int]) -> int:
             continue
         stride = 1 if sp.stride is None else sp.stride
         for _ in range(sp.count):
-            m = ini.osid_mask.get(start) if 0 <= start <= max_os else None
+            if start < 0:
+                raise PlanError(f"OMP_PLACES: interval {sp} reaches OS proc {start}: the runtime crashes "
+                                "on a negative proc id")
+            m = ini.osid_mask.get(start) if start <= max_os else None
             if m is None:
                 ini.warn(f"Ignoring invalid OS proc ID {start}.")
                 break
@@ -918,6 +922,10 @@ def evaluate_settings(st: Settings, texts: list[str], topology: Any, initial: fr
             place_nums = _partition(bind0, n, nm, masters)
         cpusets = [masks[p] for p in place_nums]
         pb = bind0
+    for i, c in enumerate(cpusets):
+        if not c:
+            raise PlanError(f"thread {i} would be bound to an empty place: the runtime aborts "
+                            "(pthread_setaffinity_np() failed)")
     return Result(n, cpusets, list(masks), place_nums, texts, diags, st, k, ini.type,
                   ini.gran if ini.gran_levels >= 0 else None, pb, avail, ini.full)
 

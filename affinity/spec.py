@@ -177,12 +177,20 @@ def _match(token: str, s: str, i: int) -> int | None:
 
 
 def _str_to_int(s: str, i: int, j: int) -> int:
-    """``__kmp_str_to_int`` on the digits ``s[i:j]`` (Intel's runtime
-    saturates at INT_MAX instead of wrapping)."""
-    if i == j:
+    """``__kmp_str_to_int`` on the digits ``s[i:j]``, seeing the rest of the
+    string as the runtime does: a size suffix right after the digits
+    (``b``, ``k``, ``m``) multiplies the value when it ends the string and
+    makes it 0 otherwise.  Intel's runtime saturates at INT_MAX."""
+    v = int(s[i:j]) if j > i else 0
+    if v > INT_MAX:
+        v = INT_MAX
+    c = s[j] if j < len(s) else ""
+    factor = {"b": 1, "B": 1, "k": 1024, "K": 1024, "m": 1024 * 1024, "M": 1024 * 1024}.get(c)
+    if factor is None:
+        return v
+    if j + 1 < len(s):
         return 0
-    v = int(s[i:j])
-    return INT_MAX if v > INT_MAX else v
+    return INT_MAX if v > INT_MAX // factor else v * factor
 
 
 def _atoi(s: str, i: int = 0) -> int:
@@ -951,10 +959,15 @@ def _parse_omp_places(value: str, diag: _Diag, name: str = "OMP_PLACES") -> OmpP
             # Intel's libiomp5 falls back to "threads" (LLVM's libomp to "cores").
             diag.warn(f"{name}: syntax error, using threads.", err.pos, detail=f"syntax error: {err.detail}")
             return OmpPlaces(kind="threads")
-    kind_name = "cores" if kind in ("core_types", "core_effs") else kind
+    layer = "core" if kind in ("core_types", "core_effs") else \
+        next(k for k, v in _PLURAL.items() if v == kind)
+    kind_name = catalog(layer, True)  # the runtime names the fallback by its catalog name
+    if kind in ("core_types", "core_effs") and scan < len(s):
+        # libiomp5 reports anything after these names, then goes on parsing
+        diag.warn(f"{name}: extra trailing characters ignored: {_q(s[scan:])}.", scan)
     attribute: str | None = None
-    if kind == "cores" and _ch(s, scan) == ":":
-        a = scan + 1
+    if kind == "cores" and _ch(s, _skip_ws(s, scan)) == ":":
+        a = _skip_ws(s, scan) + 1
         for attr in _CORE_ATTRS:
             e = _match(attr, s, a)
             if e is not None:
@@ -1047,6 +1060,10 @@ def _parse_omp_proc_bind(value: str, diag: _Diag, name: str = "OMP_PROC_BIND") -
             out.append(word)
             if len(out) >= nelem:
                 break
+            if _ch(s, buf) != ",":
+                # libiomp5 reports the rest and resumes after the next comma
+                diag.warn(f"{name}: extra trailing characters ignored: {_q(s[buf:])}.", buf)
+                buf = _skip_to(s, buf, ",")
             buf = _skip_ws(s, buf + 1)
         pol = tuple(out)
     if buf < len(s):
