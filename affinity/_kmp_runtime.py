@@ -278,6 +278,7 @@ class _Init:
         self.order: list[int] | None = None  # hw thread order after sortTopology (sort_ids)
         self.procarr: list[int] | None = None
         self.balanced_order: list[int] = []
+        self.teams: dict[Any, Any] = {}
 
     @property
     def env_var(self) -> str:
@@ -895,39 +896,46 @@ def evaluate_settings(st: Settings, texts: list[str], topology: Any, initial: fr
     avail = k.num_threads
     n = team_size(st, avail, nprocs_machine, threads)
     _check_team(n)
+    team = ini.teams.get((bind0, n))
+    if team is None:
+        team = _team(ini, bind0, n)
+        if len(ini.teams) > 64:
+            ini.teams.clear()
+        ini.teams[(bind0, n)] = team
+    cpusets, place_nums, pb = team
+    if ini.type == "none":
+        return Result(n, cpusets, [ini.full], place_nums, texts, diags, st, k, "none", None,
+                      pb, avail, ini.full)
+    return Result(n, cpusets, list(ini.masks), place_nums, texts, diags, st, k, ini.type,
+                  ini.gran if ini.gran_levels >= 0 else None, pb, avail, ini.full)
+
+
+def _team(ini: _Init, bind0: str, n: int) -> tuple[tuple[frozenset[int], ...], tuple[int, ...], str]:
+    """Each thread's set and place for a team of ``n`` (cached per init)."""
     masks = ini.masks
     nm = len(masks)
     if ini.type == "none":
-        cpusets = [ini.full] * n
-        place_nums = [0] * n
-        bind_name = "false" if bind0 in ("false", "default") else bind0
-        return Result(n, cpusets, [ini.full], place_nums, texts, diags, st, k, "none", None,
-                      bind_name, avail, ini.full)
+        pb = "false" if bind0 in ("false", "default") else bind0
+        return (ini.full,) * n, (0,) * n, pb
     if bind0 in ("intel", "false"):
         if ini.type == "balanced":
-            if n > 1:
-                cpusets = _balanced(ini, n)
-            else:
-                cpusets = [ini.full]
+            cpusets = _balanced(ini, n) if n > 1 else [ini.full]
             place_nums = [0] * n
         else:
-            place_nums = [(i + ini.offset) % nm for i in range(n)]
+            off = ini.offset
+            place_nums = [(i + off) % nm for i in range(n)]
             cpusets = [masks[p] for p in place_nums]
         pb = "intel" if bind0 == "intel" else "false"
     else:
         masters = ini.offset % nm
-        if n == 1:
-            place_nums = [masters]
-        else:
-            place_nums = _partition(bind0, n, nm, masters)
+        place_nums = [masters] if n == 1 else _partition(bind0, n, nm, masters)
         cpusets = [masks[p] for p in place_nums]
         pb = bind0
     for i, c in enumerate(cpusets):
         if not c:
             raise PlanError(f"thread {i} would be bound to an empty place: the runtime aborts "
                             "(pthread_setaffinity_np() failed)")
-    return Result(n, cpusets, list(masks), place_nums, texts, diags, st, k, ini.type,
-                  ini.gran if ini.gran_levels >= 0 else None, pb, avail, ini.full)
+    return tuple(cpusets), tuple(place_nums), pb
 
 
 def _check_team(n: int) -> None:

@@ -315,6 +315,14 @@ def _settings(items: tuple[tuple[str, str], ...], strict: bool) -> tuple[rt.Sett
     return st, tuple(texts), tuple(diags)
 
 
+@functools.lru_cache(maxsize=1024)
+def _spec_settings(items: tuple[tuple[str, str], ...]) -> Settings | None:
+    try:
+        return Settings.from_env(dict(items))
+    except SpecError:  # pragma: no cover - strict settings were validated before
+        return None
+
+
 # ---------------------------------------------------------------------------
 # Entry points
 # ---------------------------------------------------------------------------
@@ -351,11 +359,8 @@ def _run(env_items: tuple[tuple[str, str], ...], topology: Topology | None, init
     st, texts, _diags = _settings(env_items, strict)
     res = rt.evaluate_settings(st, list(texts), topology, init, threads=threads,
                                base_for=lambda procs: _base_topology(topology, procs))
-    try:
-        spec_settings = Settings.from_env(dict(env_items)) if strict else None
-    except SpecError:  # pragma: no cover - already validated above
-        spec_settings = None
-    return Plan(threads=res.threads, cpusets=tuple(res.cpusets),
+    spec_settings = _spec_settings(env_items) if strict else None
+    return Plan(threads=res.threads, cpusets=res.cpusets if isinstance(res.cpusets, tuple) else tuple(res.cpusets),
                 places=None if res.places is None else tuple(res.places),
                 place_nums=tuple(res.place_nums), warnings=tuple(res.warnings),
                 affinity_type=res.affinity_type, granularity=res.granularity, proc_bind=res.proc_bind,

@@ -167,11 +167,29 @@ def _isdigit(c: str) -> bool:
     return c != "" and "0" <= c <= "9"
 
 
+def _isalpha(c: str) -> bool:
+    return c != "" and ("a" <= c <= "z" or "A" <= c <= "Z")
+
+
+def _isalnum(c: str) -> bool:
+    return _isdigit(c) or _isalpha(c)
+
+
+def _up(s: str) -> str:
+    """C ``toupper`` (ASCII only, one character per character)."""
+    return "".join(chr(ord(c) - 32) if "a" <= c <= "z" else c for c in s)
+
+
+def _low(s: str) -> str:
+    return "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in s)
+
+
 def _match(token: str, s: str, i: int) -> int | None:
     """``__kmp_match_str``: case-insensitive; the whole token must match at
     ``s[i:]`` (``s`` may go on).  Returns the index after the token."""
     n = len(token)
-    if s[i:i + n].lower() == token.lower() and len(s) - i >= n:
+    seg = s[i:i + n]
+    if len(seg) == n and (seg.lower() if seg.isascii() else _low(seg)) == token.lower():
         return i + n
     return None
 
@@ -458,7 +476,7 @@ def kmp_affinity_has_type_name(value: str) -> bool:
     it searches (case-insensitively) for any type name anywhere in the string.
     A ``KMP_AFFINITY`` without one does not override ``OMP_PLACES`` /
     ``OMP_PROC_BIND`` / ``GOMP_CPU_AFFINITY``."""
-    low = value.lower()
+    low = _low(value)
     return any(t in low for t in AFFINITY_TYPES)
 
 
@@ -977,7 +995,7 @@ def _parse_omp_places(value: str, diag: _Diag, name: str = "OMP_PLACES") -> OmpP
             e = _match("eff", s, a)
             if e is not None:
                 j = e
-                while j < len(s) and s[j].isalpha():
+                while j < len(s) and _isalpha(s[j]):
                     j += 1
                 if _isdigit(_ch(s, j)):
                     k = _skip_digits(s, j)
@@ -1117,13 +1135,13 @@ def _subset_layer(token: str) -> str | None:
     """``__kmp_stg_parse_hw_subset_name``: narrow the layer names by prefix
     until one is left; ties on short tokens prefer thread, core, socket."""
     end = 0
-    while end < len(token) and (token[end].isalnum() or token[end] == "_"):
+    while end < len(token) and (_isalnum(token[end]) or token[end] == "_"):
         end += 1
     possible = list(HW_LAYERS)
     idx = 0
     while len(possible) > 1 and idx < end:
-        c = token[idx].upper()
-        possible = [p for p in possible if not (idx < len(p) and p[idx].upper() != c)]
+        c = _up(token[idx])
+        possible = [p for p in possible if not (idx < len(p) and _up(p[idx]) != c)]
         idx += 1
     if len(possible) > 1:
         # the runtime returns the first of thread/core/socket in list order
@@ -1151,10 +1169,11 @@ def _parse_kmp_hw_subset(value: str, diag: _Diag, name: str = "KMP_HW_SUBSET") -
         if not chars and ch == ":" and not absolute:
             absolute = True
             continue
-        c = ch.upper()
+        c = _up(ch)
         if c == "X":
             c = ","
-        if c == "O" and i + 1 < len(value) and value[i + 1].isdigit():
+        # strchr("0123456789", next) also matches the terminating NUL
+        if c == "O" and (i + 1 >= len(value) or "0" <= value[i + 1] <= "9"):
             c = "@"
         chars.append(c)
         posmap.append(i)
@@ -1178,13 +1197,13 @@ def _parse_kmp_hw_subset(value: str, diag: _Diag, name: str = "KMP_HW_SUBSET") -
         cbase = base
         for cc in cores:
             off = cbase
-            if cc[:1].isdigit():
+            if _isdigit(cc[:1]):
                 num: int | None = _atoi(cc)
                 if num <= 0:
                     bad(off, "counts must be positive")
                     return None
                 j = 0
-                while j < len(cc) and cc[j].isdigit():
+                while j < len(cc) and _isdigit(cc[j]):
                     j += 1
                 pos = cc[j:]
             elif cc[:1] == "*":
@@ -1201,14 +1220,14 @@ def _parse_kmp_hw_subset(value: str, diag: _Diag, name: str = "KMP_HW_SUBSET") -
                 a = cc[colon + 1:]
                 if at > colon:
                     a = cc[colon + 1:at]
-                al = a.lower()
+                al = _low(a)
                 if al in _CORE_ATTRS:
                     attr = al
                 elif al[:3] == "eff":
                     k = 3
-                    while k < len(a) and a[k].isalpha():
+                    while k < len(a) and _isalpha(a[k]):
                         k += 1
-                    if k >= len(a) or not a[k].isdigit():
+                    if k >= len(a) or not _isdigit(a[k]):
                         bad(off + colon, "bad core attribute")
                         return None
                     attr = "eff" + str(_atoi(a, k))
@@ -1263,7 +1282,7 @@ class NumThreads:
 
 def _parse_num_threads(value: str, diag: _Diag, name: str = "OMP_NUM_THREADS") -> NumThreads | None:
     s = value
-    if s.lower() == "all":
+    if _low(s) == "all":
         return NumThreads(all=True)
     invalid = f"{name}: {_q(value)} is an invalid value; ignored."
     # validation pass (as the runtime's first pass over the list)
