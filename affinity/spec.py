@@ -124,10 +124,12 @@ class _Diag:
     def warn(self, text: str, pos: int | None = None, *, error: bool = True,
              detail: str | None = None) -> None:
         if self.strict and error:
-            msg = detail or text
+            msg = text
             prefix = self.what + ": "
             if msg.startswith(prefix):
                 msg = msg[len(prefix):]
+            if detail:
+                msg = f"{msg} ({detail})"
             raise SpecError(msg, self.value, pos if pos is not None else 0, what=self.what)
         self.items.append(Diagnostic(text, error, pos, detail))
 
@@ -347,6 +349,7 @@ def _parse_proc_id_list(var: str, s: str, i: int, diag: _Diag) -> tuple[ProcList
                 nxt += 1
             scan = nxt
             continue
+        item = nxt
         if not _isdigit(s[nxt]):
             if empty:
                 diag.warn(f"{var}: syntax error, not using affinity.", nxt,
@@ -372,7 +375,7 @@ def _parse_proc_id_list(var: str, s: str, i: int, diag: _Diag) -> tuple[ProcList
         nxt = _skip_digits(s, nxt)
         end = _str_to_int(s, scan, nxt)
         stride = 1
-        rpos = scan
+        rpos = item
         nxt = _skip_ws(s, nxt)
         if _ch(s, nxt) == ":":
             sign = 1

@@ -97,6 +97,15 @@ def all_machines() -> list[Machine]:
                 hw.append(((c * 2 + t) * 2 + s, s, c, t))
     ms.append(_mk("x_2s4c2t_roundrobin", "2 x 4 x 2, OS procs alternate between sockets", hw,
                   masks=["0-7"]))
+    # AMD-like: core ids with gaps between CCXs, 4 NUMA nodes per socket (NPS4)
+    hw = linux_style(2, 16, 2, core_ids=[0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23])
+    ms.append(_mk("x_amd_2s16c2t_nps4", "2 sockets x 16 cores (core ids 0-7,16-23) x 2 HT, NPS4",
+                  hw, numa_by(hw, lambda h: 4 * h[1] + [0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22,
+                                                        23].index(h[2]) // 4), masks=["0-11,32-43"]))
+    # socket 0 with SMT-2, socket 1 without SMT
+    hw = [h for h in linux_style(2, 4, 2) if not (h[1] == 1 and h[3] == 1)]
+    ms.append(_mk("x_mixed_smt", "2 sockets x 4 cores, socket 0 with 2 HT per core, socket 1 with 1",
+                  hw, masks=["0-5,8-9"]))
     # KNL-like: 68 cores x 4 threads, one socket, flat mode MCDRAM node without CPUs
     hw = linux_style(1, 68, 4)
     numa = {0: tuple(sorted(h[0] for h in hw)), 1: ()}
