@@ -21,6 +21,16 @@ _LAZY = {
     "UnsupportedError": "errors",
     "NativeUnavailableError": "errors",
     "PlanError": "errors",
+    "plan": "plan",
+    "plan_env": "plan",
+    "Plan": "plan",
+    "Settings": "spec",
+    "KmpAffinity": "spec",
+    "OmpPlaces": "spec",
+    "OmpProcBind": "spec",
+    "KmpHwSubset": "spec",
+    "NumThreads": "spec",
+    "ProcList": "spec",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
@@ -42,4 +52,6 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # pragma: no cover
     from .errors import (AffinityError, BindError, NativeUnavailableError, SpecError,
                          TopologyError, UnsupportedError)
+    from .plan import Plan, plan, plan_env
+    from .spec import KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, ProcList, Settings
     from .topology import Topology

@@ -274,7 +274,7 @@ class _Init:
         self.core_effs_gran = st.core_effs_gran
         self.st_gran_levels = st.gran_levels
         self.osid_mask: dict[int, frozenset[int]] = {}
-        self.leader: set[int] = set()  # row indexes of group leaders
+        self.leader: set[int] = set()  # OS ids of the group leaders
         self.order: list[int] | None = None  # hw thread order after sortTopology (sort_ids)
         self.procarr: list[int] | None = None
         self.balanced_order: list[int] = []
@@ -359,7 +359,7 @@ def _create_os_id_masks(ini: _Init, attr_filter: Any = None) -> bool:
             m = frozenset(k.os[j] for j in group)
             for j in group:
                 osid_mask[k.os[j]] = m
-            leaders.add(leader)
+            leaders.add(k.os[leader])
             union |= m
             group = []
             leader = i
@@ -367,7 +367,7 @@ def _create_os_id_masks(ini: _Init, attr_filter: Any = None) -> bool:
     m = frozenset(k.os[j] for j in group)
     for j in group:
         osid_mask[k.os[j]] = m
-    leaders.add(leader)
+    leaders.add(k.os[leader])
     union |= m
     ini.osid_mask = osid_mask
     ini.leader = leaders
@@ -542,7 +542,7 @@ def _sort_topology(ini: _Init) -> None:
     masks: list[frozenset[int]] = []
     union: set[int] = set()
     for i in order:
-        if not st.dups and i not in ini.leader:
+        if not st.dups and k.os[i] not in ini.leader:
             continue
         m = ini.osid_mask[k.os[i]]
         masks.append(m)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import functools
 import json
 import re
+import sys
+import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -445,4 +447,22 @@ def plan(spec: Any = None, threads: int | None = None, topology: Topology | None
     """
     merged: dict[str, str] = dict(env or {})
     merged.update(_spec_env(spec))
-    return _run(_env_items(merged), topology, initial_mask, strict, threads)
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int):
+            raise TypeError(f"threads must be an int, not {type(threads).__name__}")
+        if threads < 1:
+            raise PlanError(f"threads must be at least 1, got {threads}")
+        merged["OMP_NUM_THREADS"] = str(threads)
+    return _run(_env_items(merged), topology, initial_mask, strict, None)
+
+
+class _CallableModule(types.ModuleType):
+    """``affinity.plan`` is both this module and the function: importing the
+    submodule makes the package attribute the module, so the module calls
+    :func:`plan`."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Plan:
+        return plan(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
