@@ -151,6 +151,12 @@ def _case_record(c: dict[str, Any]) -> dict[str, Any]:
     if isinstance(e.get("initial_mask"), str):
         from .runtime import expand_list
         e["initial_mask"] = expand_list(e["initial_mask"])
+    # OS-proc sets as cpulist strings ("0-3,8"): the 272-PU machine would
+    # otherwise need tens of megabytes (see decode_sets)
+    from .runtime import list_text
+    for key in ("masks", "places"):
+        if e.get(key) is not None:
+            e[key] = [list_text(m) for m in e[key]]
     others = c.get("other_runtimes")
     if others:
         e["other_runtimes"] = {k: {"agree": v["agree"], "warnings": v["warnings"], "rc": v["rc"]}
@@ -166,10 +172,20 @@ def load_topology(golden_dir: str, doc: dict[str, Any], source: str = "cpuinfo")
                                  numa_nodes=os.path.join(golden_dir, doc["fake_sysfs_node_dir"]))
 
 
+def decode_sets(sets: Any) -> Any:
+    """Golden OS-proc sets: lists of ids (shared golden data) or cpulist
+    strings (tests/golden_extra) -> lists of ids."""
+    if sets is None:
+        return None
+    from .runtime import expand_list
+    return [expand_list(m) if isinstance(m, str) else m for m in sets]
+
+
 def compare_case(topo: Any, case: dict[str, Any]) -> str | None:
     """None when the planner reproduces the case, else a description."""
     from affinity.errors import PlanError
     from affinity.plan import plan_env
+    case = dict(case, masks=decode_sets(case.get("masks")), places=decode_sets(case.get("places")))
     exp_w = [PREFIX.sub("", w) for w in case["warnings"]]
     try:
         p = plan_env(case["env"], topology=topo, initial_mask=case.get("initial_mask"))

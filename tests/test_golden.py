@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from affinity.cpulist import format_list
+from affinity.cpulist import format_list, parse_list
 from affinity.errors import PlanError
 from affinity.plan import plan_env
 from affinity.topology import Topology
@@ -103,8 +103,16 @@ def _fmt(masks: Any) -> str:
     return s if len(s) < 240 else s[:240] + "..."
 
 
+def _decode(sets: Any) -> Any:
+    """Lists of ids (shared golden data) or cpulist strings (golden_extra)."""
+    if sets is None:
+        return None
+    return [sorted(parse_list(m)) if isinstance(m, str) else m for m in sets]
+
+
 def check_case(topo: Topology, case: dict[str, Any]) -> str | None:
     """None when the plan reproduces the runtime's result, else why not."""
+    case = dict(case, masks=_decode(case.get("masks")), places=_decode(case.get("places")))
     expected_warnings = [PREFIX.sub("", w) for w in case["warnings"]]
     try:
         p = plan_env(case["env"], topology=topo, initial_mask=case.get("initial_mask"))
