@@ -903,6 +903,9 @@ def evaluate_settings(st: Settings, texts: list[str], topology: Any, initial: fr
             ini.teams.clear()
         ini.teams[(bind0, n)] = team
     cpusets, place_nums, pb = team
+    if not cpusets[0]:
+        # the primary thread keeps the process mask it started with
+        cpusets = (initial,) + tuple(cpusets[1:])
     if ini.type == "none":
         return Result(n, cpusets, [ini.full], place_nums, texts, diags, st, k, "none", None,
                       pb, avail, ini.full)
@@ -931,8 +934,11 @@ def _team(ini: _Init, bind0: str, n: int) -> tuple[tuple[frozenset[int], ...], t
         place_nums = [masters] if n == 1 else _partition(bind0, n, nm, masters)
         cpusets = [masks[p] for p in place_nums]
         pb = bind0
+    # An empty place (``OMP_PLACES=!{...}`` excluding everything): a worker
+    # cannot be bound to it and the runtime aborts; the primary thread's
+    # failed binding is ignored (see evaluate_settings).
     for i, c in enumerate(cpusets):
-        if not c:
+        if not c and i > 0:
             raise PlanError(f"thread {i} would be bound to an empty place: the runtime aborts "
                             "(pthread_setaffinity_np() failed)")
     return tuple(cpusets), tuple(place_nums), pb

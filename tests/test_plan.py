@@ -363,3 +363,20 @@ def test_derived_counts(t2s: Topology) -> None:
     assert [n.os_index for n in core.numa_nodes] == [0, 1]
     none = plan("none", 4, t2s)
     assert none.intra_op_threads == 8 and none.inter_op_threads == 2
+
+
+def test_empty_place(t2s: Topology) -> None:
+    # OMP_PLACES=!{0:16} excludes every proc: one empty place.  libiomp5
+    # ignores the primary thread's failed binding (it keeps the process mask)
+    # but aborts when a worker must be bound to the empty place.
+    env = {"OMP_PLACES": "!{0:16},{1},{2}", "OMP_PROC_BIND": "close"}
+    p = plan_env(dict(env, OMP_NUM_THREADS="3"), topology=t2s, initial_mask="0-3")
+    assert sets(p) == [[0, 1, 2, 3], [1], [2]]
+    assert [sorted(x) for x in p.places] == [[], [1], [2]]
+    p = plan_env(dict(env, OMP_NUM_THREADS="2", OMP_PROC_BIND="true", KMP_AFFINITY="norespect"),
+                 topology=t2s, initial_mask="0-3")
+    assert sets(p) == [[0, 1, 2, 3], [2]]
+    with pytest.raises(PlanError, match="empty place"):
+        plan_env(dict(env, OMP_NUM_THREADS="3", OMP_PROC_BIND="primary"), topology=t2s, initial_mask="0-3")
+    with pytest.raises(PlanError, match="thread 2 would be bound to an empty place"):
+        plan_env({"OMP_PLACES": "{1},!{0:16}", "OMP_PROC_BIND": "close", "OMP_NUM_THREADS": "3"}, topology=t2s)
