@@ -121,6 +121,51 @@ def machine(name: str) -> Machine:
     raise KeyError(name)
 
 
+def random_machine(seed: int) -> Machine:
+    """A random machine for live differential tests: 1-3 packages with sparse
+    physical ids, unequal core counts with sparse core ids, 1-4 hw threads per
+    core (possibly different per package), one of several OS numberings, and
+    NUMA nodes per package, inside packages (SNC), over all packages, or
+    with sparse ids.  Same seed, same machine."""
+    import random
+    r = random.Random(seed)
+    n_sock = r.randint(1, 3)
+    sock_ids = sorted(r.sample(range(0, 6), n_sock))
+    rows: list[tuple[int, int, int]] = []  # (socket, core, rank)
+    for s in sock_ids:
+        ncores = r.randint(1, 5)
+        core_ids = sorted(r.sample(range(0, 12), ncores))
+        smt = r.choice([1, 2, 2, 4])
+        rows.extend((s, c, t) for c in core_ids for t in range(smt))
+    style = r.choice(["linux", "adjacent", "shuffled"])
+    if style == "linux":
+        order = sorted(rows, key=lambda x: (x[2], x[0], x[1]))
+    elif style == "adjacent":
+        order = sorted(rows)
+    else:
+        order = list(rows)
+        r.shuffle(order)
+    hw = [(i, s, c, t) for i, (s, c, t) in enumerate(order)]
+    numa_style = r.choice(["socket", "snc", "one", "sparse"])
+    if numa_style == "socket":
+        numa = per_socket(hw)
+    elif numa_style == "one":
+        numa = numa_by(hw, lambda h: 0)
+    elif numa_style == "sparse":
+        numa = numa_by(hw, lambda h: 2 * sock_ids.index(h[1]))
+    else:
+        def snc(h: Hw) -> int:
+            cores = sorted({x[2] for x in hw if x[1] == h[1]})
+            half = 1 if cores.index(h[2]) >= (len(cores) + 1) // 2 else 0
+            return 2 * sock_ids.index(h[1]) + half
+        numa = numa_by(hw, snc)
+    procs = [h[0] for h in hw]
+    k = r.randint(1, len(procs))
+    mask = ",".join(str(p) for p in sorted(r.sample(procs, k)))
+    return _mk("random_%d" % seed, "random machine %d: %s numbering, NUMA %s" % (seed, style, numa_style),
+               hw, numa, masks=[mask])
+
+
 # ---------------------------------------------------------------------------
 # hwloc XML
 # ---------------------------------------------------------------------------

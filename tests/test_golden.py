@@ -174,3 +174,56 @@ def test_golden(gdir: Path, path: Path, section: str, source: str) -> None:
         if why:
             failures.append(f"env={c['env']} initial_mask={c.get('initial_mask')}: {why}")
     assert not failures, f"{len(failures)}/{len(cases)} cases differ from the runtime:\n" + "\n".join(failures[:25])
+
+
+# ---------------------------------------------------------------------------
+# Live differential test: the real runtime on machines made up on the spot
+# ---------------------------------------------------------------------------
+
+def _runtimes() -> Any:
+    """The real runtimes built by ``oracle/setup.sh``; builds them when
+    missing (needs gcc and network access to PyPI and Debian)."""
+    import subprocess
+    import sys
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from oracle.runtime import find_runtimes
+
+    rts = find_runtimes()
+    if rts is None:
+        p = subprocess.run(["bash", str(ROOT / "oracle" / "setup.sh")], capture_output=True, text=True)
+        rts = find_runtimes()
+        if rts is None:
+            pytest.skip("cannot build the real OpenMP runtimes here (oracle/setup.sh): " + p.stderr[-500:])
+    return rts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [11, 23, 37])
+def test_live_runtime_random_machine(seed: int, tmp_path: Path) -> None:
+    """Intel's libiomp5, run under the oracle's fake-kernel shim on a random
+    machine (sparse ids, unequal packages, SMT-1..4, shuffled numbering, SNC
+    or spanning NUMA nodes), against the planner: a sample of the oracle's
+    case matrix must match exactly."""
+    import random
+
+    rts = _runtimes()
+    from oracle.cases import build_cases
+    from oracle.golden_check import _case_record, compare_case
+    from oracle.machines import random_machine
+    from oracle.runtime import run_cases
+
+    m = random_machine(seed)
+    cases = build_cases(m)
+    cases = random.Random(seed).sample(cases, min(200, len(cases)))
+    results = run_cases(rts, m, cases, ("libiomp5",), root=str(tmp_path))
+    topo = Topology.from_cpuinfo(tmp_path / "cpuinfo" / (m.name + ".cpuinfo"),
+                                 numa_nodes=tmp_path / "fakesys" / m.name / "node")
+    failures = []
+    for r in results:
+        rec = _case_record(r)
+        why = compare_case(topo, rec)
+        if why:
+            failures.append(f"env={rec['env']} initial_mask={rec.get('initial_mask')}: {why}")
+    assert not failures, f"{m.description}: {len(failures)}/{len(results)} differ:\n" + "\n".join(failures[:20])
