@@ -126,7 +126,8 @@ def random_machine(seed: int) -> Machine:
     physical ids, unequal core counts with sparse core ids, 1-4 hw threads per
     core (possibly different per package), one of several OS numberings, and
     NUMA nodes per package, inside packages (SNC), over all packages, or
-    with sparse ids.  Same seed, same machine."""
+    with sparse ids; some have offline CPUs (gaps in the OS ids).  Same
+    seed, same machine."""
     import random
     r = random.Random(seed)
     n_sock = r.randint(1, 3)
@@ -161,9 +162,18 @@ def random_machine(seed: int) -> Machine:
         numa = numa_by(hw, snc)
     procs = [h[0] for h in hw]
     k = r.randint(1, len(procs))
-    mask = ",".join(str(p) for p in sorted(r.sample(procs, k)))
-    return _mk("random_%d" % seed, "random machine %d: %s numbering, NUMA %s" % (seed, style, numa_style),
-               hw, numa, masks=[mask])
+    mask = sorted(r.sample(procs, k))
+    # a quarter of the machines have offline CPUs: OS ids with gaps
+    r2 = random.Random(seed * 7919 + 1)
+    offline = r2.random() < 0.25
+    if offline:
+        ids = sorted(r2.sample(range(2 * len(procs)), len(procs)))
+        hw = [(ids[p], s, c, t) for p, s, c, t in hw]
+        numa = {n: tuple(ids[p] for p in cpus) for n, cpus in numa.items()}
+        mask = [ids[p] for p in mask]
+    return _mk("random_%d" % seed, "random machine %d: %s numbering, NUMA %s%s"
+               % (seed, style, numa_style, ", offline CPUs" if offline else ""),
+               hw, numa, masks=[",".join(map(str, mask))])
 
 
 # ---------------------------------------------------------------------------
