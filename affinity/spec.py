@@ -1276,7 +1276,10 @@ class NumThreads:
     def __str__(self) -> str:
         if self.all:
             return "all"
-        return ",".join("" if v is None else str(v) for v in self.values)
+        text = ",".join("" if v is None else str(v) for v in self.values)
+        if self.values and self.values[-1] is None:
+            text += ","  # ",": level 1 left to the default (a lone "" would be no setting)
+        return text
 
     @property
     def first(self) -> int | None:
