@@ -62,10 +62,8 @@ docs: $(STAMP)
 clean:
 	rm -rf build dist *.egg-info affinity/_affinity_native.* .pytest_cache .benchmarks
 
-distdocs: $(STAMP)
-	$(PY) docs/gen_pictures.py docs/img
-	$(PY) -m mkdocs build --strict --clean
-	@echo "site built in site/"
+golden-check: $(STAMP)
+	$(MAKE) -C oracle golden-check PY=$(abspath $(PY))
 
-clean: clean
+distclean: clean
 	rm -rf $(VENV)

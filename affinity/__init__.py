@@ -29,6 +29,13 @@ _LAZY = {
     "plan": "planner",
     "plan_env": "planner",
     "Plan": "planner",
+    "Settings": "spec",
+    "KmpAffinity": "spec",
+    "OmpPlaces": "spec",
+    "OmpProcBind": "spec",
+    "KmpHwSubset": "spec",
+    "NumThreads": "spec",
+    "ProcList": "spec",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
@@ -53,4 +60,5 @@ if TYPE_CHECKING:  # pragma: no cover
     from .bind import Binding, apply, pinned
     from .planner import Plan, plan, plan_env
     from .bindmap import report
+    from .spec import KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, ProcList, Settings
     from .topology import Topology

@@ -274,10 +274,11 @@ class _Init:
         self.core_effs_gran = st.core_effs_gran
         self.st_gran_levels = st.gran_levels
         self.osid_mask: dict[int, frozenset[int]] = {}
-        self.leader: set[int] = set()  # row indexes of group leaders
+        self.leader: set[int] = set()  # OS ids of the group leaders
         self.order: list[int] | None = None  # hw thread order after sortTopology (sort_ids)
         self.procarr: list[int] | None = None
         self.balanced_order: list[int] = []
+        self.teams: dict[Any, Any] = {}
 
     @property
     def env_var(self) -> str:
@@ -330,7 +331,7 @@ def _set_granularity(ini: _Init) -> None:
 def _create_os_id_masks(ini: _Init, attr_filter: Any = None) -> bool:
     """``__kmp_create_os_id_masks``: group consecutive rows that are close at
     the granularity; returns False when no row has the attribute."""
-    k, st = ini.k, ini.st
+    k = ini.k
     rows = [i for i in range(k.num_threads) if attr_filter is None or attr_filter(i)]
     if not rows:
         return False
@@ -358,7 +359,7 @@ def _create_os_id_masks(ini: _Init, attr_filter: Any = None) -> bool:
             m = frozenset(k.os[j] for j in group)
             for j in group:
                 osid_mask[k.os[j]] = m
-            leaders.add(leader)
+            leaders.add(k.os[leader])
             union |= m
             group = []
             leader = i
@@ -366,7 +367,7 @@ def _create_os_id_masks(ini: _Init, attr_filter: Any = None) -> bool:
     m = frozenset(k.os[j] for j in group)
     for j in group:
         osid_mask[k.os[j]] = m
-    leaders.add(leader)
+    leaders.add(k.os[leader])
     union |= m
     ini.osid_mask = osid_mask
     ini.leader = leaders
@@ -422,7 +423,8 @@ def _process_place(ini: _Init, p: Place, max_os: int, acc: set[int]) -> int:
     size = 0
     if p.exclude is not None:
         size = _process_place(ini, p.exclude, max_os, acc)
-        comp = set(range(max_os + 1)) - acc
+        # libiomp5 complements within the available procs
+        comp = set(ini.full) - acc
         acc.clear()
         acc |= comp
         return size
@@ -446,7 +448,10 @@ def _process_place(ini: _Init, p: Place, max_os: int, acc: set[int]) -> int:
             continue
         stride = 1 if sp.stride is None else sp.stride
         for _ in range(sp.count):
-            m = ini.osid_mask.get(start) if 0 <= start <= max_os else None
+            if start < 0:
+                raise PlanError(f"OMP_PLACES: interval {sp} reaches OS proc {start}: the runtime crashes "
+                                "on a negative proc id")
+            m = ini.osid_mask.get(start) if start <= max_os else None
             if m is None:
                 ini.warn(f"Ignoring invalid OS proc ID {start}.")
                 break
@@ -537,7 +542,7 @@ def _sort_topology(ini: _Init) -> None:
     masks: list[frozenset[int]] = []
     union: set[int] = set()
     for i in order:
-        if not st.dups and i not in ini.leader:
+        if not st.dups and k.os[i] not in ini.leader:
             continue
         m = ini.osid_mask[k.os[i]]
         masks.append(m)
@@ -891,35 +896,52 @@ def evaluate_settings(st: Settings, texts: list[str], topology: Any, initial: fr
     avail = k.num_threads
     n = team_size(st, avail, nprocs_machine, threads)
     _check_team(n)
+    team = ini.teams.get((bind0, n))
+    if team is None:
+        team = _team(ini, bind0, n)
+        if len(ini.teams) > 64:
+            ini.teams.clear()
+        ini.teams[(bind0, n)] = team
+    cpusets, place_nums, pb = team
+    if not cpusets[0]:
+        # the primary thread keeps the process mask it started with
+        cpusets = (initial,) + tuple(cpusets[1:])
+    if ini.type == "none":
+        return Result(n, cpusets, [ini.full], place_nums, texts, diags, st, k, "none", None,
+                      pb, avail, ini.full)
+    return Result(n, cpusets, list(ini.masks), place_nums, texts, diags, st, k, ini.type,
+                  ini.gran if ini.gran_levels >= 0 else None, pb, avail, ini.full)
+
+
+def _team(ini: _Init, bind0: str, n: int) -> tuple[tuple[frozenset[int], ...], tuple[int, ...], str]:
+    """Each thread's set and place for a team of ``n`` (cached per init)."""
     masks = ini.masks
     nm = len(masks)
     if ini.type == "none":
-        cpusets = [ini.full] * n
-        place_nums = [0] * n
-        bind_name = "false" if bind0 in ("false", "default") else bind0
-        return Result(n, cpusets, [ini.full], place_nums, texts, diags, st, k, "none", None,
-                      bind_name, avail, ini.full)
+        pb = "false" if bind0 in ("false", "default") else bind0
+        return (ini.full,) * n, (0,) * n, pb
     if bind0 in ("intel", "false"):
         if ini.type == "balanced":
-            if n > 1:
-                cpusets = _balanced(ini, n)
-            else:
-                cpusets = [ini.full]
+            cpusets = _balanced(ini, n) if n > 1 else [ini.full]
             place_nums = [0] * n
         else:
-            place_nums = [(i + ini.offset) % nm for i in range(n)]
+            off = ini.offset
+            place_nums = [(i + off) % nm for i in range(n)]
             cpusets = [masks[p] for p in place_nums]
         pb = "intel" if bind0 == "intel" else "false"
     else:
         masters = ini.offset % nm
-        if n == 1:
-            place_nums = [masters]
-        else:
-            place_nums = _partition(bind0, n, nm, masters)
+        place_nums = [masters] if n == 1 else _partition(bind0, n, nm, masters)
         cpusets = [masks[p] for p in place_nums]
         pb = bind0
-    return Result(n, cpusets, list(masks), place_nums, texts, diags, st, k, ini.type,
-                  ini.gran if ini.gran_levels >= 0 else None, pb, avail, ini.full)
+    # An empty place (``OMP_PLACES=!{...}`` excluding everything): a worker
+    # cannot be bound to it and the runtime aborts; the primary thread's
+    # failed binding is ignored (see evaluate_settings).
+    for i, c in enumerate(cpusets):
+        if not c and i > 0:
+            raise PlanError(f"thread {i} would be bound to an empty place: the runtime aborts "
+                            "(pthread_setaffinity_np() failed)")
+    return tuple(cpusets), tuple(place_nums), pb
 
 
 def _check_team(n: int) -> None:

@@ -430,19 +430,24 @@ def build(topology: Any, procs: frozenset[int], numa: bool = True) -> KTopo:
                 owner[c] = x.os_index if x.os_index is not None else x.logical_index
         k.insert_layer(t, [owner.get(o, 0) for o in k.os])
         extra = True
-    for level in sorted({c.level for c in getattr(topology, "caches", ())}, reverse=True):
+    if extra:
+        k.sort_ids()
+    # Caches never become layers (as with the x2APIC method): a cache level is
+    # equivalent to the layer whose objects share it exactly.
+    for level in sorted({c.level for c in getattr(topology, "caches", ())}):
         t = _CACHE_TYPES.get(level)
         if t is None:
             continue
-        owner = {}
+        owner: dict[int, int] = {}
         for c in topology.caches:
             if c.level == level:
                 for cpu in c.cpuset:
                     owner[cpu] = c.logical_index
-        k.insert_layer(t, [owner.get(o, 0) for o in k.os])
-        extra = True
-    if extra:
-        k.sort_ids()
+        part = _partition([owner.get(o, -1) for o in k.os])
+        for lvl in range(k.depth - 2, -1, -1):  # innermost first, threads excluded
+            if part == _partition([tuple(r[:lvl + 1]) for r in k.ids]):
+                k.set_equivalent(t, k.types[lvl])
+                break
     # libiomp5's NUMA layer: node0, node1, ... until the first missing node.
     if numa and topology.numa_nodes:
         by_id = {n.os_index: n for n in topology.numa_nodes}
@@ -500,7 +505,6 @@ def filter_hw_subset(k: KTopo, subset: KmpHwSubset) -> tuple[bool, list[str]]:
                     items.append([t, [(None, 0, None)]])
             items.sort(key=lambda e: level_of(e[0]))
             absolute = True
-    depth_s = len(items)
     specified: dict[int, int] = {}
     levels: list[int] = []
     using_types = using_effs = False
@@ -656,3 +660,10 @@ def _attr_name(attr: str, plural: bool) -> str:
         return f"{'cores' if plural else 'core'} eff={attr[3:]}"
     kind = "Intel Atom(R) processor" if attr == "intel_atom" else "Intel(R) Core(TM) processor"
     return f"{kind} {'cores' if plural else 'core'}"
+
+
+def _partition(keys: Sequence[Any]) -> frozenset[frozenset[int]]:
+    groups: dict[Any, set[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, set()).add(i)
+    return frozenset(frozenset(g) for g in groups.values())

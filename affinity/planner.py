@@ -315,6 +315,14 @@ def _settings(items: tuple[tuple[str, str], ...], strict: bool) -> tuple[rt.Sett
     return st, tuple(texts), tuple(diags)
 
 
+@functools.lru_cache(maxsize=1024)
+def _spec_settings(items: tuple[tuple[str, str], ...]) -> Settings | None:
+    try:
+        return Settings.from_env(dict(items))
+    except SpecError:  # pragma: no cover - strict settings were validated before
+        return None
+
+
 # ---------------------------------------------------------------------------
 # Entry points
 # ---------------------------------------------------------------------------
@@ -351,11 +359,8 @@ def _run(env_items: tuple[tuple[str, str], ...], topology: Topology | None, init
     st, texts, _diags = _settings(env_items, strict)
     res = rt.evaluate_settings(st, list(texts), topology, init, threads=threads,
                                base_for=lambda procs: _base_topology(topology, procs))
-    try:
-        spec_settings = Settings.from_env(dict(env_items)) if strict else None
-    except SpecError:  # pragma: no cover - already validated above
-        spec_settings = None
-    return Plan(threads=res.threads, cpusets=tuple(res.cpusets),
+    spec_settings = _spec_settings(env_items) if strict else None
+    return Plan(threads=res.threads, cpusets=res.cpusets if isinstance(res.cpusets, tuple) else tuple(res.cpusets),
                 places=None if res.places is None else tuple(res.places),
                 place_nums=tuple(res.place_nums), warnings=tuple(res.warnings),
                 affinity_type=res.affinity_type, granularity=res.granularity, proc_bind=res.proc_bind,
@@ -440,4 +445,11 @@ def plan(spec: Any = None, threads: int | None = None, topology: Topology | None
     """
     merged: dict[str, str] = dict(env or {})
     merged.update(_spec_env(spec))
-    return _run(_env_items(merged), topology, initial_mask, strict, threads)
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int):
+            raise TypeError(f"threads must be an int, not {type(threads).__name__}")
+        if threads < 1:
+            raise PlanError(f"threads must be at least 1, got {threads}")
+        merged["OMP_NUM_THREADS"] = str(threads)
+    return _run(_env_items(merged), topology, initial_mask, strict, None)
+

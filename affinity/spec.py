@@ -124,10 +124,12 @@ class _Diag:
     def warn(self, text: str, pos: int | None = None, *, error: bool = True,
              detail: str | None = None) -> None:
         if self.strict and error:
-            msg = detail or text
+            msg = text
             prefix = self.what + ": "
             if msg.startswith(prefix):
                 msg = msg[len(prefix):]
+            if detail:
+                msg = f"{msg} ({detail})"
             raise SpecError(msg, self.value, pos if pos is not None else 0, what=self.what)
         self.items.append(Diagnostic(text, error, pos, detail))
 
@@ -167,22 +169,48 @@ def _isdigit(c: str) -> bool:
     return c != "" and "0" <= c <= "9"
 
 
+def _isalpha(c: str) -> bool:
+    return c != "" and ("a" <= c <= "z" or "A" <= c <= "Z")
+
+
+def _isalnum(c: str) -> bool:
+    return _isdigit(c) or _isalpha(c)
+
+
+def _up(s: str) -> str:
+    """C ``toupper`` (ASCII only, one character per character)."""
+    return "".join(chr(ord(c) - 32) if "a" <= c <= "z" else c for c in s)
+
+
+def _low(s: str) -> str:
+    return "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in s)
+
+
 def _match(token: str, s: str, i: int) -> int | None:
     """``__kmp_match_str``: case-insensitive; the whole token must match at
     ``s[i:]`` (``s`` may go on).  Returns the index after the token."""
     n = len(token)
-    if s[i:i + n].lower() == token.lower() and len(s) - i >= n:
+    seg = s[i:i + n]
+    if len(seg) == n and (seg.lower() if seg.isascii() else _low(seg)) == token.lower():
         return i + n
     return None
 
 
 def _str_to_int(s: str, i: int, j: int) -> int:
-    """``__kmp_str_to_int`` on the digits ``s[i:j]`` (Intel's runtime
-    saturates at INT_MAX instead of wrapping)."""
-    if i == j:
+    """``__kmp_str_to_int`` on the digits ``s[i:j]``, seeing the rest of the
+    string as the runtime does: a size suffix right after the digits
+    (``b``, ``k``, ``m``) multiplies the value when it ends the string and
+    makes it 0 otherwise.  Intel's runtime saturates at INT_MAX."""
+    v = int(s[i:j]) if j > i else 0
+    if v > INT_MAX:
+        v = INT_MAX
+    c = s[j] if j < len(s) else ""
+    factor = {"b": 1, "B": 1, "k": 1024, "K": 1024, "m": 1024 * 1024, "M": 1024 * 1024}.get(c)
+    if factor is None:
+        return v
+    if j + 1 < len(s):
         return 0
-    v = int(s[i:j])
-    return INT_MAX if v > INT_MAX else v
+    return INT_MAX if v > INT_MAX // factor else v * factor
 
 
 def _atoi(s: str, i: int = 0) -> int:
@@ -321,6 +349,7 @@ def _parse_proc_id_list(var: str, s: str, i: int, diag: _Diag) -> tuple[ProcList
                 nxt += 1
             scan = nxt
             continue
+        item = nxt
         if not _isdigit(s[nxt]):
             if empty:
                 diag.warn(f"{var}: syntax error, not using affinity.", nxt,
@@ -346,7 +375,7 @@ def _parse_proc_id_list(var: str, s: str, i: int, diag: _Diag) -> tuple[ProcList
         nxt = _skip_digits(s, nxt)
         end = _str_to_int(s, scan, nxt)
         stride = 1
-        rpos = scan
+        rpos = item
         nxt = _skip_ws(s, nxt)
         if _ch(s, nxt) == ":":
             sign = 1
@@ -450,7 +479,7 @@ def kmp_affinity_has_type_name(value: str) -> bool:
     it searches (case-insensitively) for any type name anywhere in the string.
     A ``KMP_AFFINITY`` without one does not override ``OMP_PLACES`` /
     ``OMP_PROC_BIND`` / ``GOMP_CPU_AFFINITY``."""
-    low = value.lower()
+    low = _low(value)
     return any(t in low for t in AFFINITY_TYPES)
 
 
@@ -951,10 +980,15 @@ def _parse_omp_places(value: str, diag: _Diag, name: str = "OMP_PLACES") -> OmpP
             # Intel's libiomp5 falls back to "threads" (LLVM's libomp to "cores").
             diag.warn(f"{name}: syntax error, using threads.", err.pos, detail=f"syntax error: {err.detail}")
             return OmpPlaces(kind="threads")
-    kind_name = "cores" if kind in ("core_types", "core_effs") else kind
+    layer = "core" if kind in ("core_types", "core_effs") else \
+        next(k for k, v in _PLURAL.items() if v == kind)
+    kind_name = catalog(layer, True)  # the runtime names the fallback by its catalog name
+    if kind in ("core_types", "core_effs") and scan < len(s):
+        # libiomp5 reports anything after these names, then goes on parsing
+        diag.warn(f"{name}: extra trailing characters ignored: {_q(s[scan:])}.", scan)
     attribute: str | None = None
-    if kind == "cores" and _ch(s, scan) == ":":
-        a = scan + 1
+    if kind == "cores" and _ch(s, _skip_ws(s, scan)) == ":":
+        a = _skip_ws(s, scan) + 1
         for attr in _CORE_ATTRS:
             e = _match(attr, s, a)
             if e is not None:
@@ -964,7 +998,7 @@ def _parse_omp_places(value: str, diag: _Diag, name: str = "OMP_PLACES") -> OmpP
             e = _match("eff", s, a)
             if e is not None:
                 j = e
-                while j < len(s) and s[j].isalpha():
+                while j < len(s) and _isalpha(s[j]):
                     j += 1
                 if _isdigit(_ch(s, j)):
                     k = _skip_digits(s, j)
@@ -1047,6 +1081,10 @@ def _parse_omp_proc_bind(value: str, diag: _Diag, name: str = "OMP_PROC_BIND") -
             out.append(word)
             if len(out) >= nelem:
                 break
+            if _ch(s, buf) != ",":
+                # libiomp5 reports the rest and resumes after the next comma
+                diag.warn(f"{name}: extra trailing characters ignored: {_q(s[buf:])}.", buf)
+                buf = _skip_to(s, buf, ",")
             buf = _skip_ws(s, buf + 1)
         pol = tuple(out)
     if buf < len(s):
@@ -1100,13 +1138,13 @@ def _subset_layer(token: str) -> str | None:
     """``__kmp_stg_parse_hw_subset_name``: narrow the layer names by prefix
     until one is left; ties on short tokens prefer thread, core, socket."""
     end = 0
-    while end < len(token) and (token[end].isalnum() or token[end] == "_"):
+    while end < len(token) and (_isalnum(token[end]) or token[end] == "_"):
         end += 1
     possible = list(HW_LAYERS)
     idx = 0
     while len(possible) > 1 and idx < end:
-        c = token[idx].upper()
-        possible = [p for p in possible if not (idx < len(p) and p[idx].upper() != c)]
+        c = _up(token[idx])
+        possible = [p for p in possible if not (idx < len(p) and _up(p[idx]) != c)]
         idx += 1
     if len(possible) > 1:
         # the runtime returns the first of thread/core/socket in list order
@@ -1134,10 +1172,11 @@ def _parse_kmp_hw_subset(value: str, diag: _Diag, name: str = "KMP_HW_SUBSET") -
         if not chars and ch == ":" and not absolute:
             absolute = True
             continue
-        c = ch.upper()
+        c = _up(ch)
         if c == "X":
             c = ","
-        if c == "O" and i + 1 < len(value) and value[i + 1].isdigit():
+        # strchr("0123456789", next) also matches the terminating NUL
+        if c == "O" and (i + 1 >= len(value) or "0" <= value[i + 1] <= "9"):
             c = "@"
         chars.append(c)
         posmap.append(i)
@@ -1161,13 +1200,13 @@ def _parse_kmp_hw_subset(value: str, diag: _Diag, name: str = "KMP_HW_SUBSET") -
         cbase = base
         for cc in cores:
             off = cbase
-            if cc[:1].isdigit():
+            if _isdigit(cc[:1]):
                 num: int | None = _atoi(cc)
                 if num <= 0:
                     bad(off, "counts must be positive")
                     return None
                 j = 0
-                while j < len(cc) and cc[j].isdigit():
+                while j < len(cc) and _isdigit(cc[j]):
                     j += 1
                 pos = cc[j:]
             elif cc[:1] == "*":
@@ -1184,14 +1223,14 @@ def _parse_kmp_hw_subset(value: str, diag: _Diag, name: str = "KMP_HW_SUBSET") -
                 a = cc[colon + 1:]
                 if at > colon:
                     a = cc[colon + 1:at]
-                al = a.lower()
+                al = _low(a)
                 if al in _CORE_ATTRS:
                     attr = al
                 elif al[:3] == "eff":
                     k = 3
-                    while k < len(a) and a[k].isalpha():
+                    while k < len(a) and _isalpha(a[k]):
                         k += 1
-                    if k >= len(a) or not a[k].isdigit():
+                    if k >= len(a) or not _isdigit(a[k]):
                         bad(off + colon, "bad core attribute")
                         return None
                     attr = "eff" + str(_atoi(a, k))
@@ -1237,7 +1276,10 @@ class NumThreads:
     def __str__(self) -> str:
         if self.all:
             return "all"
-        return ",".join("" if v is None else str(v) for v in self.values)
+        text = ",".join("" if v is None else str(v) for v in self.values)
+        if self.values and self.values[-1] is None:
+            text += ","  # ",": level 1 left to the default (a lone "" would be no setting)
+        return text
 
     @property
     def first(self) -> int | None:
@@ -1246,7 +1288,7 @@ class NumThreads:
 
 def _parse_num_threads(value: str, diag: _Diag, name: str = "OMP_NUM_THREADS") -> NumThreads | None:
     s = value
-    if s.lower() == "all":
+    if _low(s) == "all":
         return NumThreads(all=True)
     invalid = f"{name}: {_q(value)} is an invalid value; ignored."
     # validation pass (as the runtime's first pass over the list)
