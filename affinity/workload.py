@@ -94,8 +94,6 @@ def run(model: str = "small_cnn", *, batch_size: int = 32, num_batches: int = 20
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     binding = None
     if pin is not None:
-        import tensorflow as tf  # noqa: F401  (apply() starts its runtime with the plan's sizes)
-
         from .bind import apply
 
         binding = apply(pin, threads=threads, tensorflow=True)

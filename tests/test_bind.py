@@ -120,7 +120,7 @@ def test_nested_blocks_restore_in_order_and_on_exceptions():
     start = all_masks()
     with Parked() as w:
         with affinity.pinned("explicit,proclist=[0,1]", **KW):
-            with Parked() as inner_thread:
+            with Parked():
                 pass
             mid_env = os.environ["KMP_AFFINITY"]
             with pytest.raises(ZeroDivisionError):
