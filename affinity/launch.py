@@ -20,7 +20,7 @@ The work is split the house way:
 The process mask is the selected CPU set (numactl's meaning), the thread
 placement inside it travels in the environment (``KMP_AFFINITY`` with an
 explicit proclist, ``OMP_PLACES``/``OMP_PROC_BIND``, ``GOMP_CPU_AFFINITY``,
-``OMP_NUM_THREADS``, ``KMP_BLOCKTIME``, ``TF_NUM_INTRAOP_THREADS``/
+``OMP_NUM_THREADS``, ``KMP_BLOCKTIME``, ``KMP_WARNINGS``, ``TF_NUM_INTRAOP_THREADS``/
 ``TF_NUM_INTEROP_THREADS``) and, with ``--pin-threads``, in a preloaded library
 that pins threads as they are created (``csrc/pinthreads.c``).
 """
@@ -713,7 +713,7 @@ def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
                     f"environment, else '{DEFAULT_SPEC}', one thread per core) on the selected CPUs, "
                     "set the process mask and memory policy, export the plan's environment "
                     "(KMP_AFFINITY, OMP_PLACES, OMP_PROC_BIND, GOMP_CPU_AFFINITY, OMP_NUM_THREADS, "
-                    "KMP_BLOCKTIME, TF_NUM_INTRAOP_THREADS, TF_NUM_INTEROP_THREADS) and exec CMD "
+                    "KMP_BLOCKTIME, KMP_WARNINGS, TF_NUM_INTRAOP_THREADS, TF_NUM_INTEROP_THREADS) and exec CMD "
                     "(no shell). Exit status: CMD's; 1 for affinity errors; 2 for usage errors; "
                     "126/127 when CMD cannot be executed / is not found.")
     g = p.add_argument_group("threads")
