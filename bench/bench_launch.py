@@ -28,6 +28,7 @@ def run(cmd: list[str], **env: str) -> None:
 @pytest.mark.parametrize("how", ["direct", "taskset", "numactl", "affinity run", "affinity run --pin-threads",
                                  "affinity run --instances 2"])
 def test_startup(benchmark, how):
+    benchmark.group = "startup: launch /bin/true"
     base = {"direct": [], "taskset": ["taskset", "-c", CPUS], "numactl": ["numactl", "-C", CPUS, "--"],
             "affinity run": [sys.executable, "-m", "affinity", "run", "--"],
             "affinity run --pin-threads": [sys.executable, "-m", "affinity", "run", "--pin-threads", "--"],
@@ -72,6 +73,7 @@ def create_program(tmp_path_factory) -> Path:
 def test_pthread_create_and_join(benchmark, create_program, preload):
     """ns per create+join of a thread that does nothing; with the library each
     new thread also pins itself (one sched_setaffinity)."""
+    benchmark.group = "pthread_create+join x2000"
     env = {}
     if preload:
         env = {"LD_PRELOAD": str(pin_library()), "AFFINITY_PIN_SLOTS": CPUS.replace(",", ";")}
@@ -90,6 +92,7 @@ def test_pthread_create_and_join(benchmark, create_program, preload):
                                         ("pack:1 group:4 [numa] [numa] core:17 pu:4(indexes=4*68:1*4)", 68),
                                         ("pack:8 [numa] core:64 pu:2", 64)])
 def test_partition(benchmark, desc, count):
+    benchmark.group = "ranks: partition a node"
     topo = Topology.from_synthetic(desc)
     shares = benchmark(partition, topo, count)
     assert len(shares) == count

@@ -24,7 +24,9 @@ BASELINES = {
     "import": "[os]",
     "topology": "hwloc-fresh",
     "tf-workload": "tf-defaults",
-    "plan": "",
+    "plan-": "libiomp5",
+    "startup": "[direct]",
+    "pthread_create": "[plain]",
 }
 
 
@@ -76,7 +78,7 @@ def render(data: dict) -> str:
            "Times are medians of pytest-benchmark rounds. *ratio* is each row's median time divided "
            "by the reference row's (marked ◆): below 1 is faster. For the TensorFlow workload, "
            "*throughput ratio* divides images/sec by TensorFlow's defaults: above 1 is better.", ""]
-    for name in sorted(groups):
+    for name in groups:  # in the order the benchmarks ran
         rows = sorted(groups[name], key=lambda b: b["stats"]["median"])
         key = next((v for k, v in BASELINES.items() if name.startswith(k)), "")
         ref = next((b for b in rows if key and key in b["name"]), rows[0])

@@ -3,7 +3,9 @@ loads the hwloc it was built with, with ``LD_LIBRARY_PATH`` unset (RPATH)."""
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -57,9 +59,35 @@ def test_wheel_installs_and_loads_in_a_fresh_venv(tmp_path: Path):
     r = subprocess.run([str(py), "-c", CHECK], capture_output=True, text=True, env=env, cwd=tmp_path,
                        timeout=120)
     assert r.returncode == 0, r.stderr
-    import json
-
     out = json.loads(r.stdout)
+    _check(out, venv)
+    # the same with every system libhwloc made unloadable (a machine without Debian's hwloc
+    # packages): nothing in the installed package may need them
+    system = _system_hwloc_libs()
+    if system:
+        if os.geteuid() != 0 or shutil.which("unshare") is None:
+            pytest.fail(f"cannot hide the system's {system} to prove the wheel does not need them "
+                        "(needs root and unshare); run the suite as root as CI does")
+        script = "".join(f"mount --bind /dev/null {shlex.quote(str(lib))} && " for lib in system)
+        script += f"{shlex.quote(str(py))} -c {shlex.quote(CHECK)}"
+        r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, env=env,
+                           cwd=tmp_path, timeout=120)
+        assert r.returncode == 0, r.stderr
+        _check(json.loads(r.stdout), venv)
+
+
+def _system_hwloc_libs() -> list[Path]:
+    """The system's libhwloc files (Debian's libhwloc15, or a hand-built one)."""
+    found = []
+    for d in ("/usr/lib", "/usr/lib64", "/usr/local/lib", "/lib", "/lib64"):
+        for lib in [*Path(d).glob("libhwloc.so*"), *Path(d).glob("*/libhwloc.so*")]:
+            real = lib.resolve()
+            if real.is_file() and real not in found:
+                found.append(real)
+    return found
+
+
+def _check(out: dict, venv: Path) -> None:
     site = venv / "lib"
     assert out["file"].startswith(str(site)), out["file"]
     assert out["pus"] == os.cpu_count()
