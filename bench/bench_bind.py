@@ -2,13 +2,14 @@
 
 Side by side, in one run (group ``pin+restore-N``):
 
-* ``floor``     ``sched_setaffinity`` through ctypes, one call per thread and
-                 direction, nothing else: the bare-syscall floor;
 * ``os-loop``    ``os.sched_getaffinity``/``os.sched_setaffinity`` loop: what a
-                 user writes by hand (with a snapshot to restore);
+                 user writes by hand (with a snapshot to restore); the reference;
+* ``ctypes-syscalls`` ``sched_setaffinity`` through ctypes on masks built
+                 beforehand, one call per thread and direction, no snapshot and no
+                 read-back: the bare syscalls as Python can issue them;
 * ``psutil``     ``psutil.Process(tid).cpu_affinity()`` loop (snapshot + set + restore);
-* ``affinity``   :func:`affinity.threads.set_threads_affinity` (all or nothing,
-                 returns the snapshot) and back.
+* ``affinity``   :func:`affinity.threads.set_threads_affinity` (all or nothing:
+                 snapshot, set, read back, undo on failure) and back.
 
 * ``apply+restore`` the whole :func:`affinity.apply` (plan, snapshot of all N
                  masks, environment export, read-back) plus :meth:`Binding.restore`
@@ -76,7 +77,7 @@ def _mask_buf(cpus):
     return buf
 
 
-def _floor(pre):
+def _ctypes_syscalls(pre):
     for tid, new, old in pre:
         _libc.sched_setaffinity(tid, _SET_SIZE, new)
     for tid, new, old in pre:
@@ -107,14 +108,14 @@ def _affinity(targets):
     athreads.set_threads_affinity(prev)
 
 
-@pytest.mark.parametrize("impl", ["floor", "os-loop", "psutil", "affinity"])
+@pytest.mark.parametrize("impl", ["ctypes-syscalls", "os-loop", "psutil", "affinity"])
 def test_pin_and_restore(benchmark, parked, impl):
     targets = _targets(parked.tids)
     benchmark.group = f"pin+restore-{len(parked.tids)}"
-    if impl == "floor":
+    if impl == "ctypes-syscalls":
         full = _mask_buf(CPUS)
         pre = [(t, _mask_buf(m), full) for t, m in targets.items()]
-        benchmark(_floor, pre)
+        benchmark(_ctypes_syscalls, pre)
     elif impl == "os-loop":
         benchmark(_os_loop, targets)
     elif impl == "psutil":
@@ -126,7 +127,8 @@ def test_pin_and_restore(benchmark, parked, impl):
         assert os.sched_getaffinity(t) == set(CPUS)
 
 
-def test_apply_and_restore(benchmark, parked):
+@pytest.mark.parametrize("impl", ["apply+restore"])
+def test_apply_and_restore(benchmark, parked, impl):
     """The whole apply() + restore() in a process holding N threads: plan, snapshot
     of all N masks, environment export, read-back, then every mask restored."""
     benchmark.group = f"pin+restore-{len(parked.tids)}"

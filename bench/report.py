@@ -20,7 +20,7 @@ from pathlib import Path
 
 # group prefix -> substring of the reference row's name
 BASELINES = {
-    "pin+restore": "floor",
+    "pin+restore": "os-loop",
     "import": "[os]",
     "topology": "hwloc-fresh",
     "tf-workload": "tf-defaults",
@@ -36,6 +36,11 @@ def _fmt_time(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1e3:.2f} ms"
     return f"{seconds:.2f} s"
+
+
+def _fmt_ratio(r: float) -> str:
+    """Two decimals, or three significant digits for ratios below 0.1."""
+    return f"{r:.2f}" if r >= 0.1 else f"{r:.3g}"
 
 
 def _machine() -> list[str]:
@@ -102,7 +107,8 @@ def render(data: dict) -> str:
                 mark = " ◆" if b is ref else ""
                 label = b["param"] or b["name"]
                 out.append(f"| `{label}`{mark} | {_fmt_time(b['stats']['median'])} | "
-                           f"{b['stats']['median'] / ref['stats']['median']:.2f} | {b['stats']['rounds']} |")
+                           f"{_fmt_ratio(b['stats']['median'] / ref['stats']['median'])} | "
+                           f"{b['stats']['rounds']} |")
         out.append("")
     return "\n".join(out)
 

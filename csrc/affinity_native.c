@@ -70,6 +70,19 @@ static hwloc_bitmap_t from_words(const unsigned long *words, int nwords)
     return set;
 }
 
+/* A CPU set to bind to: never empty (EINVAL), which the kernel would refuse
+ * anyway but only after part of a multi-thread bind was done. */
+static hwloc_bitmap_t cpuset_from_words(const unsigned long *words, int nwords)
+{
+    hwloc_bitmap_t set = from_words(words, nwords);
+    if (set && hwloc_bitmap_iszero(set)) {
+        hwloc_bitmap_free(set);
+        errno = EINVAL;
+        return NULL;
+    }
+    return set;
+}
+
 static int require_thissystem(aff_topo *t)
 {
     if (!t || !t->topo) {
@@ -296,14 +309,9 @@ int aff_set_thread_cpubind(aff_topo *t, int tid, const unsigned long *cpuset, in
 {
     if (require_thissystem(t) < 0)
         return -1;
-    hwloc_bitmap_t set = from_words(cpuset, nwords);
+    hwloc_bitmap_t set = cpuset_from_words(cpuset, nwords);
     if (!set)
         return -1;
-    if (hwloc_bitmap_iszero(set)) {
-        hwloc_bitmap_free(set);
-        errno = EINVAL;
-        return -1;
-    }
     int rc = set_tid(t, tid, set);
     hwloc_bitmap_free(set);
     return rc;
@@ -419,14 +427,9 @@ int aff_set_process_cpubind(aff_topo *t, const unsigned long *cpuset, int nwords
 {
     if (require_thissystem(t) < 0)
         return -1;
-    hwloc_bitmap_t set = from_words(cpuset, nwords);
+    hwloc_bitmap_t set = cpuset_from_words(cpuset, nwords);
     if (!set)
         return -1;
-    if (hwloc_bitmap_iszero(set)) {
-        hwloc_bitmap_free(set);
-        errno = EINVAL;
-        return -1;
-    }
     int cap = 64, ndone = 0, rc = 0, err = 0;
     int *done = malloc(sizeof(int) * (size_t)cap);
     hwloc_bitmap_t *olds = malloc(sizeof(hwloc_bitmap_t) * (size_t)cap);

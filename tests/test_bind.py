@@ -20,20 +20,11 @@ from affinity.errors import AffinityWarning, SpecError, UnsupportedError
 from affinity.topology import Topology
 
 from ompprog import build
+from threadutil import Parked, all_masks, restore_masks
 
 CPUS = sorted(os.sched_getaffinity(0))
 pytestmark = pytest.mark.skipif(len(CPUS) < 2, reason="needs a process mask of at least 2 CPUs")
 KW = {"tensorflow": False, "openmp": False, "blas": False}
-
-
-def all_masks() -> dict[int, frozenset[int]]:
-    out = {}
-    for t in os.listdir("/proc/self/task"):
-        try:
-            out[int(t)] = frozenset(os.sched_getaffinity(int(t)))
-        except OSError:
-            pass
-    return out
 
 
 @pytest.fixture(autouse=True)
@@ -43,31 +34,7 @@ def clean_env(monkeypatch):
     before = all_masks()
     yield
     assert affinity.bind.active_bindings() == [], "a test left a binding active"
-    for t, m in before.items():  # belt and braces: never leak a mask into other tests
-        try:
-            os.sched_setaffinity(t, m)
-        except OSError:
-            pass
-
-
-class Parked(threading.Thread):
-    def __init__(self):
-        super().__init__(daemon=True)
-        self.ready, self.stop, self.tid = threading.Event(), threading.Event(), 0
-
-    def run(self):
-        self.tid = threading.get_native_id()
-        self.ready.set()
-        self.stop.wait(30)
-
-    def __enter__(self):
-        self.start()
-        self.ready.wait(5)
-        return self
-
-    def __exit__(self, *a):
-        self.stop.set()
-        self.join(5)
+    restore_masks(before)  # belt and braces: never leak a mask into other tests
 
 
 def test_env_exported_and_restored_user_values_kept(monkeypatch):

@@ -15,6 +15,7 @@ from affinity import _native, numa, threads
 from affinity.cpulist import parse_list
 from affinity.errors import BindError, NativeUnavailableError, UnsupportedError
 from affinity.topology import Topology
+from threadutil import Parked, all_masks, in_thread, restore_masks
 
 CPUS = sorted(os.sched_getaffinity(0))
 needs_two = pytest.mark.skipif(len(CPUS) < 2, reason="needs a process mask of at least 2 CPUs")
@@ -29,42 +30,11 @@ def status_cpus(tid: int) -> frozenset[int]:
 
 
 @pytest.fixture(autouse=True)
-def restore_masks():
+def _leave_masks_as_found():
     """Every test leaves every thread as it found it."""
-    before = {t: os.sched_getaffinity(t) for t in map(int, os.listdir("/proc/self/task"))}
+    before = all_masks()
     yield
-    for t, m in before.items():
-        try:
-            os.sched_setaffinity(t, m)
-        except ProcessLookupError:
-            pass
-
-
-class Worker(threading.Thread):
-    """A thread that parks until told to stop, and can report its own mask."""
-
-    def __init__(self, name: str = "aff-worker"):
-        super().__init__(daemon=True)
-        self.os_name = name
-        self.ready = threading.Event()
-        self.stop = threading.Event()
-        self.tid = 0
-
-    def run(self):
-        libc = ctypes.CDLL(None)
-        libc.prctl(15, self.os_name.encode(), 0, 0, 0)  # PR_SET_NAME
-        self.tid = threading.get_native_id()
-        self.ready.set()
-        self.stop.wait(30)
-
-    def __enter__(self):
-        self.start()
-        self.ready.wait(5)
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.join(5)
+    restore_masks(before)
 
 
 @needs_two
@@ -78,7 +48,7 @@ def test_calling_thread_bind_and_read_back():
 
 @needs_two
 def test_other_thread_by_tid():
-    with Worker() as w:
+    with Parked("aff-worker") as w:
         me = os.sched_getaffinity(0)
         got = threads.set_affinity({CPUS[0]}, tid=w.tid)
         assert got == {CPUS[0]}
@@ -90,20 +60,20 @@ def test_other_thread_by_tid():
 
 @needs_two
 def test_whole_process_and_inheritance_by_new_threads():
-    with Worker() as w1, Worker() as w2:
+    with Parked("aff-worker") as w1, Parked("aff-worker") as w2:
         got = threads.set_process_affinity({CPUS[1]})
         assert set(got) >= {w1.tid, w2.tid, threading.get_native_id()}
         for tid in map(int, os.listdir("/proc/self/task")):
             assert os.sched_getaffinity(tid) == {CPUS[1]}
         # a thread started after the bind inherits its creator's mask
-        with Worker() as w3:
+        with Parked("aff-worker") as w3:
             assert os.sched_getaffinity(w3.tid) == {CPUS[1]}
             assert status_cpus(w3.tid) == {CPUS[1]}
 
 
 @needs_two
 def test_set_threads_is_all_or_nothing():
-    with Worker() as a, Worker() as b:
+    with Parked("aff-worker") as a, Parked("aff-worker") as b:
         before_a = os.sched_getaffinity(a.tid)
         # CPU 100 is inside the word range but not on this machine: the kernel says EINVAL
         with pytest.raises(BindError) as ei:
@@ -176,31 +146,13 @@ def test_binding_through_a_foreign_topology_is_refused():
 
 
 def test_list_threads_names_and_masks():
-    with Worker("aff-probe-1") as w:
+    with Parked("aff-probe-1") as w:
         infos = {t.tid: t for t in threads.list_threads()}
         assert infos[w.tid].name == "aff-probe-1"
         assert infos[w.tid].cpus == os.sched_getaffinity(w.tid)
         assert infos[w.tid].last_cpu in os.sched_getaffinity(w.tid)
         assert threading.get_native_id() in infos
         assert threads.current_tid() == threading.get_native_id()
-
-
-def _in_thread(fn):
-    """Run fn in a fresh thread (memory policy is per thread) and return its result."""
-    out = {}
-
-    def run():
-        try:
-            out["v"] = fn()
-        except BaseException as e:  # noqa: BLE001
-            out["e"] = e
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    if "e" in out:
-        raise out["e"]
-    return out["v"]
 
 
 @pytest.mark.parametrize("policy", ["bind", "interleave", "preferred"])
@@ -211,7 +163,7 @@ def test_thread_memory_policy_read_back(policy):
         reset = numa.set_membind((), "local")
         return before, got, reset
 
-    before, got, reset = _in_thread(go)
+    before, got, reset = in_thread(go)
     assert before.policy == "default"
     assert got == numa.MemPolicy(policy, frozenset({0}))
     assert reset.policy in ("default", "local")
@@ -223,10 +175,10 @@ def test_memory_policy_errors():
     with pytest.raises(ValueError, match="unknown memory policy"):
         numa.set_membind({0}, "sideways")
     with pytest.raises(BindError) as ei:
-        _in_thread(lambda: numa.set_membind({63}, "bind"))
+        in_thread(lambda: numa.set_membind({63}, "bind"))
     assert "hwloc_set_membind" in str(ei.value) and "nodes={63}" in str(ei.value)
     # the process scope is refused while other threads run
-    with Worker():
+    with Parked("aff-worker"):
         with pytest.raises(UnsupportedError, match="per thread"):
             numa.set_membind({0}, "bind", scope="process")
 

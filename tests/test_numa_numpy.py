@@ -5,7 +5,6 @@ from the kernel (``move_pages``, ``get_mempolicy`` with ``MPOL_F_ADDR``,
 from __future__ import annotations
 
 import errno
-import threading
 
 import numpy as np
 import pytest
@@ -13,28 +12,10 @@ import pytest
 from affinity import _native, numa
 from affinity.errors import BindError
 from affinity.topology import Topology
+from threadutil import in_thread
 
 NODES = sorted(n.os_index for n in Topology.from_system().numa_nodes)
 NODE = NODES[0]
-
-
-def in_thread(fn):
-    """Run ``fn`` in a fresh thread: memory policies are per thread, so the test
-    process's own policy is never changed."""
-    out: dict = {}
-
-    def run():
-        try:
-            out["v"] = fn()
-        except BaseException as e:  # noqa: BLE001
-            out["e"] = e
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    if "e" in out:
-        raise out["e"]
-    return out["v"]
 
 
 def numa_maps_policy(addr: int) -> str:
