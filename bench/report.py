@@ -39,8 +39,11 @@ def _fmt_time(seconds: float) -> str:
 
 
 def _fmt_ratio(r: float) -> str:
-    """Two decimals, or three significant digits for ratios below 0.1."""
-    return f"{r:.2f}" if r >= 0.1 else f"{r:.3g}"
+    """Two decimals; below 0.1 as a fraction 1/N (N to 3 significant digits)."""
+    if r >= 0.1 or r <= 0:
+        return f"{r:.2f}"
+    n = float(f"{1 / r:.3g}")
+    return f"1/{n:,.0f}"
 
 
 def _machine() -> list[str]:
