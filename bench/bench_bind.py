@@ -3,7 +3,9 @@
 Side by side, in one run (group ``pin+restore-N``):
 
 * ``os-loop``    ``os.sched_getaffinity``/``os.sched_setaffinity`` loop: what a
-                 user writes by hand (with a snapshot to restore); the reference;
+                 user writes by hand (with a snapshot to restore), and the
+                 bare-syscall floor from Python: each call is CPython's C wrapper
+                 around one ``sched_{get,set}affinity``; the reference;
 * ``ctypes-syscalls`` ``sched_setaffinity`` through ctypes on masks built
                  beforehand, one call per thread and direction, no snapshot and no
                  read-back: the bare syscalls as Python can issue them;
