@@ -641,6 +641,26 @@ def execute(launch: Launch, environ: Mapping[str, str] | None = None) -> int:
     return _spawn(launch, envs, exes)
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_launcher(launcher: int) -> Callable[[], None]:
+    """``preexec_fn`` of an instance: the kernel sends it SIGTERM when the launcher
+    dies, even by SIGKILL (which cannot be forwarded), so no instance is orphaned.
+    Set between fork and exec; a launcher already gone by then is caught by the
+    parent-PID check."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def pre() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != launcher:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return pre
+
+
 def _spawn(launch: Launch, envs: list[dict[str, str]], exes: list[str]) -> int:
     saved = _save_state()
     said: set[str] = set()
@@ -672,7 +692,7 @@ def _spawn(launch: Launch, envs: list[dict[str, str]], exes: list[str]) -> int:
             try:
                 p = subprocess.Popen(list(inst.argv), executable=exe, env=env, stdin=subprocess.DEVNULL,
                                      stdout=out, stderr=subprocess.STDOUT if out else None,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=_die_with_launcher(os.getpid()))
             finally:
                 if out is not None:
                     out.close()

@@ -229,6 +229,34 @@ def test_signals_are_forwarded_to_every_instance(tmp_path):
 
 
 @TWO
+def test_instances_do_not_outlive_a_killed_launcher(tmp_path):
+    """SIGKILL cannot be forwarded: the kernel's parent-death signal ends the instances."""
+    script = f"echo $$ > {tmp_path}/pid.$AFFINITY_INSTANCE; exec sleep 600"
+    p = subprocess.Popen([sys.executable, "-m", "affinity", "run", "--instances", "2", "--", "sh", "-c",
+                          script], env=clean_env())
+    wait_for(lambda: all((tmp_path / f"pid.{i}").exists() and (tmp_path / f"pid.{i}").read_text()
+                         for i in range(2)), "both instances")
+    pids = [int((tmp_path / f"pid.{i}").read_text()) for i in range(2)]
+    wait_for(lambda: all(comm_of(pid) == "sleep" for pid in pids), "both instances to exec sleep")
+    p.kill()
+    p.wait(60)
+
+    def gone(pid: int) -> bool:  # exited, or a zombie waiting for init to reap it
+        try:
+            return status_of(pid).get("State", "").startswith("Z")
+        except FileNotFoundError:
+            return True
+
+    try:
+        wait_for(lambda: all(gone(pid) for pid in pids), "the instances to end after the launcher was killed",
+                 limit=20)
+    finally:
+        for pid in pids:
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@TWO
 def test_instances_dry_run_json_and_shell():
     r = affinity_run("--instances", "2", "--dry-run", "--json", "--", "prog", "--flag")
     assert r.returncode == 0, r.stderr
