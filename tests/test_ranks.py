@@ -80,19 +80,22 @@ def test_parse_rank():
         parse_rank("one", {})
 
 
+# each process writes its own file: mpirun merges the processes' stdout in chunks, and two
+# lines have come out as one
 PROBE = ("import json, os; from affinity.ranks import local_rank; r = local_rank(os.environ); "
-         "print(json.dumps([r.rank, r.size, r.source]))")
+         "open(os.path.join(os.environ['RANK_OUT'], str(os.getpid())), 'w')"
+         ".write(json.dumps([r.rank, r.size, r.source]))")
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None,
                     reason="no MPI launcher installed (make sysdeps installs MPICH when run as root)")
-def test_a_real_mpirun_gives_each_process_its_local_rank():
+def test_a_real_mpirun_gives_each_process_its_local_rank(tmp_path):
     r = subprocess.run(["mpirun", "-np", "2", sys.executable, "-c", PROBE], capture_output=True,
                        text=True, timeout=120,
                        env={**__import__("os").environ, "OMPI_ALLOW_RUN_AS_ROOT": "1",
-                            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+                            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "RANK_OUT": str(tmp_path)})
     assert r.returncode == 0, r.stderr
-    got = sorted(json.loads(line) for line in r.stdout.splitlines())
+    got = sorted(json.loads(f.read_text()) for f in tmp_path.iterdir())
     assert [(g[0], g[1]) for g in got] == [(0, 2), (1, 2)]
     assert all(g[2].startswith(("MPICH", "Open MPI")) for g in got)
 
