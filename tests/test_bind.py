@@ -33,7 +33,9 @@ def clean_env(monkeypatch):
         monkeypatch.delenv(k, raising=False)
     before = all_masks()
     yield
-    assert affinity.bind.active_bindings() == [], "a test left a binding active"
+    from affinity.bind import active_bindings
+
+    assert active_bindings() == [], "a test left a binding active"
     restore_masks(before)  # belt and braces: never leak a mask into other tests
 
 
@@ -241,3 +243,34 @@ def test_rank_share_in_process(monkeypatch):
         assert b.plan.threads == len(share.cpus)
     with affinity.pinned("granularity=fine,compact", rank="0/2", **KW) as b0:
         assert not (frozenset().union(*b0.plan.cpusets) & share.cpus)
+
+
+RANK_SCRIPT = r"""
+import json, os, affinity
+out = {}
+with affinity.pinned("granularity=fine,compact", rank="auto", tensorflow=False, openmp=False,
+                     blas=False) as b:
+    out["cpus"] = sorted(set().union(*b.plan.cpusets))
+    out["threads"] = b.plan.threads
+    out["omp"] = os.environ.get("OMP_NUM_THREADS")
+out["omp_after"] = os.environ.get("OMP_NUM_THREADS")
+with open(os.path.join(os.environ["RANK_OUT"], str(os.getpid())), "w") as fh:
+    json.dump(out, fh)
+"""
+
+
+@pytest.mark.skipif(__import__("shutil").which("mpirun") is None,
+                    reason="no MPI launcher (make sysdeps installs MPICH as root)")
+def test_rank_auto_under_a_real_mpirun(tmp_path):
+    """apply(rank="auto") in two processes started by a real mpirun: each plans inside its
+    own disjoint share of this node, and restores its environment."""
+    env = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
+    env.update(RANK_OUT=str(tmp_path), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    r = subprocess.run(["mpirun", "-np", "2", sys.executable, "-c", RANK_SCRIPT], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    got = [json.loads(f.read_text()) for f in sorted(tmp_path.iterdir())]
+    assert len(got) == 2
+    a, b = (set(g["cpus"]) for g in got)
+    assert a and b and not a & b and a | b <= set(CPUS)
+    assert all(g["omp"] == str(g["threads"]) and g["omp_after"] is None for g in got)
