@@ -202,9 +202,8 @@ def test_apply_pins_a_loaded_openmp_team_and_restores_it(tmp_path: Path, kind: s
 
 
 def test_blas_pools_are_limited_and_restored():
-    threadpoolctl = pytest.importorskip("threadpoolctl")
-    pytest.importorskip("numpy")  # loads OpenBLAS
-    import numpy  # noqa: F401
+    import numpy  # noqa: F401  (loads OpenBLAS; numpy and threadpoolctl are test requirements)
+    import threadpoolctl
 
     blas = [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
     if not blas:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -14,7 +13,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.tf
-@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed")
 def test_keras_example_trains_pinned_and_prints_the_bind_map():
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     r = subprocess.run([sys.executable, str(ROOT / "examples" / "keras_pinned.py")], capture_output=True,

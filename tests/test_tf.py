@@ -4,7 +4,6 @@ whether it is entered before TensorFlow started or after."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,9 +18,6 @@ from affinity.topology import Topology
 
 pytestmark = [
     pytest.mark.tf,
-    # (found without importing it: TensorFlow runs in the scenario processes only)
-    pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
-                       reason="TensorFlow is not installed (extra 'tf')"),
     pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a process mask of at least 2 CPUs"),
 ]
 
