@@ -4,21 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["format_list", "parse_list"]
+__all__ = ["format_list", "parse_list", "runs"]
+
+
+def runs(cpus: Iterable[int]) -> list[tuple[int, int]]:
+    """``{0, 1, 2, 3, 8}`` -> ``[(0, 3), (8, 8)]``: the maximal runs of consecutive ids,
+    as (first, last), in increasing order."""
+    out: list[tuple[int, int]] = []
+    for c in sorted(set(cpus)):
+        if out and c == out[-1][1] + 1:
+            out[-1] = (out[-1][0], c)
+        else:
+            out.append((c, c))
+    return out
 
 
 def format_list(cpus: Iterable[int]) -> str:
     """``{0, 1, 2, 3, 8}`` -> ``"0-3,8"`` (sysfs ``cpulist`` / ``taskset -c`` form)."""
-    ids = sorted(set(cpus))
-    out: list[str] = []
-    i = 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ",".join(out)
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs(cpus))
 
 
 def parse_list(text: str) -> frozenset[int]:

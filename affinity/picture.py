@@ -41,7 +41,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .cpulist import format_list
+from .cpulist import format_list, runs
 from .errors import AffinityError
 from .topology import Core, Topology
 
@@ -267,16 +267,11 @@ def _fit(text: str, width: int, size: int) -> str:
 def _compress(nums: Sequence[int]) -> str:
     """``[0, 1, 2, 3, 8]`` -> ``"0-3,8"``; runs of two stay ``"0,1"``."""
     out: list[str] = []
-    i = 0
-    while i < len(nums):
-        j = i
-        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
-            j += 1
-        if j - i >= 2:
-            out.append(f"{nums[i]}-{nums[j]}")
+    for a, b in runs(nums):
+        if b - a >= 2:
+            out.append(f"{a}-{b}")
         else:
-            out.extend(str(n) for n in nums[i:j + 1])
-        i = j + 1
+            out.extend(str(n) for n in range(a, b + 1))
     return ",".join(out)
 
 

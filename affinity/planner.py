@@ -25,7 +25,7 @@ from typing import Any
 
 from . import _kmp_runtime as rt
 from . import _kmp_topo as kt
-from .cpulist import format_list, parse_list
+from .cpulist import format_list, parse_list, runs
 from .errors import PlanError, SpecError
 from .spec import (ENV_VARS, KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, ProcList,
                    Settings)
@@ -273,16 +273,8 @@ class Plan:
 
 
 def _place_members(s: frozenset[int]) -> str:
-    ids = sorted(s)
-    out = []
-    i = 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        out.append(str(ids[i]) if i == j else f"{ids[i]}:{j - i + 1}")
-        i = j + 1
-    return ",".join(out)
+    """``{0, 1, 2, 3, 8}`` -> ``"0:4,8"`` (OMP_PLACES interval form)."""
+    return ",".join(str(a) if a == b else f"{a}:{b - a + 1}" for a, b in runs(s))
 
 
 # ---------------------------------------------------------------------------
@@ -394,6 +386,11 @@ def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,
 _ENV_FORM = re.compile(r"^\s*(" + "|".join(ENV_VARS) + r")=")
 
 
+# spec value -> the variable its str() is a value of
+_SPEC_VARS = ((KmpAffinity, "KMP_AFFINITY"), (OmpPlaces, "OMP_PLACES"), (OmpProcBind, "OMP_PROC_BIND"),
+              (KmpHwSubset, "KMP_HW_SUBSET"), (NumThreads, "OMP_NUM_THREADS"), (ProcList, "GOMP_CPU_AFFINITY"))
+
+
 def _spec_env(spec: Any) -> dict[str, str]:
     if spec is None:
         return {}
@@ -410,18 +407,9 @@ def _spec_env(spec: Any) -> dict[str, str]:
         return {"KMP_AFFINITY": spec}
     if isinstance(spec, Settings):
         return spec.to_env()
-    if isinstance(spec, KmpAffinity):
-        return {"KMP_AFFINITY": str(spec)}
-    if isinstance(spec, OmpPlaces):
-        return {"OMP_PLACES": str(spec)}
-    if isinstance(spec, OmpProcBind):
-        return {"OMP_PROC_BIND": str(spec)}
-    if isinstance(spec, KmpHwSubset):
-        return {"KMP_HW_SUBSET": str(spec)}
-    if isinstance(spec, NumThreads):
-        return {"OMP_NUM_THREADS": str(spec)}
-    if isinstance(spec, ProcList):
-        return {"GOMP_CPU_AFFINITY": str(spec)}
+    for cls, var in _SPEC_VARS:
+        if isinstance(spec, cls):
+            return {var: str(spec)}
     if isinstance(spec, Mapping):
         return {k: v for k, v in spec.items()}
     raise TypeError(f"cannot plan from a {type(spec).__name__}")

@@ -513,6 +513,9 @@ def _parse_kmp_affinity(value: str, diag: _Diag, name: str = "KMP_AFFINITY") -> 
         diag.warn(text(s[start:end]), start, detail=detail and detail)
         return end + 1 if end < n else end
 
+    def invalid(t: str) -> str:
+        return f"{name}: parameter invalid, ignoring {_q(t)}."
+
     def guard(key: str, start: int, nxt: int) -> bool:
         c = guards.get(key, 0)
         guards[key] = c + 1
@@ -560,7 +563,7 @@ def _parse_kmp_affinity(value: str, diag: _Diag, name: str = "KMP_AFFINITY") -> 
                 handled = True
                 nxt = _skip_ws(s, nxt)
                 if _ch(s, nxt) != "=":
-                    buf = emit_skip(start, nxt, lambda t: f"{name}: parameter invalid, ignoring {_q(t)}.",
+                    buf = emit_skip(start, nxt, invalid,
                                     "granularity needs '=<layer>'")
                     continue
                 nxt = _skip_ws(s, nxt + 1)
@@ -591,7 +594,7 @@ def _parse_kmp_affinity(value: str, diag: _Diag, name: str = "KMP_AFFINITY") -> 
                         e = _skip_digits(s, buf)
                         glevels, nxt = _str_to_int(s, buf, e), e
                     if gtype is None and glevels is None:
-                        buf = emit_skip(start, buf, lambda t: f"{name}: parameter invalid, ignoring {_q(t)}.",
+                        buf = emit_skip(start, buf, invalid,
                                         "unknown granularity")
                         continue
                     gran_set = True
@@ -622,12 +625,12 @@ def _parse_kmp_affinity(value: str, diag: _Diag, name: str = "KMP_AFFINITY") -> 
                 handled = True
                 nxt = _skip_ws(s, nxt)
                 if _ch(s, nxt) != "=":
-                    buf = emit_skip(start, nxt, lambda t: f"{name}: parameter invalid, ignoring {_q(t)}.",
+                    buf = emit_skip(start, nxt, invalid,
                                     "proclist needs '=[...]'")
                     continue
                 nxt = _skip_ws(s, nxt + 1)
                 if _ch(s, nxt) != "[":
-                    buf = emit_skip(start, nxt, lambda t: f"{name}: parameter invalid, ignoring {_q(t)}.",
+                    buf = emit_skip(start, nxt, invalid,
                                     "proclist needs '[' after '='")
                     continue
                 nxt += 1
@@ -644,7 +647,7 @@ def _parse_kmp_affinity(value: str, diag: _Diag, name: str = "KMP_AFFINITY") -> 
                     continue
                 nxt = e
                 if _ch(s, nxt) != "]":
-                    buf = emit_skip(start, nxt, lambda t: f"{name}: parameter invalid, ignoring {_q(t)}.",
+                    buf = emit_skip(start, nxt, invalid,
                                     "proclist is not closed by ']'")
                     continue
                 nxt += 1
@@ -662,7 +665,7 @@ def _parse_kmp_affinity(value: str, diag: _Diag, name: str = "KMP_AFFINITY") -> 
                 st.numbers.append(v)
             buf = nxt
         if not handled:
-            buf = emit_skip(start, buf, lambda t: f"{name}: parameter invalid, ignoring {_q(t)}.")
+            buf = emit_skip(start, buf, invalid)
             continue
         assert nxt is not None
         nxt = _skip_ws(s, nxt)

@@ -562,17 +562,26 @@ static int to_hwloc_policy(int policy, int flags, hwloc_membind_policy_t *p, int
     }
 }
 
+/* The arguments of an hwloc membind call: policy, flags and the nodeset (every
+ * node for the default policy).  NULL with errno set on a bad request. */
+static hwloc_bitmap_t membind_args(aff_topo *t, const unsigned long *nodeset, int nwords, int policy,
+                                   int flags, hwloc_membind_policy_t *p, int *hflags)
+{
+    if (require_thissystem(t) < 0 || to_hwloc_policy(policy, flags, p, hflags) < 0)
+        return NULL;
+    hwloc_bitmap_t set = from_words(nodeset, nwords);
+    if (set && *p == HWLOC_MEMBIND_DEFAULT)
+        hwloc_bitmap_copy(set, hwloc_topology_get_topology_nodeset(t->topo));
+    return set;
+}
+
 int aff_set_membind(aff_topo *t, const unsigned long *nodeset, int nwords, int policy, int flags)
 {
     hwloc_membind_policy_t p;
     int hflags;
-    if (require_thissystem(t) < 0 || to_hwloc_policy(policy, flags, &p, &hflags) < 0)
-        return -1;
-    hwloc_bitmap_t set = from_words(nodeset, nwords);
+    hwloc_bitmap_t set = membind_args(t, nodeset, nwords, policy, flags, &p, &hflags);
     if (!set)
         return -1;
-    if (p == HWLOC_MEMBIND_DEFAULT)
-        hwloc_bitmap_copy(set, hwloc_topology_get_topology_nodeset(t->topo));
     int rc = hwloc_set_membind(t->topo, set, p, hflags | HWLOC_MEMBIND_THREAD);
     hwloc_bitmap_free(set);
     return rc;
@@ -662,13 +671,9 @@ int aff_set_area_membind(aff_topo *t, void *addr, size_t len, const unsigned lon
 {
     hwloc_membind_policy_t p;
     int hflags;
-    if (require_thissystem(t) < 0 || to_hwloc_policy(policy, flags, &p, &hflags) < 0)
-        return -1;
-    hwloc_bitmap_t set = from_words(nodeset, nwords);
+    hwloc_bitmap_t set = membind_args(t, nodeset, nwords, policy, flags, &p, &hflags);
     if (!set)
         return -1;
-    if (p == HWLOC_MEMBIND_DEFAULT)
-        hwloc_bitmap_copy(set, hwloc_topology_get_topology_nodeset(t->topo));
     int rc = hwloc_set_area_membind(t->topo, addr, len, set, p, hflags);
     hwloc_bitmap_free(set);
     return rc;

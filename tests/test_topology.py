@@ -234,3 +234,15 @@ def test_system_topology_is_cached_and_knows_this_process():
     assert len(a.pus) == os.cpu_count()
     b = Topology.from_system(refresh=True)
     assert b == a and b is not a
+
+
+def test_cpu_lists_runs_and_round_trip():
+    from affinity.cpulist import format_list, parse_list, runs
+
+    assert runs([8, 0, 3, 1, 2, 2]) == [(0, 3), (8, 8)]
+    assert runs([]) == []
+    assert format_list({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11"
+    assert format_list([]) == ""
+    for cpus in ({0}, {5, 7, 9}, set(range(64)) - {31}, {0, 1023}):
+        assert parse_list(format_list(cpus)) == cpus
+    assert parse_list("0-8:4,10") == {0, 4, 8, 10}
