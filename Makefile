@@ -62,7 +62,7 @@ docs: $(STAMP)
 	@echo "site built in site/"
 
 clean:
-	rm -rf build dist *.egg-info affinity/_affinity_native.* .pytest_cache .benchmarks
+	rm -rf build dist *.egg-info affinity/machine/_affinity_native.* affinity/launcher/libaffinity_pin.so .pytest_cache .benchmarks
 
 golden-check: $(STAMP)
 	$(MAKE) -C oracle golden-check PY=$(abspath $(PY))

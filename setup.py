@@ -12,14 +12,14 @@ PRELOAD = "libaffinity_pin.so"
 
 
 class build_ext_with_preload(build_ext):
-    """Also build csrc/pinthreads.c into ``affinity/libaffinity_pin.so``: the plain
+    """Also build csrc/pinthreads.c into ``affinity/launcher/libaffinity_pin.so``: the plain
     shared library (not a Python module, no hwloc) that ``affinity run --pin-threads``
     preloads.  Built in build_lib like the extension, copied back for in-place and
     editable installs."""
 
     def _preload_paths(self):
-        regular = os.path.join(self.build_lib, "affinity", PRELOAD)
-        package_dir = self.get_finalized_command("build_py").get_package_dir("affinity")
+        regular = os.path.join(self.build_lib, "affinity", "launcher", PRELOAD)
+        package_dir = self.get_finalized_command("build_py").get_package_dir("affinity.launcher")
         return regular, os.path.join(package_dir, PRELOAD)
 
     def build_extensions(self):

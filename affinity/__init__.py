@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 # name -> submodule that defines it; resolved on first access (PEP 562).
 _LAZY = {
-    "Topology": "topology",
+    "Topology": "machine.topology",
     "AffinityError": "errors",
     "BindError": "errors",
     "SpecError": "errors",
@@ -22,30 +22,39 @@ _LAZY = {
     "NativeUnavailableError": "errors",
     "PlanError": "errors",
     "AffinityWarning": "errors",
-    "apply": "bind",
-    "pinned": "bind",
-    "Binding": "bind",
-    "report": "bindmap",
-    "plan": "planner",
-    "plan_env": "planner",
-    "Plan": "planner",
-    "Settings": "spec",
-    "KmpAffinity": "spec",
-    "OmpPlaces": "spec",
-    "OmpProcBind": "spec",
-    "KmpHwSubset": "spec",
-    "NumThreads": "spec",
-    "ProcList": "spec",
+    "apply": "binding.apply",
+    "pinned": "binding.apply",
+    "Binding": "binding.apply",
+    "report": "binding.bindmap",
+    "plan": "planning.planner",
+    "plan_env": "planning.planner",
+    "Plan": "planning.planner",
+    "Settings": "planning.spec",
+    "KmpAffinity": "planning.spec",
+    "OmpPlaces": "planning.spec",
+    "OmpProcBind": "planning.spec",
+    "KmpHwSubset": "planning.spec",
+    "NumThreads": "planning.spec",
+    "ProcList": "planning.spec",
 }
 
-__all__ = sorted(_LAZY) + ["__version__"]
+# modules documented as ``affinity.<name>``, where they live now
+_MODULES = {
+    "threads": "binding.threads",
+    "numa": "binding.numa",
+    "spec": "planning.spec",
+}
+
+__all__ = sorted(_LAZY) + sorted(_MODULES) + ["__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    mod = _LAZY.get(name)
-    if mod is None:
+    if name in _MODULES:
+        value = importlib.import_module(f".{_MODULES[name]}", __name__)
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    else:
         raise AttributeError(f"module 'affinity' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{mod}", __name__), name)
     globals()[name] = value
     return value
 
@@ -57,8 +66,8 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # pragma: no cover
     from .errors import (AffinityError, AffinityWarning, BindError, NativeUnavailableError,
                          PlanError, SpecError, TopologyError, UnsupportedError)
-    from .bind import Binding, apply, pinned
-    from .planner import Plan, plan, plan_env
-    from .bindmap import report
-    from .spec import KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, ProcList, Settings
-    from .topology import Topology
+    from .binding.apply import Binding, apply, pinned
+    from .binding.bindmap import report
+    from .planning.planner import Plan, plan, plan_env
+    from .planning.spec import KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, ProcList, Settings
+    from .machine.topology import Topology

@@ -1,7 +1,7 @@
-"""``python -m affinity``: see :mod:`affinity.cli`."""
+"""``python -m affinity``: see :mod:`affinity.tools.cli`."""
 
 import sys
 
-from .cli import main
+from .tools.cli import main
 
 sys.exit(main())

@@ -10,7 +10,7 @@ Side by side, in one run (group ``pin+restore-N``):
                  beforehand, one call per thread and direction, no snapshot and no
                  read-back: the bare syscalls as Python can issue them;
 * ``psutil``     ``psutil.Process(tid).cpu_affinity()`` loop (snapshot + set + restore);
-* ``affinity``   :func:`affinity.threads.set_threads_affinity` (all or nothing:
+* ``affinity``   :func:`affinity.binding.threads.set_threads_affinity` (all or nothing:
                  snapshot, set, read back, undo on failure) and back.
 
 * ``apply+restore`` the whole :func:`affinity.apply` (plan, snapshot of all N
@@ -27,7 +27,7 @@ import threading
 import pytest
 
 import affinity
-from affinity import threads as athreads
+from affinity.binding import threads as athreads
 
 CPUS = sorted(os.sched_getaffinity(0))
 N = (4, 32)

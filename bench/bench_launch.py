@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from affinity.launch import pin_library
-from affinity.ranks import partition
-from affinity.topology import Topology
+from affinity.launcher.run import pin_library
+from affinity.planning.ranks import partition
+from affinity.machine.topology import Topology
 
 TRUE = shutil.which("true") or "/bin/true"
 CPUS = ",".join(map(str, sorted(os.sched_getaffinity(0))))

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from affinity.planner import plan, plan_env
-from affinity.topology import Topology
+from affinity.planning.planner import plan, plan_env
+from affinity.machine.topology import Topology
 
 ROOT = Path(__file__).resolve().parent.parent
 MACHINES = {

@@ -42,8 +42,8 @@ def _results(stdout: str):
 
 
 def _recommended():
-    from affinity.topology import Topology
-    from affinity.workload import recommend
+    from affinity.machine.topology import Topology
+    from affinity.tools.workload import recommend
 
     return recommend(Topology.from_system())
 

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from affinity.topology import Topology
+from affinity.machine.topology import Topology
 
 
 def _lscpu():

@@ -49,7 +49,7 @@ def _fmt_ratio(r: float) -> str:
 def _machine() -> list[str]:
     lines = []
     try:
-        from affinity.topology import Topology
+        from affinity.machine.topology import Topology
 
         lines.append(f"- topology: {Topology.from_system().describe()}")
     except Exception as e:  # noqa: BLE001 - the report is still useful without it

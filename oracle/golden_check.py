@@ -165,7 +165,7 @@ def _case_record(c: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_topology(golden_dir: str, doc: dict[str, Any], source: str = "cpuinfo") -> Any:
-    from affinity.topology import Topology
+    from affinity.machine.topology import Topology
     if source == "xml":
         return Topology.from_xml(os.path.join(golden_dir, doc["hwloc_xml"]))
     return Topology.from_cpuinfo(os.path.join(golden_dir, doc["cpuinfo_file"]),
@@ -184,7 +184,7 @@ def decode_sets(sets: Any) -> Any:
 def compare_case(topo: Any, case: dict[str, Any]) -> str | None:
     """None when the planner reproduces the case, else a description."""
     from affinity.errors import PlanError
-    from affinity.planner import plan_env
+    from affinity.planning.planner import plan_env
     case = dict(case, masks=decode_sets(case.get("masks")), places=decode_sets(case.get("places")))
     exp_w = [PREFIX.sub("", w) for w in case["warnings"]]
     try:

@@ -1,31 +1,34 @@
-"""Shared fixtures.
-
-Golden data: the reference results of Intel's OpenMP runtime.  The canonical
-copy lives in ``../shared/golden`` beside the checkout; ``tests/golden`` is a
-vendored copy so a clean clone (CI) has it too.  ``AFFINITY_GOLDEN_DIR``
-overrides both.
-"""
+"""Fixtures shared by the tests; plain helpers live in ``tests/helpers``."""
 
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def golden_dir() -> Path:
-    env = os.environ.get("AFFINITY_GOLDEN_DIR")
-    if env:
-        return Path(env)
-    shared = ROOT.parent / "shared" / "golden"
-    if (shared / "README.md").exists():
-        return shared
-    return ROOT / "tests" / "golden"
+from helpers import golden_dir
+from helpers.cgroups import v1_dir
 
 
 @pytest.fixture(scope="session")
 def golden() -> Path:
     return golden_dir()
+
+
+@pytest.fixture
+def scratch_cgroup(request):
+    """A fresh v1 cgroup of ``controller`` under our own group, removed afterwards."""
+    controller = request.param
+    top = v1_dir(controller)
+    if top is None or os.geteuid() != 0 or not os.access(top, os.W_OK):
+        pytest.skip(f"needs root and a writable cgroup v1 '{controller}' hierarchy")
+    own = next(line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()
+               if controller in line.split(":")[1].split(","))
+    d = top / own.lstrip("/") / f"affinity-test-{uuid.uuid4().hex[:8]}"
+    d.mkdir()
+    try:
+        yield d
+    finally:
+        d.rmdir()

@@ -47,14 +47,17 @@ def test_public_functions_are_not_shadowed_by_submodules():
     """Importing a submodule rebinds the package attribute of the same name: no
     public function may share its name with a module."""
     import importlib
-    from pathlib import Path
+    import pkgutil
 
     import affinity
 
-    for f in Path(affinity.__file__).parent.glob("*.py"):
-        if not f.stem.startswith("_"):
-            importlib.import_module(f"affinity.{f.stem}")
+    for info in pkgutil.walk_packages(affinity.__path__, "affinity."):
+        if not info.name.rsplit(".", 1)[-1].startswith(("_", "lib")):  # lib*: the preload, not a module
+            importlib.import_module(info.name)
     for name in affinity.__all__:
         value = getattr(affinity, name)
-        assert not isinstance(value, type(affinity)), f"affinity.{name} is a module"
+        if name in affinity._MODULES:  # documented modules: affinity.threads, .numa, .spec
+            assert value is importlib.import_module(f"affinity.{affinity._MODULES[name]}")
+        elif name != "__version__":
+            assert not isinstance(value, type(affinity)), f"affinity.{name} is a module"
     assert callable(affinity.plan) and callable(affinity.report) and callable(affinity.apply)

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CHECK = r"""
 import json, os
 import affinity
-from affinity import Topology, _native
+from affinity import Topology
+from affinity.machine import _native
 t = Topology.from_system()
 maps = open('/proc/self/maps').read()
 libs = sorted({l.split()[-1] for l in maps.splitlines() if 'libhwloc' in l})
@@ -99,4 +100,4 @@ def _check(out: dict, venv: Path) -> None:
     # and the RPATH is relative ($ORIGIN), so a moved venv still finds it
     ext = next((venv / "lib").rglob("_affinity_native*.so"))
     dyn = subprocess.run(["readelf", "-d", str(ext)], capture_output=True, text=True).stdout
-    assert "$ORIGIN/../cmeel.prefix/lib" in dyn and "(RPATH)" in dyn
+    assert "$ORIGIN/../../cmeel.prefix/lib" in dyn and "(RPATH)" in dyn

@@ -1,0 +1,471 @@
+"""Apply a plan to this process: ``apply()``, ``pinned()`` and :class:`Binding`.
+
+``apply(spec)`` computes the plan on this machine (respecting the current mask),
+exports the matching environment for child processes and runtimes not yet
+loaded, sizes and pins TensorFlow's pools, pins the teams of OpenMP runtimes
+already loaded, limits BLAS pools, optionally binds memory, and returns a
+:class:`Binding` that knows how to undo all of it.  ``pinned(spec)`` is the same
+as a context manager and a decorator; on exit it restores every pre-existing
+thread's mask, the memory policy and the environment, and moves threads created
+inside the block back to the process's original mask.
+
+Roles and where their threads go (``slot i`` = the plan's i-th CPU set):
+
+=============  ===============================================================
+tf-intra       intra-op worker i -> slot i
+tf-inter       inter-op workers -> the union of the plan (``inter="package"``:
+               worker j -> the plan's CPUs in the j-th package used)
+openmp         team member i of each loaded OpenMP runtime -> slot i
+main           unchanged (TensorFlow never pins it; children inherit its mask),
+               except that an OpenMP team pins it as member 0, as the runtime
+               itself would
+other          threads started inside the block -> the union of the plan
+=============  ===============================================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ..machine import _native
+from . import threads as _threads
+from ..errors import AffinityWarning, BindError
+from ..machine.topology import Topology
+
+__all__ = ["Binding", "Pin", "apply", "pinned"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_stack_lock = threading.RLock()
+_active: list[Binding] = []  # bindings not yet restored, oldest first
+
+
+@dataclass(frozen=True)
+class Pin:
+    """What a thread was asked to do."""
+
+    tid: int
+    role: str  #: main, tf-intra, tf-inter, tf-other, openmp, other
+    cpus: frozenset[int]
+    index: int | None = None  #: slot / team member number, where it has one
+
+
+@dataclass
+class _Snapshot:
+    masks: dict[int, frozenset[int]]
+    process_mask: frozenset[int]
+    mempolicy: Any
+    env: dict[str, str | None]
+    omp_threads: dict[str, int]
+
+
+@dataclass
+class Binding:
+    """The result of :func:`apply`: what was planned, pinned and exported, and how
+    to undo it (:meth:`restore`, or leave a ``with`` block)."""
+
+    plan: Any
+    pins: dict[int, Pin] = field(default_factory=dict)
+    env_set: dict[str, str] = field(default_factory=dict)
+    env_kept: dict[str, str] = field(default_factory=dict)  #: user values not overwritten
+    notes: list[str] = field(default_factory=list)
+    tf_state: Any = None
+    openmp: list[Any] = field(default_factory=list)
+    membind: Any = None
+    inter: str = "union"
+    _snapshot: _Snapshot | None = None
+    _blas: Any = None
+    _session_hook: Any = None
+    _seen: set[int] = field(default_factory=set)
+    active: bool = True
+
+    # ------------------------------------------------------------ derived
+    @property
+    def slots(self) -> list[frozenset[int]]:
+        """One CPU set per intra-op/OpenMP worker (:func:`affinity.planning.envvars.worker_slots`)."""
+        from ..planning.envvars import worker_slots
+
+        return worker_slots(self.plan)
+
+    @property
+    def union(self) -> frozenset[int]:
+        return frozenset().union(*self.plan.cpusets)
+
+    @property
+    def intra_op_threads(self) -> int:
+        return int(self.plan.intra_op_threads)
+
+    @property
+    def inter_op_threads(self) -> int:
+        return int(self.plan.inter_op_threads)
+
+    def config_proto(self, *, per_session: bool = True) -> Any:
+        """A ``tf.compat.v1.ConfigProto`` sized by the plan (TF1 sessions).  Sessions
+        created while this binding is active get their pools pinned on creation."""
+        from . import tf as _tf
+
+        return _tf.config_proto(self.intra_op_threads, self.inter_op_threads, per_session=per_session)
+
+    # ----------------------------------------------------------- refresh
+    def refresh(self) -> list[int]:
+        """Pin threads that appeared since the last look (tf.data, Keras ``fit``,
+        TF1 sessions, ...); return their TIDs."""
+        if not self.active:
+            raise RuntimeError("this binding was restored; apply a new one")
+        from . import tf as _tf
+
+        names = _tf.task_names()
+        new = {t: n for t, n in names.items() if t not in self._seen}
+        if not new:
+            return []
+        self._seen.update(new)
+        pyth = {t.native_id for t in threading.enumerate() if t.native_id}
+        masks: dict[int, frozenset[int]] = {}
+        slots = self.slots
+        n_intra = sum(1 for p in self.pins.values() if p.role == "tf-intra")
+        n_inter = sum(1 for p in self.pins.values() if p.role == "tf-inter")
+        tf_started = self.tf_state is not None
+        pname = names.get(os.getpid(), "")
+        for tid in sorted(new):
+            name = new[tid]
+            if tf_started and name == _tf.INTER_NAME:
+                cpus = self._inter_set(n_inter)
+                self.pins[tid] = Pin(tid, "tf-inter", cpus, n_inter)
+                n_inter += 1
+            elif tf_started and name == pname and tid not in pyth and n_intra < self.intra_op_threads:
+                cpus = slots[n_intra % len(slots)]
+                self.pins[tid] = Pin(tid, "tf-intra", cpus, n_intra)
+                n_intra += 1
+            else:
+                cpus = self.union
+                self.pins[tid] = Pin(tid, "tf-other" if name.startswith("tf_") else "other", cpus)
+            masks[tid] = cpus
+        self._pin(masks)
+        return sorted(masks)
+
+    # ----------------------------------------------------------- restore
+    def restore(self) -> None:
+        """Undo everything: thread masks, threads created since (back to the
+        process's original mask), OpenMP team sizes, BLAS limits, memory policy
+        of the calling thread, and the environment.  Idempotent."""
+        if not self.active:
+            return
+        snap = self._snapshot
+        assert snap is not None
+        errors: list[str] = []
+        if self._session_hook is not None:
+            self._session_hook.remove()
+        for k, v in snap.env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if self._blas is not None:
+            with contextlib.suppress(Exception):
+                self._blas.restore_original_limits()
+        for rt in self.openmp:
+            if rt.path in snap.omp_threads:
+                with contextlib.suppress(Exception):
+                    rt.set_num_threads(snap.omp_threads[rt.path])
+        now = _native.list_threads()
+        pairs = []
+        for tid in now:
+            want = snap.masks.get(tid, snap.process_mask)
+            pairs.append((tid, want))
+        try:
+            _threads.set_threads_affinity(dict(pairs))
+        except BindError as e:  # keep going: restore what can be restored
+            errors.append(str(e))
+        if self.membind is not None and snap.mempolicy is not None:
+            from . import numa
+
+            try:
+                pol = snap.mempolicy
+                numa.set_membind(pol.nodes, "local" if pol.policy in ("default", "local") else pol.policy)
+            except Exception as e:  # noqa: BLE001
+                errors.append(f"memory policy: {e}")
+        self.active = False
+        with _stack_lock:
+            if self in _active:
+                _active.remove(self)
+        if errors:
+            warnings.warn("affinity: restore was incomplete: " + "; ".join(errors), AffinityWarning,
+                          stacklevel=2)
+
+    def __enter__(self) -> Binding:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()
+
+    def report(self) -> Any:
+        """The bind map of this process, with what this binding requested."""
+        from .bindmap import report
+
+        return report(binding=self)
+
+    # ----------------------------------------------------------- helpers
+    def _inter_set(self, j: int) -> frozenset[int]:
+        if self.inter == "package":
+            pkgs = _packages_used(self.plan)
+            if pkgs:
+                return pkgs[j % len(pkgs)]
+        return self.union
+
+    def _pin(self, masks: Mapping[int, frozenset[int]]) -> None:
+        if masks:
+            _threads.set_threads_affinity(masks)
+
+    def __repr__(self) -> str:
+        roles: dict[str, int] = {}
+        for p in self.pins.values():
+            roles[p.role] = roles.get(p.role, 0) + 1
+        state = "active" if self.active else "restored"
+        return (f"<Binding {state}: {self.plan.threads} slots, intra={self.intra_op_threads} "
+                f"inter={self.inter_op_threads}, pinned {roles}>")
+
+
+def _packages_used(plan: Any) -> list[frozenset[int]]:
+    topo: Topology = plan.topology
+    union = frozenset().union(*plan.cpusets)
+    out = []
+    for p in topo.packages:
+        part = p.cpuset & union
+        if part:
+            out.append(part)
+    return out
+
+
+def _parse_membind(membind: Any, plan: Any) -> tuple[str, frozenset[int]] | None:
+    """``None`` | ``"auto"`` (bind to the nodes of the plan's CPUs) |
+    ``"policy[:nodes]"`` (``bind:0-1``, ``interleave:all``, ``local``) |
+    ``(policy, nodes)``."""
+    if membind is None or membind is False:
+        return None
+    topo: Topology = plan.topology
+    union = frozenset().union(*plan.cpusets)
+    plan_nodes = frozenset(n.os_index for n in topo.numa_nodes if n.cpuset & union)
+    all_nodes = frozenset(n.os_index for n in topo.numa_nodes)
+    if membind is True or membind == "auto":
+        return "bind", plan_nodes
+    if isinstance(membind, tuple):
+        pol, nodes = membind
+        return str(pol), frozenset(nodes)
+    text = str(membind)
+    pol, _, nodes_s = text.partition(":")
+    if not nodes_s:
+        return pol, (frozenset() if pol in ("local", "default") else plan_nodes)
+    if nodes_s == "all":
+        return pol, all_nodes
+    from ..cpulist import parse_list
+
+    try:
+        return pol, parse_list(nodes_s)
+    except ValueError as e:
+        raise ValueError(f"membind={membind!r}: {e}") from None
+
+
+def _set_env(values: Mapping[str, str], override: bool, b: Binding, snap_env: dict[str, str | None]
+             ) -> None:
+    with _stack_lock:  # values an enclosing binding exported are ours, not the user's
+        ours = {k: v for outer in _active for k, v in outer.env_set.items()}
+    for k, v in values.items():
+        old = os.environ.get(k)
+        if old is not None and old != v and not override and ours.get(k) != old:
+            b.env_kept[k] = old
+            continue
+        snap_env.setdefault(k, old)
+        os.environ[k] = v
+        b.env_set[k] = v
+
+
+def apply(spec: Any = "granularity=fine,compact,1,0", *, threads: int | None = None,
+          topology: Topology | None = None, tensorflow: str | bool = "auto",
+          openmp: str | bool = "auto", blas: str | bool = "auto", membind: Any = None,
+          env: bool | str = True, inter: str = "union", blocktime: str | None = "1",
+          rank: Any = None, strict: bool = False) -> Binding:
+    """Plan ``spec`` on this machine and apply it to this process.
+
+    ``spec``      a ``KMP_AFFINITY`` string (or spec value); ``threads`` the team size
+                  (default: what the runtime would use).
+    ``tensorflow`` ``"auto"``: handle TensorFlow if it is imported (start its runtime
+                  with the planned pool sizes if it has not started, else pin its
+                  existing pools); ``True``: import it; ``False``: leave it alone
+                  (its ``TF_NUM_*`` variables are still exported).
+    ``openmp``    ``"auto"``/``True``: size and pin the team of every loaded OpenMP runtime.
+    ``blas``      ``"auto"``: limit BLAS pools to the intra-op count (threadpoolctl).
+    ``membind``   ``None`` (leave memory alone), ``"auto"`` (bind to the NUMA nodes of
+                  the plan's CPUs), ``"interleave:all"``, ``("preferred", {0})``, ...
+                  Set on the calling thread before pools start, so they inherit it.
+    ``env``       ``True``: export the plan's variables, keeping values the user set
+                  (listed in ``Binding.env_kept``); ``"override"``: replace them too;
+                  ``False``: export nothing.
+    ``inter``     ``"union"`` or ``"package"``: where inter-op workers go.
+    ``rank``      ``"auto"`` (MPI/Slurm/torchrun variables), ``"R/N"`` or a
+                  :class:`~affinity.planning.ranks.LocalRank`: plan inside this local rank's
+                  disjoint share of the node (:func:`affinity.planning.ranks.rank_topology`).
+    ``strict``    parse the spec strictly (``SpecError``) instead of like the runtime.
+    """
+    from ..planning.envvars import plan_environment
+    from ..planning.planner import plan as make_plan
+
+    topo = topology if topology is not None else Topology.from_system()
+    _threads.require_system(topo)
+    if inter not in ("union", "package"):
+        raise ValueError(f"inter must be 'union' or 'package', not {inter!r}")
+    main_tid = os.getpid()
+    process_mask = _native.get_thread_cpubind(main_tid)
+    planned_on = topo.with_allowed(process_mask)
+    if rank is not None:
+        from ..planning.ranks import rank_topology
+
+        planned_on = rank_topology(planned_on, rank)[0]
+    p = make_plan(spec, threads=threads, topology=planned_on, strict=strict)
+
+    masks_before = _threads.get_process_affinity()
+    mem_before = None
+    want_mem = _parse_membind(membind, p)
+    if want_mem is not None:
+        from . import numa
+
+        mem_before = numa.get_membind()
+    snap = _Snapshot(masks_before, process_mask, mem_before, {}, {})
+    b = Binding(plan=p, inter=inter, _snapshot=snap)
+    b._seen = set(masks_before)
+    for w in getattr(p, "warnings", ()):
+        b.notes.append(f"planner: {w}")
+    try:
+        _apply_all(b, p, snap, tensorflow, openmp, blas, want_mem, env, blocktime, plan_environment)
+    except BaseException:
+        b.restore()
+        raise
+    with _stack_lock:
+        _active.append(b)
+    for n in b.notes:
+        if not n.startswith("planner: "):
+            warnings.warn(f"affinity: {n}", AffinityWarning, stacklevel=2)
+    return b
+
+
+def _apply_all(b: Binding, p: Any, snap: _Snapshot, tensorflow: Any, openmp: Any, blas: Any,
+               want_mem: tuple[str, frozenset[int]] | None, env: Any, blocktime: str | None,
+               plan_environment: Callable[..., dict[str, str]]) -> None:
+    from . import tf as _tf
+
+    # 1. memory first: pools created below inherit the calling thread's policy
+    if want_mem is not None:
+        from . import numa
+
+        b.membind = numa.set_membind(want_mem[1], want_mem[0])
+    # 2. environment for children and runtimes not yet loaded
+    if env:
+        _set_env(plan_environment(p, blocktime=blocktime), env == "override", b, snap.env)
+    slots = b.slots
+    masks: dict[int, frozenset[int]] = {}
+    # 3. TensorFlow
+    use_tf = tensorflow is True or (tensorflow == "auto" and _tf.imported())
+    if use_tf:
+        if tensorflow is True:
+            _tf._tf()
+        if not _tf.is_running():
+            state = _tf.start_runtime(b.intra_op_threads, b.inter_op_threads)
+        else:
+            state = _tf.find_running_pools(known=())
+            if (state.intra_size, state.inter_size) != (b.intra_op_threads, b.inter_op_threads):
+                b.notes.append(
+                    f"TensorFlow was already running: its pools keep {state.intra_size} intra-op and "
+                    f"{state.inter_size} inter-op threads (the plan wants {b.intra_op_threads} and "
+                    f"{b.inter_op_threads}); thread counts were not changed, the existing threads "
+                    f"were pinned")
+        b.tf_state = state
+        for i, tid in enumerate(state.intra):
+            cpus = slots[i % len(slots)]
+            b.pins[tid] = Pin(tid, "tf-intra", cpus, i)
+            masks[tid] = cpus
+        for j, tid in enumerate(state.inter):
+            cpus = b._inter_set(j)
+            b.pins[tid] = Pin(tid, "tf-inter", cpus, j)
+            masks[tid] = cpus
+        for tid in state.other:
+            b.pins[tid] = Pin(tid, "tf-other", b.union)
+            masks[tid] = b.union
+        b._seen.update(state.intra + state.inter + state.other)
+        hook = _tf.SessionHook(b.refresh)
+        hook.install()
+        b._session_hook = hook
+    b._pin(masks)
+    # 4. OpenMP runtimes already loaded: size and pin from inside a region
+    if openmp is True or openmp == "auto":
+        from . import openmp as _omp
+
+        for rt in _omp.loaded_runtimes():
+            snap.omp_threads[rt.path] = rt.max_threads()
+            rt.set_num_threads(len(slots))
+            members = rt.pin_team(slots)
+            for i, (tid, got) in enumerate(members):
+                role = "main" if tid == os.getpid() else "openmp"
+                b.pins[tid] = Pin(tid, role if role == "main" else "openmp", got, i)
+                b._seen.add(tid)
+            b.openmp.append(rt)
+        if b.openmp and any(p_.role == "main" and len(p_.cpus) < len(b.union) for p_ in b.pins.values()):
+            b.notes.append("the main thread is OpenMP team member 0 and was pinned to slot 0, as the "
+                           "runtime would; child processes started from it inherit that mask")
+    # 5. BLAS pools (OpenBLAS, MKL, BLIS): counted and limited
+    if blas is True or blas == "auto":
+        try:
+            from threadpoolctl import threadpool_info, threadpool_limits
+        except ImportError:
+            threadpool_info = None
+        if threadpool_info is not None and any(i.get("user_api") == "blas" for i in threadpool_info()):
+            b._blas = threadpool_limits(limits=b.intra_op_threads, user_api="blas")
+    # 6. anything else that started meanwhile goes inside the plan
+    b.refresh()
+
+
+class pinned:
+    """:func:`apply` as a context manager and a decorator::
+
+        with affinity.pinned("compact", threads=8) as b:
+            model.fit(...)
+        # every thread, the memory policy and the environment are as before
+
+        @affinity.pinned("scatter")
+        def infer(batch): ...
+
+    Arguments are those of :func:`apply`.  Restores on exceptions too; nested
+    blocks restore in order.
+    """
+
+    def __init__(self, spec: Any = "granularity=fine,compact,1,0", **kwargs: Any):
+        self.spec = spec
+        self.kwargs = kwargs
+        self._bindings: list[Binding] = []
+
+    def __enter__(self) -> Binding:
+        b = apply(self.spec, **self.kwargs)
+        self._bindings.append(b)
+        return b
+
+    def __exit__(self, *exc: object) -> None:
+        self._bindings.pop().restore()
+
+    def __call__(self, func: F) -> F:  # decorator: a fresh binding per call
+        @functools.wraps(func)
+        def inner(*a: Any, **k: Any) -> Any:
+            with self:
+                return func(*a, **k)
+
+        return inner  # type: ignore[return-value]
+
+
+def active_bindings() -> list[Binding]:
+    """Bindings applied and not yet restored, oldest first."""
+    with _stack_lock:
+        return list(_active)

@@ -1,0 +1,165 @@
+"""The bind map: every thread of a process, where it is bound and where it runs.
+
+Read from ``/proc/<pid>/task`` (works for any process of this user), enriched
+for this process by the active :class:`~affinity.binding.apply.Binding`\\ s (role and the
+set each thread was asked to use).  Text lines follow the form users grep
+for in Intel's verbose output::
+
+    affinity: pid 4242 tid 4250 thread 0 [tf-intra python] bound to OS proc set {0} cpu 0 node 0
+
+A thread whose actual set differs from the requested one is flagged
+``MISMATCH`` (and listed in :attr:`BindMap.mismatches`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..cpulist import format_list, parse_list
+
+__all__ = ["BindMap", "ThreadRow", "report"]
+
+
+@dataclass(frozen=True)
+class ThreadRow:
+    tid: int
+    name: str
+    role: str
+    index: int | None
+    requested: frozenset[int] | None
+    actual: frozenset[int]
+    last_cpu: int
+    node: int | None
+    mempolicy: str | None  #: known for the calling thread only (Linux reads it per thread)
+
+    @property
+    def mismatch(self) -> bool:
+        return self.requested is not None and self.requested != self.actual
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["requested"] = None if self.requested is None else sorted(self.requested)
+        d["actual"] = sorted(self.actual)
+        d["mismatch"] = self.mismatch
+        return d
+
+
+@dataclass(frozen=True)
+class BindMap:
+    pid: int
+    rows: tuple[ThreadRow, ...]
+    mems_allowed: str
+
+    @property
+    def mismatches(self) -> list[ThreadRow]:
+        return [r for r in self.rows if r.mismatch]
+
+    def text(self) -> str:
+        lines = []
+        for r in self.rows:
+            idx = f" thread {r.index}" if r.index is not None else ""
+            node = f" node {r.node}" if r.node is not None else ""
+            pol = f" mempolicy {r.mempolicy}" if r.mempolicy else ""
+            line = (f"affinity: pid {self.pid} tid {r.tid}{idx} [{r.role} {r.name}] bound to OS proc set "
+                    f"{{{format_list(r.actual)}}} cpu {r.last_cpu}{node}{pol}")
+            if r.mismatch:
+                line += f" MISMATCH: requested {{{format_list(r.requested or ())}}}"
+            lines.append(line)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "mems_allowed": self.mems_allowed,
+                "threads": [r.to_dict() for r in self.rows],
+                "mismatches": [r.tid for r in self.mismatches]}
+
+    def to_json(self, **kw: Any) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def _status(pid: int, tid: int) -> dict[str, str]:
+    out = {}
+    with open(f"/proc/{pid}/task/{tid}/status") as fh:
+        for line in fh:
+            k, _, v = line.partition(":")
+            out[k] = v.strip()
+    return out
+
+
+def _last_cpu(pid: int, tid: int) -> int:
+    with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+        stat = fh.read()
+    # fields after the parenthesised comm; "processor" is field 39
+    rest = stat[stat.rindex(")") + 2:].split()
+    return int(rest[36])
+
+
+def _guess_role(pid: int, tid: int, name: str) -> str:
+    if tid == pid:
+        return "main"
+    if name == "tf_Compute":
+        return "tf-inter"
+    if name.startswith("tf_"):
+        return "tf-other"
+    return "other"
+
+
+def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
+    """The bind map of process ``pid`` (default: this one).
+
+    For this process, roles and requested sets come from ``binding`` or, when
+    none is given, from every active binding (newest wins).
+    """
+    me = os.getpid()
+    pid = me if pid is None else int(pid)
+    pins: dict[int, Any] = {}
+    if pid == me:
+        from .apply import active_bindings
+
+        for b in ([binding] if binding is not None else active_bindings()):
+            pins.update(b.pins)
+    node_of: dict[int, int] = {}
+    mempolicy_self: str | None = None
+    try:
+        from ..machine.topology import Topology
+
+        topo = Topology.from_system()
+        for pu in topo.pus:
+            if pu.numa is not None:
+                node_of[pu.os_index] = topo.numa_nodes[pu.numa].os_index
+    except Exception:  # noqa: BLE001 - the map is still useful without NUMA columns
+        topo = None
+    caller = None
+    if pid == me:
+        from ..machine import _native
+
+        caller = _native.gettid()
+        try:
+            from .numa import get_membind
+
+            mempolicy_self = str(get_membind())
+        except Exception:  # noqa: BLE001
+            mempolicy_self = None
+    rows = []
+    mems = ""
+    for entry in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+        tid = int(entry)
+        try:
+            st = _status(pid, tid)
+            cpu = _last_cpu(pid, tid)
+        except (OSError, ValueError, IndexError):
+            continue  # exited meanwhile
+        mems = st.get("Mems_allowed_list", mems)
+        name = st.get("Name", "")
+        actual = parse_list(st.get("Cpus_allowed_list", ""))
+        pin = pins.get(tid)
+        role = pin.role if pin is not None else _guess_role(pid, tid, name)
+        rows.append(ThreadRow(tid, name, role, pin.index if pin is not None else None,
+                              pin.cpus if pin is not None else None, actual, cpu, node_of.get(cpu),
+                              mempolicy_self if tid == caller else None))
+    return BindMap(pid, tuple(rows), mems)

@@ -1,0 +1,220 @@
+"""NUMA memory policies, like ``numactl``, through the native core.
+
+Linux memory policy is per thread and inherited by threads created later, so
+bind memory *before* starting thread pools (or in a launcher).  Policies:
+
+``bind``        allocate only on the given nodes (``MPOL_BIND``; ``numactl --membind``)
+``preferred``   prefer the given nodes, fall back elsewhere (``numactl --preferred``)
+``interleave``  round-robin pages over the nodes (``numactl --interleave``)
+``local``       allocate on the node of the CPU that touches the page
+                (first touch, the kernel default; ``numactl --localalloc``)
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..machine import _native
+from ..cpulist import format_list
+from ..errors import UnsupportedError
+from .threads import require_system
+from ..machine.topology import Topology
+
+__all__ = ["POLICIES", "MemPolicy", "area_location", "area_policy", "array_nodes", "array_policy",
+           "bind_area", "bind_array", "empty", "get_membind", "set_membind"]
+
+POLICIES = ("bind", "preferred", "interleave", "local")
+
+
+@dataclass(frozen=True)
+class MemPolicy:
+    """A memory policy read back from the kernel: ``policy`` and its ``nodes``
+    (empty for ``default``/``local``)."""
+
+    policy: str
+    nodes: frozenset[int]
+
+    def __str__(self) -> str:
+        return self.policy if not self.nodes else f"{self.policy}:{format_list(self.nodes)}"
+
+
+def _policy(policy: str) -> str:
+    p = policy.lower()
+    if p in ("firsttouch", "first-touch", "first_touch"):
+        p = "local"
+    if p not in POLICIES and p != "default":
+        raise ValueError(f"unknown memory policy {policy!r}; expected one of {', '.join(POLICIES)}")
+    return p
+
+
+def _nodes(nodes: Iterable[int], policy: str) -> frozenset[int]:
+    s = frozenset(int(n) for n in nodes)
+    if policy in ("bind", "preferred", "interleave") and not s:
+        raise ValueError(f"memory policy {policy!r} needs at least one NUMA node")
+    if s and min(s) < 0:
+        raise ValueError(f"negative NUMA node index in {sorted(s)}")
+    return s
+
+
+def get_membind() -> MemPolicy:
+    """The calling thread's memory policy, as the kernel reports it."""
+    pol, nodes = _native.get_mempolicy()
+    return MemPolicy(pol, nodes if pol not in ("default", "local") else frozenset())
+
+
+def set_membind(nodes: Iterable[int] = (), policy: str = "bind", *, scope: str = "thread",
+                strict: bool = False, topology: Topology | None = None) -> MemPolicy:
+    """Set the memory policy and return it read back.
+
+    ``scope="thread"`` sets the calling thread's policy (threads it creates later
+    inherit it).  ``scope="process"`` is the same call, accepted only while the
+    process has a single thread: Linux cannot change the policy of other running
+    threads, so a multi-threaded process gets :class:`UnsupportedError` (set the
+    policy before starting threads, or launch with ``affinity run --membind``).
+    ``strict=True`` fails (``EXDEV``) where the policy could only be approximated.
+    """
+    require_system(topology, "memory binding")
+    pol = _policy(policy)
+    ns = _nodes(nodes, pol)
+    if scope not in ("thread", "process"):
+        raise ValueError(f"scope must be 'thread' or 'process', not {scope!r}")
+    if scope == "process":
+        tids = _native.list_threads()
+        if len(tids) > 1:
+            raise UnsupportedError(
+                f"set_membind(scope='process'): this process already runs {len(tids)} threads and "
+                f"Linux memory policies are per thread; set the policy before starting threads, or "
+                f"launch with 'affinity run --membind'", call="set_mempolicy", err=errno.ENOSYS)
+    _native.set_membind(ns, pol, _native.MEMF_STRICT if strict else 0)
+    return get_membind()
+
+
+def bind_area(addr: int, length: int, nodes: Iterable[int], policy: str = "bind", *,
+              migrate: bool = False, strict: bool = False) -> None:
+    """Bind the memory area ``[addr, addr+length)`` to ``nodes`` (``mbind``).
+
+    ``migrate=True`` also moves pages already allocated there."""
+    pol = _policy(policy)
+    ns = _nodes(nodes, pol)
+    if length <= 0:
+        raise ValueError(f"bind_area: length must be positive, got {length}")
+    flags = (_native.MEMF_STRICT if strict else 0) | (_native.MEMF_MIGRATE if migrate else 0)
+    _native.set_area_membind(addr, length, ns, pol, flags)
+
+
+def area_policy(addr: int, length: int) -> MemPolicy:
+    """The policy of a memory area (hwloc reports ``bind`` for bind and preferred)."""
+    pol, nodes = _native.get_area_membind(addr, length)
+    return MemPolicy(pol, nodes)
+
+
+def area_location(addr: int, length: int) -> frozenset[int]:
+    """The NUMA nodes where the (touched) pages of an area physically are."""
+    return _native.get_area_memlocation(addr, length)
+
+
+# ------------------------------------------------------------------ NumPy arrays
+#
+# An array's pages land where its memory policy says when they are first
+# touched.  ``empty`` maps fresh anonymous memory, binds it before anything is
+# written, then touches every page, so the placement is decided here and not by
+# whichever thread happens to write first.  ``bind_array`` moves an existing
+# array.  Both can be checked page by page with ``array_nodes`` (``move_pages``)
+# and ``array_policy`` (``get_mempolicy`` with ``MPOL_F_ADDR``).
+
+def _page_size() -> int:
+    import mmap
+
+    return mmap.PAGESIZE
+
+
+def empty(shape: Any, dtype: Any = float, *, node: int | Iterable[int] | None = None,
+          policy: str = "bind", order: str = "C", touch: bool = True) -> Any:
+    """A new, uninitialised NumPy array whose pages are on NUMA ``node``.
+
+    ``node`` is one node or several (``policy="interleave"`` spreads the pages over
+    them; ``"preferred"`` falls back elsewhere when the node is full); ``None``
+    leaves the memory to the calling thread's policy.  The memory is a private
+    anonymous mapping owned by the array (freed with it), bound with ``mbind``
+    before it is written; ``touch=True`` (default) faults every page in at once
+    so the placement is fixed now.  Raises :class:`BindError` (``mbind`` named,
+    e.g. EPERM in a container that forbids it) and ``ValueError`` for a bad node.
+    """
+    import mmap
+
+    import numpy as np
+
+    dt = np.dtype(dtype)
+    shape_t = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+    count = 1
+    for s in shape_t:
+        if s < 0:
+            raise ValueError(f"empty: negative dimension in shape {shape_t}")
+        count *= s
+    nbytes = count * dt.itemsize
+    page = _page_size()
+    length = max(page, -(-nbytes // page) * page)
+    buf = mmap.mmap(-1, length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    raw = np.frombuffer(buf, dtype=np.uint8)  # keeps ``buf`` alive as its base
+    if node is not None:
+        nodes = [node] if isinstance(node, int) else list(node)
+        bind_area(raw.ctypes.data, length, nodes, policy, strict=True)
+    if touch:
+        raw[::page] = 0  # one write per page: fault them in under the policy
+    arr = raw[:nbytes].view(dt)
+    return arr.reshape(shape_t, order=order)  # type: ignore[call-overload]
+
+
+def _span(arr: Any) -> tuple[int, int]:
+    """The page-aligned ``(addr, length)`` covering an array's memory."""
+    import numpy as np
+
+    a = np.asarray(arr)
+    if a.nbytes == 0:
+        raise ValueError("array has no memory (size 0)")
+    try:
+        lo, hi = np.lib.array_utils.byte_bounds(a)  # numpy >= 2
+    except AttributeError:
+        lo, hi = np.byte_bounds(a)
+    page = _page_size()
+    start = lo - lo % page
+    end = -(-hi // page) * page
+    return start, end - start
+
+
+def bind_array(arr: Any, nodes: int | Iterable[int], policy: str = "bind", *,
+               migrate: bool = True, strict: bool = True) -> MemPolicy:
+    """Bind the pages of ``arr`` to ``nodes`` and move the ones already elsewhere
+    (``mbind`` with ``MPOL_MF_MOVE``; ``migrate=False`` only sets the policy for
+    pages not yet touched).  Pages are whole: the first and last page may hold
+    other data, which moves with them.  Returns the area's policy read back with
+    ``get_mempolicy(MPOL_F_ADDR)``."""
+    ns = [nodes] if isinstance(nodes, int) else list(nodes)
+    addr, length = _span(arr)
+    bind_area(addr, length, ns, policy, migrate=migrate, strict=strict)
+    return array_policy(arr)
+
+
+def array_policy(arr: Any) -> MemPolicy:
+    """The memory policy governing the first page of ``arr`` (its own area policy,
+    else the calling thread's), read with ``get_mempolicy(MPOL_F_ADDR)``; unlike
+    :func:`area_policy` it tells ``preferred`` from ``bind``."""
+    addr, _ = _span(arr)
+    pol, ns = _native.get_mempolicy_addr(addr)
+    return MemPolicy(pol, ns if pol not in ("default", "local") else frozenset())
+
+
+def array_nodes(arr: Any) -> dict[int, int]:
+    """``{node: pages}`` for the pages of ``arr``, asked page by page with
+    ``move_pages`` (no move).  Pages never touched are counted under
+    ``-errno.ENOENT``; other negative keys are other per-page errors."""
+    addr, length = _span(arr)
+    page = _page_size()
+    status = _native.move_pages([addr + i for i in range(0, length, page)])
+    out: dict[int, int] = {}
+    for s in status:
+        out[s] = out.get(s, 0) + 1
+    return out

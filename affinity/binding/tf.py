@@ -1,0 +1,193 @@
+"""TensorFlow adapter.  TensorFlow is imported lazily, only when asked for.
+
+Stock TensorFlow never pins its threads, and runs oneDNN on its own Eigen pool
+(not OpenMP), so ``KMP_AFFINITY`` alone does nothing to it.  What TensorFlow
+2.x does, measured on 2.21:
+
+* the first op (eager context creation) starts the **intra-op** pool as N
+  unnamed threads (their ``comm`` is the process name, e.g. ``python``), the
+  **inter-op** pool as M threads named ``tf_Compute``, and one
+  ``tf_graph_runner``;
+* ``tf.config.threading.set_*_parallelism_threads`` raises ``RuntimeError``
+  once that has happened: counts can only be chosen before;
+* a TF1 ``Session`` with ``use_per_session_threads`` starts its own
+  ``tf_Compute`` pool when it is constructed; the intra-op pool is per process.
+
+This module finds those threads by diffing ``/proc/self/task`` around start-up
+(and by name and creation order when TensorFlow was already running), so
+:mod:`affinity.binding.apply` can pin them by TID.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["TFState", "classify_new_threads", "config_proto", "find_running_pools", "is_running",
+           "start_runtime", "task_names"]
+
+INTER_NAME = "tf_Compute"
+GRAPH_RUNNER = "tf_graph_runner"
+
+
+def _tf() -> Any:
+    import tensorflow as tf  # noqa: PLC0415  (lazy on purpose)
+
+    return tf
+
+
+def imported() -> bool:
+    return "tensorflow" in sys.modules
+
+
+def task_names() -> dict[int, str]:
+    """``{tid: comm}`` of every thread of this process."""
+    out = {}
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/comm") as fh:
+                out[int(t)] = fh.read().strip()
+        except OSError:
+            pass  # exited meanwhile
+    return out
+
+
+def _process_name() -> str:
+    with open(f"/proc/self/task/{os.getpid()}/comm") as fh:
+        return fh.read().strip()
+
+
+def is_running() -> bool:
+    """Whether TensorFlow's runtime (eager context, thread pools) has started."""
+    if not imported():
+        return False
+    tf = _tf()
+    try:
+        from tensorflow.python.eager import context  # noqa: PLC0415
+
+        ctx = context.context()
+        return bool(getattr(ctx, "_initialized", False) or getattr(ctx, "_context_handle", None))
+    except Exception:  # noqa: BLE001 - private API moved: probe the public one
+        try:
+            v = tf.config.threading.get_intra_op_parallelism_threads()
+            tf.config.threading.set_intra_op_parallelism_threads(v)
+            return False
+        except RuntimeError:
+            return True
+
+
+@dataclass(frozen=True)
+class TFState:
+    """TensorFlow's pools as found: TIDs in creation order."""
+
+    intra: tuple[int, ...]
+    inter: tuple[int, ...]
+    other: tuple[int, ...]  #: tf_graph_runner and friends
+    intra_size: int
+    inter_size: int
+    counts_set: bool  #: False when the runtime was already running
+
+
+def classify_new_threads(new: Mapping[int, str], process_name: str | None = None
+                         ) -> tuple[list[int], list[int], list[int]]:
+    """Split threads that appeared during TensorFlow start-up into
+    (intra-op, inter-op, other), each in creation (TID) order."""
+    pname = process_name or _process_name()
+    intra, inter, other = [], [], []
+    for tid in sorted(new):
+        name = new[tid]
+        if name == INTER_NAME:
+            inter.append(tid)
+        elif name == pname:
+            intra.append(tid)
+        else:
+            other.append(tid)
+    return intra, inter, other
+
+
+def start_runtime(intra: int | None, inter: int | None) -> TFState:
+    """Set the pool sizes and start TensorFlow's runtime, returning its pools.
+
+    Must be called before the runtime started (see :func:`is_running`).
+    """
+    tf = _tf()
+    if intra is not None:
+        tf.config.threading.set_intra_op_parallelism_threads(int(intra))
+    if inter is not None:
+        tf.config.threading.set_inter_op_parallelism_threads(int(inter))
+    before = task_names()
+    tf.constant(1.0) + tf.constant(1.0)  # creates the eager context and its pools
+    after = task_names()
+    new = {t: n for t, n in after.items() if t not in before}
+    i, j, o = classify_new_threads(new)
+    return TFState(tuple(i), tuple(j), tuple(o), len(i), len(j), True)
+
+
+def find_running_pools(known: Iterable[int] = ()) -> TFState:
+    """Find the pools of a runtime that started before us.
+
+    Inter-op workers are named ``tf_Compute``.  Intra-op workers are unnamed; the
+    runtime creates them just before the inter-op pool, so they are the unnamed
+    threads with the highest TIDs below the first ``tf_Compute`` thread, as many
+    as the intra-op pool has (the configured size, or the process's CPU count at
+    start when it was left to TensorFlow).  ``known`` threads (Python's own,
+    already classified) are never taken.
+    """
+    tf = _tf()
+    names = task_names()
+    pname = _process_name()
+    main = os.getpid()
+    skip = set(known) | {main}
+    import threading
+
+    skip |= {t.native_id for t in threading.enumerate() if t.native_id}
+    inter = sorted(t for t, n in names.items() if n == INTER_NAME)
+    other = sorted(t for t, n in names.items() if n == GRAPH_RUNNER)
+    size = tf.config.threading.get_intra_op_parallelism_threads() or len(os.sched_getaffinity(main))
+    intra: list[int] = []
+    if inter:
+        below = sorted((t for t, n in names.items() if n == pname and t < inter[0] and t not in skip),
+                       reverse=True)
+        intra = sorted(below[:size])
+    return TFState(tuple(intra), tuple(inter), tuple(other), len(intra), len(inter), False)
+
+
+def config_proto(intra: int, inter: int, *, per_session: bool = True) -> Any:
+    """A ``tf.compat.v1.ConfigProto`` with the given pool sizes."""
+    tf = _tf()
+    return tf.compat.v1.ConfigProto(intra_op_parallelism_threads=int(intra),
+                                    inter_op_parallelism_threads=int(inter),
+                                    use_per_session_threads=per_session)
+
+
+class SessionHook:
+    """While installed, every new TF1 ``Session`` calls ``callback()`` right after
+    its construction (when its pools exist), so they can be pinned."""
+
+    def __init__(self, callback: Any):
+        self.callback = callback
+        self._orig: Any = None
+        self._cls: Any = None
+
+    def install(self) -> None:
+        from tensorflow.python.client import session as s  # noqa: PLC0415
+
+        cls = s.BaseSession
+        orig = cls.__init__
+        callback = self.callback
+
+        def __init__(self_: Any, *a: Any, **k: Any) -> None:
+            orig(self_, *a, **k)
+            callback()
+
+        __init__.__wrapped__ = orig  # type: ignore[attr-defined]
+        cls.__init__ = __init__
+        self._cls, self._orig = cls, orig
+
+    def remove(self) -> None:
+        if self._cls is not None:
+            self._cls.__init__ = self._orig
+            self._cls = self._orig = None

@@ -1,0 +1,149 @@
+"""CPU binding of this process's threads, each call reading back what it did.
+
+Thin, checked wrappers over the native core:
+
+* :func:`get_affinity` / :func:`set_affinity` -- the calling thread, or another
+  thread of this process by Linux TID;
+* :func:`get_process_affinity` / :func:`set_process_affinity` -- every thread,
+  all or nothing (a failure leaves every thread as it was);
+* :func:`set_threads_affinity` -- many threads to different sets, all or nothing;
+* :func:`list_threads` -- TID, name, mask and last CPU of every thread.
+
+Binding goes through this machine's hwloc topology only: passing a topology that
+is not this system (XML, synthetic, cpuinfo) raises :class:`UnsupportedError`,
+since hwloc would accept the call and bind nothing.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ..machine import _native
+from ..cpulist import format_list
+from ..errors import BindError, UnsupportedError
+from ..machine.topology import Topology
+
+__all__ = [
+    "ThreadInfo",
+    "current_tid",
+    "get_affinity",
+    "get_process_affinity",
+    "list_threads",
+    "set_affinity",
+    "set_process_affinity",
+    "set_threads_affinity",
+]
+
+
+@dataclass(frozen=True)
+class ThreadInfo:
+    """One thread of this process as the kernel sees it now."""
+
+    tid: int
+    name: str
+    cpus: frozenset[int]
+    last_cpu: int
+
+
+def require_system(topology: Topology | None, what: str = "binding") -> None:
+    """Refuse to bind through a topology that does not describe this machine."""
+    if topology is not None and not topology.is_this_system:
+        raise UnsupportedError(
+            f"{what} through topology {topology.source or topology.describe()!r} refused: it is not "
+            f"this system (hwloc would accept the call and bind nothing); use Topology.from_system()",
+            call=what, err=errno.EXDEV)
+
+
+def _cpus(cpus: Iterable[int], what: str) -> frozenset[int]:
+    s = frozenset(int(c) for c in cpus)
+    if not s:
+        raise ValueError(f"{what}: empty CPU set")
+    if min(s) < 0:
+        raise ValueError(f"{what}: negative CPU index in {sorted(s)}")
+    return s
+
+
+def _verify(requested: frozenset[int], got: frozenset[int], call: str, tid: int, strict: bool) -> None:
+    if strict and got != requested:
+        raise UnsupportedError(
+            f"{call}(tid={tid}): asked for CPUs {{{format_list(requested)}}} but the kernel applied "
+            f"{{{format_list(got)}}} (CPUs outside this process's cpuset are dropped)",
+            call=call, err=errno.EXDEV)
+
+
+def current_tid() -> int:
+    """The Linux TID of the calling thread."""
+    return _native.gettid()
+
+
+def get_affinity(tid: int | None = None) -> frozenset[int]:
+    """CPU set of the calling thread (``tid=None``) or of thread ``tid`` of this process."""
+    return _native.get_thread_cpubind(tid or 0)
+
+
+def set_affinity(cpus: Iterable[int], tid: int | None = None, *, topology: Topology | None = None,
+                 strict: bool = False) -> frozenset[int]:
+    """Bind the calling thread (or thread ``tid``) to ``cpus``; return the set read back.
+
+    The kernel drops CPUs the process may not use; ``strict=True`` turns such a
+    silent change into :class:`UnsupportedError` (``errno.EXDEV``).
+    """
+    require_system(topology)
+    want = _cpus(cpus, "set_affinity")
+    _native.set_thread_cpubind(want, tid or 0)
+    got = _native.get_thread_cpubind(tid or 0)
+    _verify(want, got, "set_affinity", tid or current_tid(), strict)
+    return got
+
+
+def get_process_affinity() -> dict[int, frozenset[int]]:
+    """``{tid: cpus}`` for every thread of this process."""
+    out = {}
+    for tid in _native.list_threads():
+        try:
+            out[tid] = _native.get_thread_cpubind(tid)
+        except BindError as e:
+            if e.errno != errno.ESRCH:
+                raise  # a thread that exited meanwhile is simply left out
+    return out
+
+
+def set_process_affinity(cpus: Iterable[int], *, topology: Topology | None = None,
+                         strict: bool = False) -> dict[int, frozenset[int]]:
+    """Bind every thread of the process to ``cpus``, all or nothing; return
+    ``{tid: cpus}`` read back.  Threads created afterwards inherit from their
+    creator as usual."""
+    require_system(topology)
+    want = _cpus(cpus, "set_process_affinity")
+    _native.set_process_cpubind(want)
+    got = get_process_affinity()
+    for tid, s in got.items():
+        _verify(want, s, "set_process_affinity", tid, strict)
+    return got
+
+
+def set_threads_affinity(masks: Mapping[int, Iterable[int]], *, topology: Topology | None = None
+                         ) -> dict[int, frozenset[int]]:
+    """Bind each thread ``tid`` to ``masks[tid]``, all or nothing.
+
+    Returns the previous mask of every thread that was changed (a thread that
+    exited meanwhile is left out), which is what a restore needs.
+    """
+    require_system(topology)
+    pairs = [(int(t), _cpus(c, f"set_threads_affinity[tid={t}]")) for t, c in masks.items()]
+    return _native.set_threads_cpubind(pairs)
+
+
+def list_threads() -> list[ThreadInfo]:
+    """Every thread of this process: TID, name (``comm``), mask and last CPU."""
+    out = []
+    for tid in _native.list_threads():
+        try:
+            out.append(ThreadInfo(tid, _native.thread_name(tid), _native.get_thread_cpubind(tid),
+                                  _native.last_cpu(tid)))
+        except (BindError, OSError) as e:
+            if getattr(e, "errno", None) not in (errno.ESRCH, errno.ENOENT):
+                raise
+    return out

@@ -1,0 +1,609 @@
+"""The machine as an immutable value.
+
+A :class:`Topology` lists packages, NUMA nodes, caches, dies/groups, cores and
+PUs (hardware threads), each with **both** its OS index (what the kernel,
+``taskset`` and ``KMP_AFFINITY`` proclists use) and its logical index (hwloc's
+depth-first order).  Relations are logical indexes into the topology's tuples,
+so values are cheap to copy, hash and compare.
+
+Sources:
+
+* :meth:`Topology.from_system` -- this machine, through hwloc (cached per process),
+  restricted to the PUs this process may use (``allowed``) but knowing them all;
+* :meth:`Topology.from_xml` -- an hwloc XML export (``lstopo foo.xml``);
+* :meth:`Topology.from_synthetic` -- an hwloc synthetic description;
+* :meth:`Topology.from_cpuinfo` -- a ``/proc/cpuinfo``-format file, as Intel's
+  OpenMP runtime reads through ``KMP_CPUINFO_FILE`` (pure Python, no hwloc).
+
+The same machine given as XML, synthetic description and cpuinfo file (plus its
+NUMA node lists) gives equal values.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..cpulist import format_list, parse_list
+from ..errors import TopologyError
+
+__all__ = ["Cache", "Core", "Group", "NumaNode", "PU", "Package", "Topology"]
+
+
+@dataclass(frozen=True, slots=True)
+class PU:
+    """A hardware thread (hwloc ``PU``, the runtime's "OS proc")."""
+
+    os_index: int
+    logical_index: int
+    core: int  #: logical index of its core in ``Topology.cores``
+    package: int  #: logical index of its package in ``Topology.packages``
+    numa: int | None  #: logical index of its NUMA node, ``None`` when unknown
+    thread: int  #: rank among its core's PUs (0 = first sibling, by OS index)
+
+
+@dataclass(frozen=True, slots=True)
+class Core:
+    """A physical core.  ``os_index`` is the "core id": unique within a package only."""
+
+    os_index: int
+    logical_index: int
+    package: int  #: logical index of its package
+    cpuset: frozenset[int]
+    kind: str | None = None  #: hybrid core type (hwloc ``CoreType``: ``IntelCore``, ``IntelAtom``)
+    efficiency: int | None = None  #: hwloc cpukind efficiency rank (higher = faster)
+
+
+@dataclass(frozen=True, slots=True)
+class Package:
+    """A socket (the runtime's "physical id")."""
+
+    os_index: int
+    logical_index: int
+    cpuset: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class NumaNode:
+    """A NUMA node; ``cpuset`` may be empty (memory-only nodes such as KNL MCDRAM)."""
+
+    os_index: int
+    logical_index: int
+    cpuset: frozenset[int]
+    #: local memory in bytes, 0 when unknown; not part of equality (a cpuinfo
+    #: file cannot say it, hwloc's synthetic backend invents 1 GiB).
+    memory: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Cache:
+    """A CPU cache shared by ``cpuset`` (levels 1-5, data/unified caches only)."""
+
+    level: int
+    logical_index: int
+    cpuset: frozenset[int]
+    size: int = field(default=0, compare=False)  #: bytes, 0 when unknown
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """An intermediate level: a die, a tile/module group, or a ``node_N`` level of a
+    cpuinfo file (``kind`` says which)."""
+
+    kind: str
+    os_index: int | None
+    logical_index: int
+    cpuset: frozenset[int]
+
+
+def _fs(cpus: Iterable[int]) -> frozenset[int]:
+    return cpus if isinstance(cpus, frozenset) else frozenset(cpus)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """An immutable description of a machine.  See the module docstring."""
+
+    pus: tuple[PU, ...]
+    cores: tuple[Core, ...]
+    packages: tuple[Package, ...]
+    numa_nodes: tuple[NumaNode, ...] = ()
+    caches: tuple[Cache, ...] = ()
+    groups: tuple[Group, ...] = ()
+    #: OS indexes of the PUs this process may run on (cgroup cpuset and inherited
+    #: mask); every PU for a topology read from a file.
+    allowed: frozenset[int] = frozenset()
+    #: where the value came from ("system", a path, "synthetic:...").
+    source: str = field(default="", compare=False)
+    #: True only for :meth:`from_system`: binding through any other topology is refused.
+    is_this_system: bool = field(default=False, compare=False)
+
+    # ------------------------------------------------------------------ lookups
+    @functools.cached_property
+    def _by_os(self) -> dict[int, PU]:
+        return {pu.os_index: pu for pu in self.pus}
+
+    @functools.cached_property
+    def cpuset(self) -> frozenset[int]:
+        """OS indexes of every PU of the machine."""
+        return frozenset(self._by_os)
+
+    def pu(self, os_index: int) -> PU:
+        """The PU with this OS index (``KeyError`` if there is none)."""
+        try:
+            return self._by_os[os_index]
+        except KeyError:
+            raise KeyError(f"no PU with OS index {os_index} in {self.describe()}") from None
+
+    def core_of(self, os_index: int) -> Core:
+        return self.cores[self.pu(os_index).core]
+
+    def package_of(self, os_index: int) -> Package:
+        return self.packages[self.pu(os_index).package]
+
+    def numa_of(self, os_index: int) -> NumaNode | None:
+        n = self.pu(os_index).numa
+        return None if n is None else self.numa_nodes[n]
+
+    @property
+    def llcs(self) -> tuple[Cache, ...]:
+        """The last-level caches (highest cache level present), ``()`` when unknown."""
+        if not self.caches:
+            return ()
+        top = max(c.level for c in self.caches)
+        return tuple(c for c in self.caches if c.level == top)
+
+    @property
+    def dies(self) -> tuple[Group, ...]:
+        return tuple(g for g in self.groups if g.kind == "die")
+
+    @functools.cached_property
+    def threads_per_core(self) -> int:
+        """The largest number of PUs in one core."""
+        return max((len(c.cpuset) for c in self.cores), default=0)
+
+    @functools.cached_property
+    def is_uniform(self) -> bool:
+        """Every package has as many cores and every core as many PUs."""
+        per_pkg = {sum(1 for c in self.cores if c.package == p.logical_index) for p in self.packages}
+        per_core = {len(c.cpuset) for c in self.cores}
+        return len(per_pkg) <= 1 and len(per_core) <= 1
+
+    def describe(self) -> str:
+        """One line: ``2 packages x 28 cores x 2 PUs (112 PUs, 2 NUMA nodes)``."""
+        np_, nc, npu = len(self.packages), len(self.cores), len(self.pus)
+        if self.is_uniform and np_:
+            shape = f"{np_} package{'s' if np_ != 1 else ''} x {nc // np_} cores x {self.threads_per_core} PUs"
+        else:
+            shape = f"{np_} packages, {nc} cores (non-uniform)"
+        extra = f"{npu} PUs, {len(self.numa_nodes)} NUMA node{'s' if len(self.numa_nodes) != 1 else ''}"
+        if self.allowed != self.cpuset:
+            extra += f", {len(self.allowed)} allowed"
+        return f"{shape} ({extra})"
+
+    def __repr__(self) -> str:
+        return f"<Topology {self.describe()} from {self.source or '?'}>"
+
+    # ------------------------------------------------------------- derivations
+    def with_allowed(self, cpus: Iterable[int]) -> Topology:
+        """The same machine seen by a process whose mask is ``cpus`` (intersected
+        with the machine).  Raises :class:`TopologyError` if nothing is left."""
+        mask = _fs(cpus) & self.cpuset
+        if not mask:
+            raise TopologyError(f"mask {format_list(cpus)} selects no PU of this machine", self.source)
+        return Topology(self.pus, self.cores, self.packages, self.numa_nodes, self.caches,
+                        self.groups, mask, self.source, self.is_this_system)
+
+    # -------------------------------------------------------------- rendering
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description (OS and logical indexes, cpusets as lists)."""
+
+        def cl(s: frozenset[int]) -> str:
+            return format_list(s)
+
+        return {
+            "source": self.source,
+            "summary": self.describe(),
+            "allowed": cl(self.allowed),
+            "packages": [{"os_index": p.os_index, "logical_index": p.logical_index,
+                          "cpuset": cl(p.cpuset)} for p in self.packages],
+            "numa_nodes": [{"os_index": n.os_index, "logical_index": n.logical_index,
+                            "cpuset": cl(n.cpuset), "memory": n.memory} for n in self.numa_nodes],
+            "caches": [{"level": c.level, "logical_index": c.logical_index, "cpuset": cl(c.cpuset),
+                        "size": c.size} for c in self.caches],
+            "groups": [{"kind": g.kind, "os_index": g.os_index, "logical_index": g.logical_index,
+                        "cpuset": cl(g.cpuset)} for g in self.groups],
+            "cores": [{"os_index": c.os_index, "logical_index": c.logical_index, "package": c.package,
+                       "cpuset": cl(c.cpuset), "kind": c.kind, "efficiency": c.efficiency}
+                      for c in self.cores],
+            "pus": [{"os_index": u.os_index, "logical_index": u.logical_index, "core": u.core,
+                     "package": u.package, "numa": u.numa, "thread": u.thread,
+                     "allowed": u.os_index in self.allowed} for u in self.pus],
+        }
+
+    def to_json(self, **kw: Any) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    def tree(self) -> str:
+        """A readable tree: packages -> NUMA nodes -> cores -> PUs, with OS indexes
+        (``P#``) and logical indexes (``L#``); PUs outside ``allowed`` are marked."""
+        lines = [f"Machine: {self.describe()}"]
+
+        def pu_text(os_index: int) -> str:
+            p = self.pu(os_index)
+            mark = "" if os_index in self.allowed else " (disallowed)"
+            return f"PU P#{os_index} L#{p.logical_index}{mark}"
+
+        def core_lines(cores: Sequence[Core], indent: str) -> list[str]:
+            out = []
+            for c in cores:
+                kind = f" [{c.kind}]" if c.kind else ""
+                pus = ", ".join(pu_text(o) for o in sorted(c.cpuset, key=lambda o: self.pu(o).thread))
+                out.append(f"{indent}Core P#{c.os_index} L#{c.logical_index}{kind}: {pus}")
+            return out
+
+        for pkg in self.packages:
+            lines.append(f"  Package P#{pkg.os_index} L#{pkg.logical_index} (cpus {format_list(pkg.cpuset)})")
+            cores = [c for c in self.cores if c.package == pkg.logical_index]
+            nodes = [n for n in self.numa_nodes if n.cpuset & pkg.cpuset]
+            if not nodes:
+                lines.extend(core_lines(cores, "    "))
+                continue
+            placed: set[int] = set()
+            for n in nodes:
+                span = "" if n.cpuset <= pkg.cpuset else f", spans cpus {format_list(n.cpuset)}"
+                lines.append(f"    NUMANode P#{n.os_index} L#{n.logical_index} (cpus {format_list(n.cpuset & pkg.cpuset)}{span})")
+                mine = [c for c in cores if c.logical_index not in placed
+                        and self.pu(min(c.cpuset)).numa == n.logical_index]
+                placed.update(c.logical_index for c in mine)
+                lines.extend(core_lines(mine, "      "))
+            rest = [c for c in cores if c.logical_index not in placed]
+            lines.extend(core_lines(rest, "    "))
+        memonly = [n for n in self.numa_nodes if not n.cpuset]
+        for n in memonly:
+            lines.append(f"  NUMANode P#{n.os_index} L#{n.logical_index} (memory only)")
+        return "\n".join(lines)
+
+    # ---------------------------------------------------------------- loaders
+    @staticmethod
+    def from_system(*, refresh: bool = False) -> Topology:
+        """This machine, through hwloc.  Cached per process (``refresh=True`` reloads).
+
+        ``allowed`` is the intersection of hwloc's allowed cpuset (cgroup cpuset)
+        and this process's affinity mask as it is *now*, at first load.
+        """
+        return _system_topology(refresh)
+
+    @staticmethod
+    def from_xml(path: str | os.PathLike[str]) -> Topology:
+        """An hwloc XML file (as written by ``lstopo file.xml``)."""
+        from . import _native
+
+        path = os.fspath(path)
+        if not os.path.exists(path):
+            raise TopologyError("no such file", path)
+        _check_xml_syntax(path)
+        return _from_native(_native.load_topology("xml", path), source=path)
+
+    @staticmethod
+    def from_synthetic(description: str) -> Topology:
+        """An hwloc synthetic description, e.g.
+        ``"pack:2 core:28 pu:2(indexes=2*56:1*2)"`` (``[numa]`` attaches NUMA nodes)."""
+        from . import _native
+
+        return _from_native(_native.load_topology("synthetic", description),
+                            source=f"synthetic:{description}")
+
+    @staticmethod
+    def from_cpuinfo(path: str | os.PathLike[str], numa_nodes: Any = None) -> Topology:
+        """A file in ``/proc/cpuinfo`` format, read the way Intel's OpenMP runtime
+        reads ``KMP_CPUINFO_FILE``: records of ``processor``, ``physical id``,
+        ``core id``, optional ``thread id`` and ``node_N id`` (levels above the
+        package); other fields are ignored.
+
+        ``numa_nodes`` gives the NUMA nodes the runtime would read from sysfs:
+        ``None`` (none known), a path to a ``.../node`` directory holding
+        ``nodeN/cpulist`` files, or a mapping/sequence ``{node_id: cpus}`` /
+        ``[cpus_of_node0, ...]`` (cpus as an iterable or a cpulist string).
+        """
+        path = os.fspath(path)
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        except OSError as e:
+            raise TopologyError(f"cannot read: {e.strerror}", path) from e
+        return _from_cpuinfo_text(text, path, _numa_from_arg(numa_nodes, path))
+
+    @staticmethod
+    def load(src: str | os.PathLike[str] | Topology | None, numa_nodes: Any = None) -> Topology:
+        """Interpret a topology source as the CLI does: ``None``/``"system"`` for this
+        machine, ``"synthetic:<description>"``, a ``.xml`` file, or a cpuinfo file
+        (recognised by its ``processor`` records).  A cpuinfo file may be followed by
+        ``numa_nodes`` as in :meth:`from_cpuinfo`."""
+        if isinstance(src, Topology):
+            return src
+        if src is None or src == "system":
+            return Topology.from_system()
+        s = os.fspath(src)
+        if s.startswith("synthetic:"):
+            return Topology.from_synthetic(s[len("synthetic:"):])
+        if not os.path.exists(s):
+            raise TopologyError("no such file (expected an hwloc XML file, a cpuinfo file, "
+                                "'synthetic:<description>' or 'system')", s)
+        with open(s, "rb") as fh:
+            head = fh.read(4096).lstrip()
+        if head.startswith(b"<?xml") or head.startswith(b"<topology"):
+            return Topology.from_xml(s)
+        return Topology.from_cpuinfo(s, numa_nodes)
+
+
+# --------------------------------------------------------------------------
+# Assembly shared by every source
+# --------------------------------------------------------------------------
+
+def _assemble(pu_rows: Sequence[tuple[int, int, int, int | None]],
+              numa: Sequence[tuple[int, frozenset[int], int, int | None]],
+              caches: Sequence[tuple[int, frozenset[int], int]],
+              groups: Sequence[tuple[str, int | None, frozenset[int]]],
+              core_info: Mapping[int, tuple[str | None, int | None]] | None,
+              allowed: frozenset[int] | None,
+              source: str, this_system: bool,
+              position: Mapping[int, int] | None = None) -> Topology:
+    """Build a Topology from flat rows.
+
+    ``pu_rows``: ``(os_index, package_os, core_key, thread_key)`` per PU where
+    ``core_key`` identifies the core within its package (its "core id") and
+    ``thread_key`` ranks siblings (``None``: by OS index).
+    ``numa``: ``(os_index, cpus, memory, hwloc_logical_index or None)``.
+    ``position``: each PU's depth-first position (hwloc's PU logical index).
+    Every logical index derives from it, as in hwloc: objects of one type are
+    numbered in the order of their first PU.  Without it (cpuinfo files) the
+    position is what hwloc would compute: packages, then NUMA nodes inside a
+    package, then cores, each ordered by their first CPU.
+    """
+    if not pu_rows:
+        raise TopologyError("no processors found", source)
+    pkg_cpus: dict[int, set[int]] = {}
+    core_cpus: dict[tuple[int, int], set[int]] = {}
+    tkey: dict[int, tuple[int, int]] = {}
+    for os_i, pkg, core, th in pu_rows:
+        pkg_cpus.setdefault(pkg, set()).add(os_i)
+        core_cpus.setdefault((pkg, core), set()).add(os_i)
+        tkey[os_i] = (th if th is not None else 0, os_i)
+    if position is None:
+        position = _hwloc_like_positions(pkg_cpus, core_cpus, numa)
+    first = lambda cpus: min(position[c] for c in cpus) if cpus else 1 << 60  # noqa: E731
+    pkg_order = sorted(pkg_cpus, key=lambda p: first(pkg_cpus[p]))
+    packages = tuple(Package(p, i, frozenset(pkg_cpus[p])) for i, p in enumerate(pkg_order))
+    pkg_logical = {p.os_index: p.logical_index for p in packages}
+    core_order = sorted(core_cpus, key=lambda k: first(core_cpus[k]))
+    cores_l: list[Core] = []
+    rank_of: dict[int, tuple[int, int]] = {}  # os -> (core logical, rank in core)
+    for ci, key in enumerate(core_order):
+        cpus = frozenset(core_cpus[key])
+        kind, eff = core_info.get(min(cpus), (None, None)) if core_info else (None, None)
+        cores_l.append(Core(key[1], ci, pkg_logical[key[0]], cpus, kind, eff))
+        for rank, os_i in enumerate(sorted(cpus, key=lambda o: tkey[o])):
+            rank_of[os_i] = (ci, rank)
+    numa_nodes = tuple(NumaNode(os_i, li, cpus, mem) for li, (os_i, cpus, mem, _) in enumerate(
+        sorted(numa, key=lambda n: (n[3] if n[3] is not None else -1, first(n[1]), n[0]))))
+    # A PU's node is the most local one: the smallest node holding it (nodes can
+    # nest, e.g. KNL MCDRAM beside DDR, or a package-wide node over SNC nodes).
+    node_of: dict[int, int] = {}
+    for n in sorted(numa_nodes, key=lambda n: (len(n.cpuset), n.logical_index)):
+        for c in n.cpuset:
+            node_of.setdefault(c, n.logical_index)
+    pus = tuple(PU(os_i, li, rank_of[os_i][0], cores_l[rank_of[os_i][0]].package,
+                   node_of.get(os_i), rank_of[os_i][1])
+                for li, os_i in enumerate(sorted(position, key=position.__getitem__)))
+    cache_vals = []
+    for level in sorted({c[0] for c in caches}):
+        lv = sorted((c for c in caches if c[0] == level), key=lambda c: first(c[1]))
+        cache_vals.extend(Cache(level, i, cpus, size) for i, (_, cpus, size) in enumerate(lv))
+    group_vals = []
+    for kind in sorted({g[0] for g in groups}):
+        gv = sorted((g for g in groups if g[0] == kind), key=lambda g: first(g[2]))
+        group_vals.extend(Group(kind, os_i, i, cpus) for i, (_, os_i, cpus) in enumerate(gv))
+    every = frozenset(p.os_index for p in pus)
+    allowed_set = every if allowed is None else (allowed & every)
+    if not allowed_set:
+        raise TopologyError("no PU of this machine is allowed to this process", source)
+    return Topology(pus, tuple(cores_l), packages, numa_nodes, tuple(cache_vals), tuple(group_vals),
+                    allowed_set, source, this_system)
+
+
+def _hwloc_like_positions(pkg_cpus: Mapping[int, set[int]],
+                          core_cpus: Mapping[tuple[int, int], set[int]],
+                          numa: Sequence[tuple[int, frozenset[int], int, int | None]]) -> dict[int, int]:
+    """Depth-first PU positions as hwloc would number the same machine: packages by
+    first CPU, inside a package the NUMA nodes it contains (SNC) by first CPU, then
+    cores by first CPU, then PUs by OS index."""
+    pkg_rank = {p: i for i, p in enumerate(sorted(pkg_cpus, key=lambda p: min(pkg_cpus[p])))}
+    node_rank: dict[int, int] = {}
+    for pkg, cpus in pkg_cpus.items():
+        inside = sorted((n for n in numa if n[1] and n[1] <= cpus and n[1] != cpus),
+                        key=lambda n: min(n[1]))
+        for i, n in enumerate(inside):
+            for c in n[1]:
+                node_rank.setdefault(c, i)
+    keys = {}
+    for (pkg, _), cpus in core_cpus.items():
+        cmin = min(cpus)
+        for c in cpus:
+            keys[c] = (pkg_rank[pkg], node_rank.get(cmin, 0), cmin, c)
+    return {c: i for i, c in enumerate(sorted(keys, key=keys.__getitem__))}
+
+
+# --------------------------------------------------------------------------
+# cpuinfo files
+# --------------------------------------------------------------------------
+
+_FIELD_RE = re.compile(r"^([^:]*?)\s*:\s*(.*)$")
+_NODE_RE = re.compile(r"^node_(\d+) id$")
+
+
+def _from_cpuinfo_text(text: str, source: str,
+                       numa: Sequence[tuple[int, frozenset[int], int, None]]) -> Topology:
+    records: list[dict[str, tuple[int, int]]] = []  # field -> (value, line)
+    cur: dict[str, tuple[int, int]] | None = None
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            cur = None
+            continue
+        m = _FIELD_RE.match(line)
+        if not m:
+            raise TopologyError(f"expected 'name : value', got {raw!r}", source, lineno)
+        name, value = m.group(1).strip().lower(), m.group(2).strip()
+        if name not in ("processor", "physical id", "core id", "thread id") and not _NODE_RE.match(name):
+            continue  # model name, flags, ... : ignored, as the runtime does
+        if name == "processor":
+            cur = {}
+            records.append(cur)
+        elif cur is None:
+            raise TopologyError(f"field {name!r} before any 'processor' line", source, lineno)
+        if not value.isdigit():
+            raise TopologyError(f"{name!r} must be a non-negative integer, got {value!r}", source, lineno)
+        if name in cur:
+            raise TopologyError(f"{name!r} given twice for one processor", source, lineno)
+        cur[name] = (int(value), lineno)
+    if not records:
+        raise TopologyError("no 'processor' records (not a cpuinfo file?)", source)
+    seen: dict[int, int] = {}
+    rows: list[tuple[int, int, int, int | None]] = []
+    node_levels: dict[int, dict[int, set[int]]] = {}
+    for rec in records:
+        proc, line = rec["processor"]
+        if proc in seen:
+            raise TopologyError(f"processor {proc} listed twice (first at line {seen[proc]})", source, line)
+        seen[proc] = line
+        pkg = rec.get("physical id", (0, 0))[0]
+        # Without a core id each processor is a core of its own (the runtime does the same).
+        core = rec["core id"][0] if "core id" in rec else -1 - proc
+        th = rec["thread id"][0] if "thread id" in rec else None
+        rows.append((proc, pkg, core, th))
+        for name, (val, _) in rec.items():
+            m = _NODE_RE.match(name)
+            if m:
+                node_levels.setdefault(int(m.group(1)), {}).setdefault(val, set()).add(proc)
+    if any(r[2] < 0 for r in rows):
+        # cores numbered by appearance when the file has no core ids
+        rows = [(p, pkg, c if c >= 0 else p, th) for p, pkg, c, th in rows]
+    every = {r[0] for r in rows}
+    for node_id, cpus, _, _ in numa:
+        bad = set(cpus) - every
+        if bad:
+            raise TopologyError(f"NUMA node {node_id} lists cpus {format_list(bad)} that are not "
+                                f"processors of the file", source)
+    groups = [(f"node{lvl}", gid, frozenset(cpus))
+              for lvl, ids in node_levels.items() for gid, cpus in ids.items()]
+    return _assemble(rows, numa, (), groups, None, None, source, False)
+
+
+def _numa_from_arg(arg: Any, source: str) -> list[tuple[int, frozenset[int], int, None]]:
+    if arg is None:
+        return []
+    if isinstance(arg, (str, os.PathLike)):
+        d = os.fspath(arg)
+        if not os.path.isdir(d):
+            raise TopologyError("NUMA node directory does not exist", d)
+        out = []
+        for name in sorted(os.listdir(d)):
+            m = re.fullmatch(r"node(\d+)", name)
+            if not m:
+                continue
+            f = os.path.join(d, name, "cpulist")
+            try:
+                with open(f) as fh:
+                    txt = fh.read().strip()
+                out.append((int(m.group(1)), parse_list(txt), 0, None))
+            except (OSError, ValueError) as e:
+                raise TopologyError(f"unreadable cpulist: {e}", f) from e
+        return out
+    items = arg.items() if isinstance(arg, Mapping) else enumerate(arg)
+    out = []
+    for node_id, cpus in items:
+        try:
+            cs = parse_list(cpus) if isinstance(cpus, str) else frozenset(int(c) for c in cpus)
+        except ValueError as e:
+            raise TopologyError(f"NUMA node {node_id}: {e}", source) from e
+        out.append((int(node_id), cs, 0, None))
+    return out
+
+
+# --------------------------------------------------------------------------
+# hwloc-backed sources
+# --------------------------------------------------------------------------
+
+def _from_native(loaded: Any, source: str) -> Topology:
+    """Build from ``_native.load_topology``'s result (see ``_native.NativeTopology``)."""
+    objs = loaded.objects
+    pkgs = [o for o in objs if o.type == "Package"]
+    cores = [o for o in objs if o.type == "Core"]
+    pus = [o for o in objs if o.type == "PU"]
+    if not pus:
+        raise TopologyError("hwloc found no PU", source)
+    pkg_of: dict[int, int] = {}
+    for p in pkgs:
+        for c in p.cpuset:
+            pkg_of[c] = p.os_index
+    core_of: dict[int, int] = {}
+    for c in cores:
+        for cpu in c.cpuset:
+            core_of[cpu] = c.os_index
+    rows = []
+    for pu in pus:
+        o = pu.os_index
+        rows.append((o, pkg_of.get(o, 0), core_of.get(o, o), None))
+    numa = [(n.os_index, n.cpuset, n.size, n.logical_index) for n in objs if n.type == "NUMANode"]
+    caches = [(o.cache_level, o.cpuset, o.size) for o in objs if o.type == "Cache"]
+    redundant = {frozenset(n.cpuset) for n in objs if n.type in ("NUMANode", "Package", "Machine")}
+    groups = []
+    for o in objs:
+        if o.type == "Die":
+            groups.append(("die", o.os_index, o.cpuset))
+        elif o.type == "Group" and o.cpuset not in redundant:
+            groups.append(((o.subtype or "group").lower(), o.os_index, o.cpuset))
+    core_info = {}
+    for kind_cpus, kind_name, eff in loaded.cpukinds:
+        for c in cores:
+            if min(c.cpuset) in kind_cpus:
+                core_info[min(c.cpuset)] = (kind_name, eff)
+    position = {pu.os_index: pu.logical_index for pu in pus}
+    return _assemble(rows, numa, caches, groups, core_info or None,
+                     loaded.allowed, source, loaded.this_system, position)
+
+
+def _check_xml_syntax(path: str) -> None:
+    """hwloc reports a broken XML file without a position: find it ourselves."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError as e:
+        line = e.position[0] if getattr(e, "position", None) else None
+        raise TopologyError(f"not well-formed XML: {e}", path, line) from None
+    except OSError as e:
+        raise TopologyError(f"cannot read: {e.strerror}", path) from e
+    if root.tag != "topology":
+        raise TopologyError(f"root element is <{root.tag}>, not an hwloc <topology>", path, 1)
+
+
+_system_lock = threading.Lock()
+_system_cache: Topology | None = None
+
+
+def _system_topology(refresh: bool) -> Topology:
+    global _system_cache
+    with _system_lock:
+        if _system_cache is None or refresh:
+            from . import _native
+
+            _system_cache = _from_native(_native.load_topology("system", None), source="system")
+        return _system_cache

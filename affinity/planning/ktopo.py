@@ -1,0 +1,669 @@
+"""The OpenMP runtime's view of a machine (``kmp_topology_t``), as a value.
+
+Private to the planner.  Given a :class:`~affinity.machine.topology.Topology` and the
+set of OS procs the runtime considers (its "full mask"), this builds the
+runtime's table of hardware threads exactly as Intel's runtime does with its
+``cpuinfo`` method plus the NUMA layer libiomp5 reads from sysfs:
+
+1. one row per available PU: ids ``(physical id, core id, rank in core)``,
+   sorted by ids then OS proc id (ranks count only the available PUs of a
+   core, by OS id, as when the runtime numbers the hardware threads of a
+   ``/proc/cpuinfo`` record without ``thread id``);
+2. extra layers a richer topology knows (dies, tiles, modules, L1/L2/L3
+   caches) are inserted by the runtime's layer insertion rule and the rows
+   re-sorted (as the hwloc/x2APIC methods produce them);
+3. the NUMA layer: libiomp5 reads ``node0``, ``node1``, ... until the first
+   missing node; every PU gets the number of the node listing it (0 when
+   none does) and the layer is inserted *without* re-sorting the rows;
+4. ``canonicalize``: radix-1 layers are removed (recording which layers are
+   equivalent), counts/ratios, uniformity, per-level sub-ids, and the
+   last-level-cache equivalence (socket when there are no caches);
+5. ``KMP_HW_SUBSET`` filtering (counts/ratios recomputed, sub-ids kept).
+
+Everything here is pure and deterministic; instances are cached by the
+planner per (topology, mask, subset).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .spec import CATALOG, KmpHwSubset
+
+# kmp_hw_t, in the runtime's enumeration order
+SOCKET, PROC_GROUP, NUMA, DIE, LLC, L3, TILE, MODULE, L2, L1, CORE, THREAD = range(12)
+NLAYERS = 12
+UNKNOWN = -1
+KEYWORDS = ("socket", "proc_group", "numa_domain", "die", "ll_cache", "l3_cache", "tile", "module",
+            "l2_cache", "l1_cache", "core", "thread")
+TYPE_OF = {k: i for i, k in enumerate(KEYWORDS)}
+_MAIN = (SOCKET, CORE, THREAD)
+_PREFERENCE = {SOCKET: 110, PROC_GROUP: 100, CORE: 95, THREAD: 90, NUMA: 85, DIE: 80, TILE: 75,
+               MODULE: 73, L3: 70, L2: 65, L1: 60, LLC: 5}
+_GROUP_KINDS = {"die": DIE, "tile": TILE, "module": MODULE}
+_CACHE_TYPES = {1: L1, 2: L2, 3: L3}
+
+
+def cat(t: int, plural: bool = False) -> str:
+    return CATALOG[KEYWORDS[t]][1 if plural else 0]
+
+
+@dataclass
+class Warn:
+    """A runtime message produced while building/using the topology; ``gated``
+    messages are printed only when affinity warnings are enabled (the
+    runtime's ``KMP_AFF_WARNING``)."""
+
+    text: str
+
+
+class KTopo:
+    """The runtime's topology table.  Attributes mirror ``kmp_topology_t``."""
+
+    __slots__ = ("depth", "types", "os", "ids", "sub_ids", "core_type", "core_eff", "equivalent",
+                 "ratio", "count", "uniform", "n_threads_per_core", "n_cores_per_pkg", "n_packages",
+                 "n_cores", "hybrid", "num_core_effs", "_cache", "subset_warnings", "filtered",
+                 "machine_procs")
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.types: list[int] = []
+        self.os: list[int] = []
+        self.ids: list[list[int]] = []
+        self.sub_ids: list[tuple[int, ...]] = []
+        self.core_type: list[int] = []
+        self.core_eff: list[int] = []
+        self.equivalent = [UNKNOWN] * NLAYERS
+        self.ratio: list[int] = []
+        self.count: list[int] = []
+        self.uniform = True
+        self.n_threads_per_core = 1
+        self.n_cores_per_pkg = 1
+        self.n_packages = 1
+        self.n_cores = 1
+        self.hybrid = False
+        self.num_core_effs = 0
+        self._cache: dict[Any, Any] = {}
+        self.subset_warnings: list[str] = []
+        self.filtered = False
+        self.machine_procs = 0
+
+    # ------------------------------------------------------------- queries
+    @property
+    def num_threads(self) -> int:
+        return len(self.os)
+
+    def get_level(self, t: int) -> int:
+        eq = self.equivalent[t]
+        if eq == UNKNOWN:
+            return -1
+        try:
+            return self.types.index(eq)
+        except ValueError:
+            return -1
+
+    def calculate_ratio(self, level1: int, level2: int) -> int:
+        r = 1
+        for level in range(level1, level2, -1):
+            r *= self.ratio[level]
+        return r
+
+    def set_equivalent(self, t1: int, t2: int) -> None:
+        real = self.equivalent[t2]
+        if real == UNKNOWN:
+            real = t2
+        self.equivalent[t1] = real
+        for t in range(NLAYERS):
+            if self.equivalent[t] == t1:
+                self.equivalent[t] = real
+
+    @property
+    def procs(self) -> frozenset[int]:
+        return frozenset(self.os)
+
+    # -------------------------------------------------------- construction
+    def insert_layer(self, t: int, new_ids: Sequence[int]) -> None:
+        """``_insert_layer``: put the layer above the first layer it does not
+        refine (an equal layer goes above).  Rows are not re-sorted."""
+        prev_id: Any = UNKNOWN
+        prev_new: Any = UNKNOWN
+        target = 0
+        n = len(self.os)
+        while target < self.depth:
+            equal = True
+            above = False
+            col = [row[target] for row in self.ids]
+            for i in range(n):
+                cur, new = col[i], new_ids[i]
+                if cur != prev_id and new == prev_new:
+                    above = True
+                    equal = False
+                    break
+                if cur == prev_id and new != prev_new:
+                    equal = False
+                    break
+                prev_id, prev_new = cur, new
+            if above or equal:
+                break
+            target += 1
+        self.types.insert(target, t)
+        for row, v in zip(self.ids, new_ids):
+            row.insert(target, v)
+        self.equivalent[t] = t
+        self.depth += 1
+
+    def sort_ids(self) -> None:
+        order = sorted(range(len(self.os)), key=lambda i: (self.ids[i], self.os[i]))
+        self._reorder(order)
+
+    def _reorder(self, order: Sequence[int]) -> None:
+        self.os = [self.os[i] for i in order]
+        self.ids = [self.ids[i] for i in order]
+        if self.sub_ids:
+            self.sub_ids = [self.sub_ids[i] for i in order]
+        self.core_type = [self.core_type[i] for i in order]
+        self.core_eff = [self.core_eff[i] for i in order]
+
+    def remove_radix1_layers(self) -> None:
+        t1, t2 = 0, 1
+        n = len(self.os)
+        while t1 < self.depth - 1 and t2 < self.depth:
+            type1, type2 = self.types[t1], self.types[t2]
+            if type1 in _MAIN and type2 in _MAIN:
+                t1, t2 = t2, t2 + 1
+                continue
+            radix1 = True
+            all_same = True
+            id1 = self.ids[0][t1]
+            id2 = self.ids[0][t2]
+            for i in range(1, n):
+                a, b = self.ids[i][t1], self.ids[i][t2]
+                if a == id1 and b != id2:
+                    radix1 = False
+                    break
+                if b != id2:
+                    all_same = False
+                id1, id2 = a, b
+            if radix1:
+                if _PREFERENCE[type1] > _PREFERENCE[type2]:
+                    remove_type, remove_layer, keep = type2, t2, type1
+                else:
+                    remove_type, remove_layer, keep = type1, t1, type2
+                remove_ids = remove_layer
+                if all_same:
+                    remove_ids = t2
+                self.set_equivalent(remove_type, keep)
+                for row in self.ids:
+                    del row[remove_ids]
+                del self.types[remove_layer]
+                self.depth -= 1
+            else:
+                t1, t2 = t2, t2 + 1
+
+    def gather(self) -> None:
+        """``_gather_enumeration_information`` + ``_discover_uniformity``."""
+        depth = self.depth
+        prev: list[Any] = [None] * depth
+        mx = [0] * depth
+        count = [0] * depth
+        ratio = [0] * depth
+        core_level = self.get_level(CORE)
+        core_types: list[int] = []
+        num_effs = 0
+        for i, row in enumerate(self.ids):
+            for layer in range(depth):
+                if row[layer] != prev[layer]:
+                    for l2 in range(layer, depth):
+                        count[l2] += 1
+                    mx[layer] += 1
+                    for l2 in range(layer + 1, depth):
+                        if mx[l2] > ratio[l2]:
+                            ratio[l2] = mx[l2]
+                        mx[l2] = 1
+                    if self.hybrid and core_level >= 0 and layer <= core_level:
+                        if self.core_eff[i] >= num_effs:
+                            num_effs = self.core_eff[i] + 1
+                        if self.core_type[i] not in core_types and self.core_type[i] != 0:
+                            core_types.append(self.core_type[i])
+                    break
+            prev = row
+        for layer in range(depth):
+            if mx[layer] > ratio[layer]:
+                ratio[layer] = mx[layer]
+        self.count, self.ratio = count, ratio
+        if self.hybrid:
+            self.num_core_effs = num_effs
+        num = 1
+        for r in ratio:
+            num *= r
+        self.uniform = num == count[depth - 1]
+
+    def set_sub_ids(self) -> None:
+        depth = self.depth
+        prev: list[Any] = [None] * depth
+        sub = [-1] * depth
+        out = []
+        for row in self.ids:
+            for j in range(depth):
+                if row[j] != prev[j]:
+                    sub[j] += 1
+                    for k in range(j + 1, depth):
+                        sub[k] = 0
+                    break
+            prev = row
+            out.append(tuple(sub))
+        self.sub_ids = out
+
+    def set_globals(self) -> None:
+        pkg = self.get_level(SOCKET)
+        core = self.get_level(CORE)
+        thread = self.get_level(THREAD)
+        self.n_threads_per_core = self.calculate_ratio(thread, core)
+        if pkg != -1:
+            self.n_cores_per_pkg = self.calculate_ratio(core, pkg)
+            self.n_packages = self.count[pkg]
+        else:
+            self.n_cores_per_pkg = self.count[core]
+            self.n_packages = 1
+        self.n_cores = self.count[core]
+
+    def set_last_level_cache(self) -> None:
+        eq = self.equivalent
+        if eq[L3] != UNKNOWN:
+            self.set_equivalent(LLC, L3)
+        elif eq[L2] != UNKNOWN:
+            self.set_equivalent(LLC, L2)
+        elif eq[L1] != UNKNOWN:
+            self.set_equivalent(LLC, L1)
+        if self.equivalent[LLC] == UNKNOWN:
+            if eq[SOCKET] != UNKNOWN:
+                self.set_equivalent(LLC, SOCKET)
+            elif eq[CORE] != UNKNOWN:
+                self.set_equivalent(LLC, CORE)
+
+    def canonicalize(self) -> None:
+        self.remove_radix1_layers()
+        self.gather()
+        self.set_sub_ids()
+        self.set_globals()
+        self.set_last_level_cache()
+
+    def restrict(self, keep: frozenset[int] | set[int]) -> bool:
+        """``restrict_to_mask``: drop the rows whose proc is not in ``keep``;
+        sub-ids are *not* recomputed (as in the runtime)."""
+        idx = [i for i, o in enumerate(self.os) if o in keep]
+        if len(idx) == len(self.os):
+            return False
+        self._reorder(idx)
+        self.gather()
+        self.set_globals()
+        self.set_last_level_cache()
+        return True
+
+    def copy(self) -> "KTopo":
+        k = KTopo()
+        k.depth = self.depth
+        k.types = list(self.types)
+        k.os = list(self.os)
+        k.ids = [list(r) for r in self.ids]
+        k.sub_ids = list(self.sub_ids)
+        k.core_type = list(self.core_type)
+        k.core_eff = list(self.core_eff)
+        k.equivalent = list(self.equivalent)
+        k.ratio = list(self.ratio)
+        k.count = list(self.count)
+        k.uniform = self.uniform
+        k.n_threads_per_core = self.n_threads_per_core
+        k.n_cores_per_pkg = self.n_cores_per_pkg
+        k.n_packages = self.n_packages
+        k.n_cores = self.n_cores
+        k.hybrid = self.hybrid
+        k.num_core_effs = self.num_core_effs
+        k.subset_warnings = list(self.subset_warnings)
+        k.filtered = self.filtered
+        k.machine_procs = self.machine_procs
+        return k
+
+    # --------------------------------------------------------- reporting
+    def summary(self) -> str:
+        """The runtime's one-line ``N sockets x M cores/socket x ...`` text."""
+        print_types = list(self.types)
+        if self.equivalent[CORE] != CORE:
+            if print_types and print_types[-1] == THREAD:
+                print_types[-1] = CORE
+                print_types.append(THREAD)
+            else:
+                print_types.append(CORE)
+        if self.equivalent[THREAD] != THREAD:
+            print_types.append(THREAD)
+        parts = []
+        level = 0
+        denom = None
+        for p, t in enumerate(print_types):
+            if self.equivalent[t] != t:
+                c = 1
+            else:
+                c = self.ratio[level]
+                level += 1
+            name = cat(t, c > 1)
+            if p == 0:
+                parts.append(f"{c} {name}")
+            else:
+                parts.append(f" x {c} {name}/{cat(denom)}")  # type: ignore[arg-type]
+            denom = t
+        core_level = self.get_level(CORE)
+        ncores = self.count[core_level] if core_level >= 0 else 0
+        return "".join(parts) + f" ({ncores} total cores)"
+
+    def equivalences(self) -> list[tuple[int, int]]:
+        return [(t, self.equivalent[t]) for t in range(NLAYERS)
+                if self.equivalent[t] not in (UNKNOWN, t)]
+
+    def describe_thread(self, i: int) -> str:
+        return " ".join(f"{cat(t)} {self.ids[i][lvl]}" for lvl, t in enumerate(self.types))
+
+
+# ---------------------------------------------------------------------------
+# Building from a Topology
+# ---------------------------------------------------------------------------
+
+_ATOM, _CORE_T = 1, 2  # core type indexer values
+
+
+def _core_kind(kind: str | None) -> int:
+    if not kind:
+        return 0
+    k = kind.lower()
+    if "atom" in k:
+        return _ATOM
+    if "core" in k:
+        return _CORE_T
+    return 0
+
+
+def build(topology: Any, procs: frozenset[int], numa: bool = True) -> KTopo:
+    """The canonical runtime topology of ``topology`` restricted to ``procs``
+    (the runtime's full mask)."""
+    pus = [pu for pu in topology.pus if pu.os_index in procs]
+    if not pus:
+        raise ValueError("no available processor")
+    packages, cores = topology.packages, topology.cores
+    rows = []
+    for pu in pus:
+        core = cores[pu.core]
+        rows.append((packages[pu.package].os_index, core.os_index, pu.os_index, core))
+    rows.sort(key=lambda r: (r[0], r[1], r[2]))
+    k = KTopo()
+    k.machine_procs = len(topology.pus)
+    kinds = {c.kind for c in cores if c.kind}
+    k.hybrid = len(kinds) > 1
+    rank = 0
+    last = None
+    effs = sorted({c.efficiency for c in cores if c.efficiency is not None})
+    for pkg, cid, os_i, core in rows:
+        key = (pkg, cid)
+        rank = rank + 1 if key == last else 0
+        last = key
+        k.os.append(os_i)
+        k.ids.append([pkg, cid, rank])
+        k.core_type.append(_core_kind(core.kind) if k.hybrid else 0)
+        if k.hybrid and core.efficiency is not None:
+            k.core_eff.append(effs.index(core.efficiency))
+        else:
+            k.core_eff.append(-1 if not k.hybrid else 0)
+    k.types = [SOCKET, CORE, THREAD]
+    k.depth = 3
+    for t in k.types:
+        k.equivalent[t] = t
+    # Layers a richer topology knows (hwloc XML of a real machine).
+    extra = False
+    for g in getattr(topology, "groups", ()):
+        t = _GROUP_KINDS.get(g.kind)
+        if t is None or k.equivalent[t] != UNKNOWN:
+            continue
+        gs = [x for x in topology.groups if x.kind == g.kind]
+        owner = {}
+        for x in gs:
+            for c in x.cpuset:
+                owner[c] = x.os_index if x.os_index is not None else x.logical_index
+        k.insert_layer(t, [owner.get(o, 0) for o in k.os])
+        extra = True
+    if extra:
+        k.sort_ids()
+    # Caches never become layers (as with the x2APIC method): a cache level is
+    # equivalent to the layer whose objects share it exactly.
+    for level in sorted({c.level for c in getattr(topology, "caches", ())}):
+        t = _CACHE_TYPES.get(level)
+        if t is None:
+            continue
+        owner: dict[int, int] = {}
+        for c in topology.caches:
+            if c.level == level:
+                for cpu in c.cpuset:
+                    owner[cpu] = c.logical_index
+        part = _partition([owner.get(o, -1) for o in k.os])
+        for lvl in range(k.depth - 2, -1, -1):  # innermost first, threads excluded
+            if part == _partition([tuple(r[:lvl + 1]) for r in k.ids]):
+                k.set_equivalent(t, k.types[lvl])
+                break
+    # libiomp5's NUMA layer: node0, node1, ... until the first missing node.
+    if numa and topology.numa_nodes:
+        by_id = {n.os_index: n for n in topology.numa_nodes}
+        node_of: dict[int, int] = {}
+        i = 0
+        while i in by_id:
+            for cpu in by_id[i].cpuset:
+                node_of[cpu] = i
+            i += 1
+        if i > 0:
+            k.insert_layer(NUMA, [node_of.get(o, 0) for o in k.os])
+    k.canonicalize()
+    return k
+
+
+# ---------------------------------------------------------------------------
+# KMP_HW_SUBSET
+# ---------------------------------------------------------------------------
+
+_SUBSET_TYPE = {"socket": SOCKET, "proc_group": PROC_GROUP, "numa_domain": NUMA, "die": DIE,
+                "ll_cache": LLC, "l3_cache": L3, "tile": TILE, "module": MODULE,
+                "l2_cache": L2, "l1_cache": L1, "core": CORE, "thread": THREAD}
+
+
+def filter_hw_subset(k: KTopo, subset: KmpHwSubset) -> tuple[bool, list[str]]:
+    """``filter_hw_subset`` of the runtime, applied to ``k`` in place.
+
+    Returns (filtered, messages); messages are gated affinity warnings.
+    Non-absolute subsets are first completed with ``*`` items for socket,
+    core and thread and treated as absolute (the runtime's
+    ``kmp_hw_subset_t::canonicalize``)."""
+    msgs: list[str] = []
+    # items: [type, [(num, offset, attr)...]]
+    items: list[list[Any]] = []
+    for it in subset.items:
+        t = _SUBSET_TYPE[it.layer]
+        num = None if it.count is None else it.count
+        for entry in items:
+            if entry[0] == t:
+                entry[1].append((num, it.offset, it.attr))
+                break
+        else:
+            items.append([t, [(num, it.offset, it.attr)]])
+
+    def level_of(t: int) -> int:
+        return k.get_level(t)
+
+    items.sort(key=lambda e: level_of(e[0]))
+    absolute = subset.absolute
+    if not absolute:
+        targeted = (SOCKET, CORE, THREAD)
+        if all(k.get_level(t) != -1 for t in targeted):
+            for t in targeted:
+                if not any(k.equivalent[e[0]] == t for e in items):
+                    items.append([t, [(None, 0, None)]])
+            items.sort(key=lambda e: level_of(e[0]))
+            absolute = True
+    specified: dict[int, int] = {}
+    levels: list[int] = []
+    using_types = using_effs = False
+    core_level = k.get_level(CORE)
+    for e in items:
+        t = e[0]
+        eq = k.equivalent[t]
+        level = k.get_level(t)
+        levels.append(level)
+        if eq == UNKNOWN:
+            msgs.append(f"KMP_HW_SUBSET ignored: {cat(t)}: level not detected in machine topology.")
+            return False, msgs
+        e[0] = eq
+        if eq in specified:
+            msgs.append(f"KMP_HW_SUBSET ignored: {cat(t)}, {cat(specified[eq])}: layers are equivalent, "
+                        "please only specify one.")
+            return False, msgs
+        specified[eq] = t
+        num, offset, _ = e[1][0]
+        max_count = k.ratio[level]
+        if not absolute:
+            if max_count < 0 or (num is not None and num + offset > max_count):
+                msgs.append(f"KMP_HW_SUBSET ignored: {cat(t, (num or 0) > 1)}: too many requested.")
+                return False, msgs
+        if level == core_level:
+            for (_n, _o, attr) in e[1]:
+                if attr:
+                    if attr.startswith("eff"):
+                        using_effs = True
+                    else:
+                        using_types = True
+            if (using_effs or using_types) and not k.hybrid:
+                if len(e[1]) == 1:
+                    msgs.append("KMP_HW_SUBSET: ignoring %s attribute. This machine is not a hybrid "
+                                "architecutre." % ("efficiency" if using_effs else "core_type"))
+                    using_effs = using_types = False
+                else:
+                    msgs.append("KMP_HW_SUBSET ignored: Too many attributes specified. This machine is not "
+                                "a hybrid architecutre.")
+                    return False, msgs
+            if using_types and using_effs:
+                msgs.append("KMP_HW_SUBSET ignored: core_type, efficiency: attributes are ambiguous, "
+                            "please only specify one.")
+                return False, msgs
+            if using_effs:
+                for (_n, _o, attr) in e[1]:
+                    if attr and attr.startswith("eff"):
+                        eff = int(attr[3:])
+                        if eff < 0 or eff >= k.num_core_effs:
+                            msgs.append(f"KMP_HW_SUBSET ignored: efficiency: attribute value {eff} is invalid.")
+                            return False, msgs
+            if (using_types or using_effs) and len(e[1]) > 1:
+                attrs = [a for (_n, _o, a) in e[1]]
+                if any(a is None for a in attrs):
+                    other = next(a for a in attrs if a is not None)
+                    msgs.append(f"KMP_HW_SUBSET ignored: core, {_attr_name(other, True)}: attributes are "
+                                "ambiguous, please only specify one.")
+                    return False, msgs
+                if len(set(attrs)) != len(attrs):
+                    dup = next(a for a in attrs if attrs.count(a) > 1)
+                    msgs.append(f"KMP_HW_SUBSET ignored: {_attr_name(dup, True)}: attribute specified more "
+                                "than once.")
+                    return False, msgs
+    # Absolute sub-ids: the index of a thread's object at each targeted level
+    # within its nearest targeted ancestor (or the whole machine).
+    targeted = sorted({lv for lv in levels if lv >= 0})
+    n = k.num_threads
+    abs_sub: list[dict[int, int]] = []
+    prev_row: Any = None
+    counters = {lv: -1 for lv in targeted}
+    for i in range(n):
+        sub = k.sub_ids[i]
+        if prev_row is None:
+            for lv in targeted:
+                counters[lv] = 0
+        else:
+            # first level whose object changed
+            changed = next((lv for lv in range(k.depth) if sub[lv] != prev_row[lv]), None)
+            if changed is not None:
+                first = True
+                for lv in targeted:
+                    if lv < changed:
+                        continue
+                    if first:
+                        counters[lv] += 1
+                        first = False
+                    else:
+                        counters[lv] = 0
+        prev_row = sub
+        abs_sub.append(dict(counters))
+    # core attributes: running sub-id per attribute value within the level above cores
+    type_sub: list[int] = []
+    if using_types or using_effs:
+        run: dict[int, int] = {}
+        prev = None
+        for i in range(n):
+            key = k.core_type[i] if using_types else k.core_eff[i]
+            sub = k.sub_ids[i]
+            if prev is not None:
+                changed = next((lv for lv in range(core_level + 1) if sub[lv] != prev[lv]), None)
+                if changed is not None:
+                    if changed < core_level:
+                        run[key] = -1
+                    run[key] = run.get(key, -1) + 1
+            else:
+                run[key] = 0
+            prev = sub
+            type_sub.append(run[key])
+    keep = set()
+    for i in range(n):
+        drop = False
+        for e, level in zip(items, levels):
+            if level == -1:
+                continue
+            if (using_types or using_effs) and level == core_level:
+                val = k.core_type[i] if using_types else k.core_eff[i]
+                match = None
+                for (num, offset, attr) in e[1]:
+                    if attr is None:
+                        continue
+                    av = _attr_value(attr, using_types)
+                    if av == val:
+                        match = (num, offset)
+                        break
+                if match is None:
+                    drop = True
+                    break
+                num, offset = match
+                sid = type_sub[i]
+            else:
+                num, offset, _ = e[1][0]
+                sid = abs_sub[i][level] if absolute else k.sub_ids[i][level]
+            if sid < offset or (num is not None and sid >= offset + num):
+                drop = True
+                break
+        if not drop:
+            keep.add(k.os[i])
+    if not keep:
+        msgs.append("KMP_HW_SUBSET ignored: all hardware resources would be filtered, please reduce the filter.")
+        return False, msgs
+    k.restrict(frozenset(keep))
+    return True, msgs
+
+
+def _attr_value(attr: str, types: bool) -> int:
+    if types:
+        return _ATOM if attr == "intel_atom" else _CORE_T
+    return int(attr[3:])
+
+
+def _attr_name(attr: str, plural: bool) -> str:
+    if attr.startswith("eff"):
+        return f"{'cores' if plural else 'core'} eff={attr[3:]}"
+    kind = "Intel Atom(R) processor" if attr == "intel_atom" else "Intel(R) Core(TM) processor"
+    return f"{kind} {'cores' if plural else 'core'}"
+
+
+def _partition(keys: Sequence[Any]) -> frozenset[frozenset[int]]:
+    groups: dict[Any, set[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, set()).add(i)
+    return frozenset(frozenset(g) for g in groups.values())

@@ -1,0 +1,443 @@
+"""The planner: where Intel's OpenMP runtime would bind each thread.
+
+:func:`plan_env` reads an environment (``KMP_AFFINITY``, ``OMP_NUM_THREADS``,
+``KMP_HW_SUBSET``, ``OMP_PLACES``, ``OMP_PROC_BIND``, ``GOMP_CPU_AFFINITY``;
+anything else is ignored) exactly as the runtime does, malformed values
+included, and returns a :class:`Plan`: the team size of the first parallel
+region, the OS-proc set of every thread, the place list and the warnings the
+runtime would print.  :func:`plan` is the friendly form: a spec string or
+value, a thread count, and strict parsing.
+
+Planning is a pure function of (settings, topology, process mask): no system
+call is made unless ``topology`` is left out, in which case this machine's
+topology is loaded (once) through hwloc.  The runtime's rules are documented
+in ``docs/semantics.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import runtime as rt
+from . import ktopo as kt
+from ..cpulist import format_list, parse_list, runs
+from ..errors import PlanError, SpecError
+from .spec import (ENV_VARS, KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, ProcList,
+                   Settings)
+from ..machine.topology import Topology
+
+__all__ = ["Plan", "plan", "plan_env"]
+
+
+def kmp_mask_str(cpus: Iterable[int]) -> str:
+    """An OS-proc set printed the way the runtime prints it (``0,1``,
+    ``0-3,8``; three or more consecutive procs become a range)."""
+    ids = sorted(set(cpus))
+    if not ids:
+        return "{<empty>}"
+    out = []
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        if j - i > 1:
+            out.append(f"{ids[i]}-{ids[j]}")
+        elif j - i == 1:
+            out.append(f"{ids[i]},{ids[j]}")
+        else:
+            out.append(str(ids[i]))
+        i = j + 1
+    return ",".join(out)
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """Where the runtime binds the threads of the first parallel region.
+
+    ``cpusets[i]`` is the OS-proc set of thread ``i``; ``places`` the
+    runtime's place list (``None`` when affinity is disabled);
+    ``place_nums[i]`` the place of thread ``i`` (``omp_get_place_num()``,
+    ``-1`` when disabled); ``warnings`` the messages the runtime prints, in
+    order, without their ``OMP: Warning #NNN:`` prefix (a message printed
+    twice appears twice).
+
+    ``affinity_type`` is the effective type (``compact``, ``scatter``,
+    ``balanced``, ``explicit``, ``logical``, ``physical``, ``none``,
+    ``disabled``); ``granularity`` the effective granularity layer
+    (``thread``, ``core``, ``socket``, ...; ``None`` when no place list is
+    built from the topology); ``proc_bind`` the binding policy of the team
+    (``intel`` for ``KMP_AFFINITY`` types, ``close``/``spread``/``primary``
+    for ``OMP_PROC_BIND``/``OMP_PLACES``, ``false``); ``num_procs`` what
+    ``omp_get_num_procs()`` returns.
+    """
+
+    threads: int
+    cpusets: tuple[frozenset[int], ...]
+    places: tuple[frozenset[int], ...] | None
+    place_nums: tuple[int, ...]
+    warnings: tuple[str, ...]
+    affinity_type: str
+    granularity: str | None
+    proc_bind: str
+    num_procs: int
+    env: tuple[tuple[str, str], ...]
+    initial_mask: frozenset[int]
+    topology: Topology = field(repr=False)
+    settings: Settings | None = field(default=None, repr=False)
+    _view: Any = field(default=None, repr=False)
+
+    # ------------------------------------------------------------ equality
+    def _key(self) -> tuple[Any, ...]:
+        return (self.threads, self.cpusets, self.places, self.place_nums, self.warnings,
+                self.affinity_type, self.granularity, self.proc_bind, self.num_procs, self.env,
+                self.initial_mask)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Plan):
+            return NotImplemented
+        return self._key() == other._key() and self.topology == other.topology
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    # ------------------------------------------------------- derived counts
+    @property
+    def omp_threads(self) -> int:
+        """The OpenMP team size."""
+        return self.threads
+
+    @functools.cached_property
+    def union(self) -> frozenset[int]:
+        """Every OS proc some thread may run on."""
+        out: set[int] = set()
+        for s in set(self.cpusets):
+            out |= s
+        return frozenset(out)
+
+    @functools.cached_property
+    def cores(self) -> tuple[Any, ...]:
+        """The cores (``Topology.cores`` entries) the threads may run on."""
+        t = self.topology
+        seen = sorted({t.pu(o).core for o in self.union if o in t.cpuset})
+        return tuple(t.cores[i] for i in seen)
+
+    @functools.cached_property
+    def packages(self) -> tuple[Any, ...]:
+        """The packages the threads may run on."""
+        t = self.topology
+        seen = sorted({t.pu(o).package for o in self.union if o in t.cpuset})
+        return tuple(t.packages[i] for i in seen)
+
+    @functools.cached_property
+    def numa_nodes(self) -> tuple[Any, ...]:
+        """The NUMA nodes whose processors the threads may run on."""
+        return tuple(n for n in self.topology.numa_nodes if n.cpuset & self.union)
+
+    @property
+    def intra_op_threads(self) -> int:
+        """Threads for an intra-op pool: the PUs in use at thread (fine)
+        granularity, the cores in use otherwise."""
+        if self.granularity == "thread":
+            return len(self.union)
+        return len(self.cores)
+
+    @property
+    def inter_op_threads(self) -> int:
+        """Threads for an inter-op pool: the packages in use."""
+        return len(self.packages)
+
+    # -------------------------------------------------------------- reports
+    def explain(self) -> str:
+        """The runtime's view, as its ``verbose`` output shows it: topology
+        summary, the OS proc -> (socket, core, thread) map and one
+        ``thread N bound to OS proc set {...}`` line per thread."""
+        var = "KMP_AFFINITY"
+        if self.proc_bind in ("close", "spread", "primary"):
+            var = "OMP_PROC_BIND"
+        lines = [f"OMP: Warning: {w}" for w in self.warnings]
+        view: kt.KTopo | None = self._view
+        if self.affinity_type == "disabled" or view is None:
+            lines.append(f"{var}: affinity disabled; threads run on the process mask "
+                         f"{{{kmp_mask_str(self.initial_mask)}}}")
+        else:
+            respect = "not respected" if self._needs_norespect() else "respected"
+            lines.append(f"{var}: Initial OS proc set {respect}: {kmp_mask_str(self.initial_mask)}")
+            lines.append(f"{var}: {view.num_threads} available OS procs")
+            lines.append(f"{var}: {'Uniform' if view.uniform else 'Nonuniform'} topology")
+            for t, eq in view.equivalences():
+                lines.append(f'{var}: topology layer "{kt.cat(t)}" is equivalent to "{kt.cat(eq)}".')
+            lines.append(f"{var}: {view.summary()}")
+            lines.append(f"{var}: OS proc to physical thread map:")
+            order = sorted(range(view.num_threads), key=lambda i: (view.ids[i], view.os[i]))
+            for i in order:
+                lines.append(f"{var}: OS proc {view.os[i]} maps to {view.describe_thread(i)}")
+        for i, s in enumerate(self.cpusets):
+            lines.append(f"{var}: thread {i} bound to OS proc set {{{kmp_mask_str(s)}}}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (``threads``, ``cpusets``, ``places``,
+        ``warnings`` and the effective settings)."""
+        return {
+            "threads": self.threads,
+            "cpusets": [sorted(s) for s in self.cpusets],
+            "places": None if self.places is None else [sorted(p) for p in self.places],
+            "place_nums": list(self.place_nums),
+            "warnings": list(self.warnings),
+            "affinity_type": self.affinity_type,
+            "granularity": self.granularity,
+            "proc_bind": self.proc_bind,
+            "num_procs": self.num_procs,
+            "initial_mask": format_list(self.initial_mask),
+            "env": dict(self.env),
+            "topology": self.topology.describe(),
+            "omp_threads": self.omp_threads,
+            "intra_op_threads": self.intra_op_threads,
+            "inter_op_threads": self.inter_op_threads,
+            "packages": [p.os_index for p in self.packages],
+            "cores": [[self.topology.packages[c.package].os_index, c.os_index] for c in self.cores],
+            "numa_nodes": [n.os_index for n in self.numa_nodes],
+        }
+
+    def to_json(self, **kw: Any) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    # ---------------------------------------------------------- translations
+    def _needs_norespect(self) -> bool:
+        return not self.union <= self.initial_mask
+
+    def to_kmp_affinity(self) -> str:
+        """An explicit ``KMP_AFFINITY`` giving every thread its set
+        (``granularity=fine,proclist=[...],explicit``); use it with
+        ``OMP_NUM_THREADS=<threads>`` (:meth:`translation_env`)."""
+        pl = ProcList.of(self.cpusets)
+        spec = KmpAffinity(type="explicit", granularity="thread", proclist=pl,
+                           respect=False if self._needs_norespect() else None)
+        return str(spec)
+
+    def to_omp_places(self) -> str:
+        """An ``OMP_PLACES`` list with one place per thread, in thread order;
+        with ``OMP_PROC_BIND=close`` and ``OMP_NUM_THREADS=<threads>`` thread
+        ``i`` gets place ``i`` (:meth:`translation_env`)."""
+        return ",".join("{" + _place_members(s) + "}" for s in self.cpusets)
+
+    def to_gomp_cpu_affinity(self) -> str:
+        """A ``GOMP_CPU_AFFINITY`` list (libgomp binds thread ``i`` to the
+        ``i``-th CPU).  Only plans where every thread has a single CPU can be
+        expressed; :class:`PlanError` otherwise."""
+        out = []
+        for i, s in enumerate(self.cpusets):
+            if len(s) != 1:
+                raise PlanError(f"GOMP_CPU_AFFINITY binds each thread to one CPU; thread {i} has "
+                                f"{{{kmp_mask_str(s)}}}")
+            out.append(str(next(iter(s))))
+        return " ".join(out)
+
+    def to_taskset(self) -> str:
+        """The ``taskset -c`` list: the union of the threads' sets (taskset
+        sets one mask for the whole process, so only plans where every thread
+        has that same set round-trip)."""
+        return format_list(self.union)
+
+    def to_numactl(self) -> str:
+        """``numactl --physcpubind=`` argument; same limits as :meth:`to_taskset`."""
+        return "--physcpubind=" + format_list(self.union)
+
+    def translation_env(self, target: str) -> dict[str, str]:
+        """The environment that reproduces this plan with ``target``
+        (``kmp_affinity``, ``omp_places`` or ``gomp``), team size included."""
+        n = str(self.threads)
+        if target == "kmp_affinity":
+            return {"KMP_AFFINITY": self.to_kmp_affinity(), "OMP_NUM_THREADS": n}
+        if target == "omp_places":
+            env = {"OMP_PLACES": self.to_omp_places(), "OMP_PROC_BIND": "close", "OMP_NUM_THREADS": n}
+            if self._needs_norespect():
+                env["KMP_AFFINITY"] = "norespect"
+            return env
+        if target == "gomp":
+            if self._needs_norespect():
+                raise PlanError("GOMP_CPU_AFFINITY cannot bind outside the process mask")
+            return {"GOMP_CPU_AFFINITY": self.to_gomp_cpu_affinity(), "OMP_NUM_THREADS": n}
+        raise ValueError(f"unknown translation target {target!r} (kmp_affinity, omp_places or gomp)")
+
+    def __repr__(self) -> str:
+        return (f"<Plan {self.threads} threads, {self.affinity_type}"
+                f"{'/' + self.granularity if self.granularity else ''}, proc_bind={self.proc_bind}, "
+                f"{len(self.warnings)} warnings on {self.topology.describe()}>")
+
+
+def _place_members(s: frozenset[int]) -> str:
+    """``{0, 1, 2, 3, 8}`` -> ``"0:4,8"`` (OMP_PLACES interval form)."""
+    return ",".join(str(a) if a == b else f"{a}:{b - a + 1}" for a, b in runs(s))
+
+
+# ---------------------------------------------------------------------------
+# Caches
+# ---------------------------------------------------------------------------
+
+_CACHE_ATTR = "_affinity_planner_cache"
+
+
+def _base_topology(topology: Topology, procs: frozenset[int]) -> kt.KTopo:
+    """The runtime's canonical topology for a full mask, cached on the
+    (immutable) Topology instance."""
+    cache = topology.__dict__.get(_CACHE_ATTR)
+    if cache is None:
+        # Topology is frozen but not slotted: a private per-instance cache that
+        # does not take part in equality or hashing.
+        cache = topology.__dict__.setdefault(_CACHE_ATTR, {})
+    k = cache.get(procs)
+    if k is None:
+        k = kt.build(topology, procs)
+        if len(cache) > 64:
+            cache.clear()
+        cache[procs] = k
+    return k
+
+
+@functools.lru_cache(maxsize=4096)
+def _settings(items: tuple[tuple[str, str], ...], strict: bool) -> tuple[rt.Settings, tuple[str, ...], tuple[Any, ...]]:
+    st, texts, diags = rt.process_env(dict(items), strict)
+    return st, tuple(texts), tuple(diags)
+
+
+@functools.lru_cache(maxsize=1024)
+def _spec_settings(items: tuple[tuple[str, str], ...]) -> Settings | None:
+    try:
+        return Settings.from_env(dict(items))
+    except SpecError:  # pragma: no cover - strict settings were validated before
+        return None
+
+
+# ---------------------------------------------------------------------------
+# Entry points
+# ---------------------------------------------------------------------------
+
+def _mask(topology: Topology, initial_mask: Any) -> frozenset[int]:
+    if initial_mask is None:
+        m = topology.allowed or topology.cpuset
+    elif isinstance(initial_mask, str):
+        try:
+            m = parse_list(initial_mask)
+        except ValueError as e:
+            raise PlanError(f"bad initial_mask: {e}") from e
+    else:
+        m = frozenset(int(c) for c in initial_mask)
+    m = frozenset(m) & topology.cpuset
+    if not m:
+        raise PlanError(f"initial_mask {format_list(initial_mask) if not isinstance(initial_mask, str) else initial_mask}"
+                        f" selects no processor of {topology.describe()}")
+    return m
+
+
+def _run(env_items: tuple[tuple[str, str], ...], topology: Topology | None, initial_mask: Any,
+         strict: bool, threads: int | None) -> Plan:
+    if topology is None:
+        topology = Topology.from_system()
+    if not isinstance(topology, Topology):
+        raise TypeError(f"topology must be a Topology, not {type(topology).__name__}")
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int):
+            raise TypeError(f"threads must be an int, not {type(threads).__name__}")
+        if threads < 1:
+            raise PlanError(f"threads must be at least 1, got {threads}")
+    init = _mask(topology, initial_mask)
+    st, texts, _diags = _settings(env_items, strict)
+    res = rt.evaluate_settings(st, list(texts), topology, init, threads=threads,
+                               base_for=lambda procs: _base_topology(topology, procs))
+    spec_settings = _spec_settings(env_items) if strict else None
+    return Plan(threads=res.threads, cpusets=res.cpusets if isinstance(res.cpusets, tuple) else tuple(res.cpusets),
+                places=None if res.places is None else tuple(res.places),
+                place_nums=tuple(res.place_nums), warnings=tuple(res.warnings),
+                affinity_type=res.affinity_type, granularity=res.granularity, proc_bind=res.proc_bind,
+                num_procs=res.num_procs, env=env_items, initial_mask=init, topology=topology,
+                settings=spec_settings, _view=res.ktopo)
+
+
+def _env_items(env: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    items = []
+    for k, v in env.items():
+        if k in rt.ORDER and v is not None:
+            if not isinstance(v, str):
+                raise TypeError(f"{k} must be a string, not {type(v).__name__}")
+            items.append((k, v))
+    return tuple(sorted(items))
+
+
+def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,
+             initial_mask: Iterable[int] | str | None = None) -> Plan:
+    """Plan from environment variables, read exactly as the runtime reads
+    them: malformed values produce the runtime's warnings and fallbacks (never
+    :class:`SpecError`).
+
+    ``initial_mask`` is the process affinity mask (OS proc ids or a cpulist
+    string); by default ``topology.allowed``.  Raises :class:`PlanError` where
+    the runtime itself would abort (e.g. ``OMP_NUM_THREADS`` too large).
+    """
+    return _run(_env_items(env), topology, initial_mask, False, None)
+
+
+_ENV_FORM = re.compile(r"^\s*(" + "|".join(ENV_VARS) + r")=")
+
+
+# spec value -> the variable its str() is a value of
+_SPEC_VARS = ((KmpAffinity, "KMP_AFFINITY"), (OmpPlaces, "OMP_PLACES"), (OmpProcBind, "OMP_PROC_BIND"),
+              (KmpHwSubset, "KMP_HW_SUBSET"), (NumThreads, "OMP_NUM_THREADS"), (ProcList, "GOMP_CPU_AFFINITY"))
+
+
+def _spec_env(spec: Any) -> dict[str, str]:
+    if spec is None:
+        return {}
+    if isinstance(spec, str):
+        if _ENV_FORM.match(spec):
+            env: dict[str, str] = {}
+            for part in spec.split():
+                key, eq, val = part.partition("=")
+                if not eq or key not in ENV_VARS:
+                    raise SpecError("expected KEY=VALUE items with KEY one of " + ", ".join(ENV_VARS),
+                                    spec, spec.find(part), what="spec")
+                env[key] = val
+            return env
+        return {"KMP_AFFINITY": spec}
+    if isinstance(spec, Settings):
+        return spec.to_env()
+    for cls, var in _SPEC_VARS:
+        if isinstance(spec, cls):
+            return {var: str(spec)}
+    if isinstance(spec, Mapping):
+        return {k: v for k, v in spec.items()}
+    raise TypeError(f"cannot plan from a {type(spec).__name__}")
+
+
+def plan(spec: Any = None, threads: int | None = None, topology: Topology | None = None, *,
+         strict: bool = True, env: Mapping[str, str] | None = None,
+         initial_mask: Iterable[int] | str | None = None) -> Plan:
+    """Plan the binding of ``threads`` OpenMP threads.
+
+    ``spec`` is a ``KMP_AFFINITY`` string (``"granularity=fine,compact"``),
+    ``KEY=VALUE`` assignments (``"OMP_PLACES=cores OMP_PROC_BIND=spread"``),
+    a spec value (:class:`~affinity.planning.spec.KmpAffinity`, ``OmpPlaces``, ...,
+    :class:`~affinity.planning.spec.Settings`), a mapping of variables, or ``None``
+    (the runtime's defaults).  ``env`` adds further variables (``spec``
+    wins).  ``threads`` overrides ``OMP_NUM_THREADS``; ``None`` gives the
+    runtime's default team size.
+
+    With ``strict=True`` (default) malformed or conflicting settings raise
+    :class:`SpecError`; ``strict=False`` behaves like :func:`plan_env`.
+    """
+    merged: dict[str, str] = dict(env or {})
+    merged.update(_spec_env(spec))
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int):
+            raise TypeError(f"threads must be an int, not {type(threads).__name__}")
+        if threads < 1:
+            raise PlanError(f"threads must be at least 1, got {threads}")
+        merged["OMP_NUM_THREADS"] = str(threads)
+    return _run(_env_items(merged), topology, initial_mask, strict, None)
+

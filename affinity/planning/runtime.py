@@ -1,0 +1,951 @@
+"""Emulation of Intel's OpenMP runtime affinity initialization and binding.
+
+Private to the planner.  :func:`evaluate` takes the environment (as the
+runtime reads it), a :class:`~affinity.machine.topology.Topology` and the process
+mask, and returns what the runtime would do for the first parallel region:
+the team size, every thread's OS-proc set, the place list and the messages
+it prints.  It follows, step by step:
+
+* ``__kmp_env_initialize`` (``kmp_settings.cpp``): variables are processed in
+  name order; ``KMP_AFFINITY`` with an affinity type overrides
+  ``GOMP_CPU_AFFINITY``, ``OMP_PLACES`` and ``OMP_PROC_BIND``; defaults are
+  filled in afterwards;
+* ``__kmp_aux_affinity_initialize`` (``kmp_affinity.cpp``): full mask,
+  topology, ``KMP_HW_SUBSET``, granularity, the per-proc mask table and the
+  place list for each affinity type;
+* ``__kmp_affinity_set_init_mask`` / ``__kmp_partition_places``
+  (``kmp_runtime.cpp``) / ``__kmp_balanced_affinity``: which place each
+  thread of the team is bound to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import ktopo as kt
+from ..errors import PlanError
+from .spec import (Diagnostic, KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, Place,
+                   ProcList, ProcRange, catalog, kmp_affinity_has_type_name, parse_lenient,
+                   parse_strict)
+
+#: The most threads a team may have before the planner refuses: a default Linux
+#: process cannot create more (vm.max_map_count = 65530 mappings, two per
+#: thread stack), and the runtime aborts (``OMP: Error #34``) or crashes.
+MAX_TEAM = 32768
+
+ORDER = ("GOMP_CPU_AFFINITY", "KMP_AFFINITY", "KMP_HW_SUBSET", "KMP_PLACE_THREADS", "OMP_NUM_THREADS",
+         "OMP_PLACES", "OMP_PROC_BIND")
+
+
+@dataclass
+class Settings:
+    """The runtime's affinity globals after environment processing."""
+
+    type: str = "default"  # default none compact scatter balanced explicit logical physical disabled
+    gran: str | None = None  # layer keyword
+    gran_levels: int | None = None
+    core_types_gran: bool = False
+    core_effs_gran: bool = False
+    core_attr: str | None = None  # OMP_PLACES=cores:<attr>
+    compact: int = 0
+    offset: int = 0
+    proclist: Any = None  # ProcList (KMP_AFFINITY / GOMP) or tuple[Place] (OMP_PLACES)
+    verbose: bool = False
+    warnings: bool = True
+    respect: bool | None = None
+    reset: bool = False
+    dups: bool = True
+    omp_places: bool = False  # type/granularity came from OMP_PLACES
+    bind: list[str] = field(default_factory=lambda: ["default"])
+    num_places: int = 0
+    hw_subset: KmpHwSubset | None = None
+    nth: NumThreads | None = None
+    parsed: dict[str, Any] = field(default_factory=dict)  # variable -> parsed value
+
+
+@dataclass
+class Result:
+    threads: int
+    cpusets: list[frozenset[int]]
+    places: list[frozenset[int]] | None
+    place_nums: list[int]
+    warnings: list[str]
+    notices: list[Diagnostic]
+    settings: Settings
+    ktopo: kt.KTopo | None
+    affinity_type: str
+    granularity: str | None
+    proc_bind: str
+    num_procs: int
+    full_mask: frozenset[int]
+
+
+# ---------------------------------------------------------------------------
+# Environment processing
+# ---------------------------------------------------------------------------
+
+def process_env(env: Mapping[str, str], strict: bool) -> tuple[Settings, list[str], list[Diagnostic]]:
+    st = Settings()
+    texts: list[str] = []
+    diags: list[Diagnostic] = []
+    present = {k for k in ORDER if k in env and env[k] is not None}
+    aff_notype = "KMP_AFFINITY" in present and not kmp_affinity_has_type_name(env["KMP_AFFINITY"])
+    parse = parse_strict if strict else parse_lenient
+
+    def rival(name: str, rivals: Sequence[str]) -> bool:
+        for r in rivals:
+            if r == name:
+                return False
+            if r == "KMP_AFFINITY" and aff_notype:
+                continue
+            if r in present:
+                texts.append(f"{name}: ignored because {r} has been defined")
+                diags.append(Diagnostic(texts[-1], True))
+                if strict:
+                    from ..errors import SpecError
+                    raise SpecError(f"ignored because {r} has been defined", env[name], 0, what=name)
+                return True
+        return False
+
+    for name in sorted(present):
+        value = env[name]
+        if name == "GOMP_CPU_AFFINITY":
+            if rival(name, ("KMP_AFFINITY", "GOMP_CPU_AFFINITY", "OMP_PROC_BIND")):
+                continue
+            pl, d = parse(name, value)
+            _collect(d, texts, diags)
+            st.parsed[name] = pl
+            if pl is not None:
+                st.proclist, st.type, st.gran, st.gran_levels = pl, "explicit", "thread", None
+                st.omp_places = False
+                st.bind[0] = "intel"
+            elif not any(x.detail == "unexpected characters" for x in d):
+                # the list itself is malformed: no affinity
+                st.type = "none"
+                st.bind[0] = "false"
+        elif name == "KMP_AFFINITY":
+            v, d = parse(name, value)
+            _collect(d, texts, diags)
+            st.parsed[name] = v
+            _apply_kmp_affinity(st, v, value)
+        elif name in ("KMP_HW_SUBSET", "KMP_PLACE_THREADS"):
+            if name == "KMP_PLACE_THREADS" and rival(name, ("KMP_HW_SUBSET", "KMP_PLACE_THREADS")):
+                continue
+            v, d = parse(name, value)
+            _collect(d, texts, diags)
+            st.parsed[name] = v
+            st.hw_subset = v
+        elif name == "OMP_NUM_THREADS":
+            v, d = parse(name, value)
+            _collect(d, texts, diags)
+            st.parsed[name] = v
+            if v is not None:
+                st.nth = v
+        elif name == "OMP_PLACES":
+            if rival(name, ("KMP_AFFINITY", "GOMP_CPU_AFFINITY", "OMP_PLACES")):
+                continue
+            v, d = parse(name, value)
+            _collect(d, texts, diags)
+            st.parsed[name] = v
+            _apply_omp_places(st, v)
+        elif name == "OMP_PROC_BIND":
+            if rival(name, ("KMP_AFFINITY", "GOMP_CPU_AFFINITY", "OMP_PROC_BIND")):
+                continue
+            v, d = parse(name, value)
+            _collect(d, texts, diags)
+            st.parsed[name] = v
+            _apply_proc_bind(st, v)
+    # __kmp_env_initialize: defaults
+    if st.type == "disabled":
+        st.bind = ["false"]
+    else:
+        if st.bind[0] == "true":
+            st.bind[0] = "spread"
+        if st.respect is None:
+            st.respect = True
+        if st.bind[0] not in ("intel", "default"):
+            if st.type == "default":
+                st.type = "compact"
+                st.dups = False
+        elif st.type == "default":
+            st.bind[0] = "false"
+            st.type = "none"
+        if st.gran is None and (st.gran_levels is None or st.gran_levels < 0):
+            st.gran = "core"
+        # libiomp5: proc-bind false (OMP_PROC_BIND=false, or a 'none'/'disabled'
+        # given after another type in KMP_AFFINITY) means no binding.
+        if st.bind[0] == "false" and st.type not in ("none", "disabled"):
+            st.type = "none"
+    return st, texts, diags
+
+
+def _collect(d: list[Diagnostic], texts: list[str], diags: list[Diagnostic]) -> None:
+    for x in d:
+        texts.append(x.text)
+        diags.append(x)
+
+
+def _apply_kmp_affinity(st: Settings, v: KmpAffinity, raw: str) -> None:
+    if v.type is not None:
+        st.type = v.type
+        st.bind[0] = "false" if v.type in ("none", "disabled") else "intel"
+    if v.granularity is not None:
+        if v.granularity == "core_type":
+            st.gran, st.core_types_gran = "core", True
+        elif v.granularity == "core_efficiency":
+            st.gran, st.core_effs_gran = "core", True
+        else:
+            st.gran = v.granularity
+        st.gran_levels = None
+        st.omp_places = False
+    elif v.granularity_levels is not None:
+        st.gran, st.gran_levels = None, v.granularity_levels
+    if v.type == "balanced" and st.gran is None:
+        st.gran = "core"
+    for attr in ("verbose", "warnings", "respect", "reset", "dups"):
+        val = getattr(v, attr)
+        if val is not None:
+            setattr(st, attr, val)
+    if v.type in ("compact", "scatter", "balanced"):
+        st.compact = v.permute or 0
+        st.offset = v.offset or 0
+    elif v.type in ("logical", "physical"):
+        st.offset = v.offset or 0
+    if v.proclist is not None:
+        st.proclist = v.proclist
+
+
+def _apply_omp_places(st: Settings, v: OmpPlaces) -> None:
+    if v.places is not None:
+        st.proclist = v.places
+        st.type, st.gran, st.gran_levels, st.dups = "explicit", "thread", None, False
+    else:
+        layer = v.layer or "thread"
+        st.type, st.gran, st.gran_levels, st.dups = "compact", layer, None, False
+        if v.kind == "core_types":
+            st.core_types_gran = True
+        elif v.kind == "core_effs":
+            st.core_effs_gran = True
+        if v.attribute:
+            st.core_attr = v.attribute
+        if v.count:
+            st.num_places = v.count
+    st.omp_places = True
+    if st.bind[0] == "default":
+        st.bind[0] = "true"
+
+
+def _apply_proc_bind(st: Settings, v: OmpProcBind) -> None:
+    first = v.policies[0]
+    if first == "disabled":
+        st.type = "disabled"
+        st.bind = ["false"]
+    elif first == "false":
+        st.type = "none"
+        st.bind = ["false"]
+    elif first == "true":
+        st.bind = ["true"]
+    else:
+        st.bind = list(v.policies)
+
+
+# ---------------------------------------------------------------------------
+# Affinity initialization
+# ---------------------------------------------------------------------------
+
+class _Init:
+    """State of one affinity initialization (mirrors ``kmp_affinity_t``)."""
+
+    def __init__(self, st: Settings, k: kt.KTopo, full: frozenset[int]):
+        self.st = st
+        self.k = k
+        self.full = full
+        self.type = st.type
+        self.msgs: list[str] = []
+        self.masks: list[frozenset[int]] = []
+        self.offset = st.offset
+        self.compact = st.compact
+        self.gran_levels = -1
+        self.gran = st.gran
+        self.core_attr = st.core_attr
+        self.core_types_gran = st.core_types_gran
+        self.core_effs_gran = st.core_effs_gran
+        self.st_gran_levels = st.gran_levels
+        self.osid_mask: dict[int, frozenset[int]] = {}
+        self.leader: set[int] = set()  # OS ids of the group leaders
+        self.order: list[int] | None = None  # hw thread order after sortTopology (sort_ids)
+        self.procarr: list[int] | None = None
+        self.balanced_order: list[int] = []
+        self.teams: dict[Any, Any] = {}
+
+    @property
+    def env_var(self) -> str:
+        return "OMP_PLACES" if self.st.omp_places else "KMP_AFFINITY"
+
+    def warn(self, text: str) -> None:
+        if self.st.verbose or (self.st.warnings and self.type != "none"):
+            self.msgs.append(text)
+
+
+def _set_granularity(ini: _Init) -> None:
+    k, st = ini.k, ini.st
+    env = ini.env_var
+    if not k.hybrid:
+        if ini.core_attr:
+            ini.warn(f'{env} ignored: This machine is not a hybrid architecutre. Using "cores" instead.')
+            ini.gran = "core"
+            ini.core_attr = None
+            ini.core_types_gran = ini.core_effs_gran = False
+            ini.st_gran_levels = None
+        elif ini.core_types_gran or ini.core_effs_gran:
+            if st.omp_places:
+                ini.warn(f'{env} ignored: This machine is not a hybrid architecutre. Using "cores" instead.')
+            else:
+                ini.warn(f"{env}: granularity setting: Intel(R) Hybrid Technology core attribute does not "
+                         f"exist in topology.  Using granularity=core instead.")
+            ini.gran = "core"
+            ini.core_types_gran = ini.core_effs_gran = False
+            ini.st_gran_levels = None
+    if ini.st_gran_levels is not None and ini.st_gran_levels >= 0:
+        ini.gran_levels = ini.st_gran_levels
+        return
+    gtype = k.equivalent[kt.TYPE_OF[ini.gran]] if ini.gran else kt.UNKNOWN
+    if gtype == kt.UNKNOWN:
+        for g in (kt.CORE, kt.THREAD, kt.SOCKET):
+            if k.equivalent[g] != kt.UNKNOWN:
+                gtype = g
+                break
+        ini.warn(f"{env}: granularity setting: {catalog(ini.gran)} does not exist in topology.  "
+                 f"Using granularity={kt.cat(gtype)} instead.")
+        ini.gran = kt.KEYWORDS[gtype]
+    levels = 0
+    i = k.depth - 1
+    while i >= 0 and k.types[i] != gtype:
+        levels += 1
+        i -= 1
+    ini.gran_levels = levels
+
+
+def _create_os_id_masks(ini: _Init, attr_filter: Any = None) -> bool:
+    """``__kmp_create_os_id_masks``: group consecutive rows that are close at
+    the granularity; returns False when no row has the attribute."""
+    k = ini.k
+    rows = [i for i in range(k.num_threads) if attr_filter is None or attr_filter(i)]
+    if not rows:
+        return False
+    depth = k.depth
+    if ini.gran_levels >= depth:
+        ini.warn("Threads may migrate across all available OS procs (granularity setting too coarse).")
+    cut = depth - ini.gran_levels
+    osid_mask: dict[int, frozenset[int]] = {}
+    leaders: set[int] = set()
+    union: set[int] = set()
+
+    def close(a: int, b: int) -> bool:
+        if ini.gran_levels >= depth:
+            return True
+        if ini.core_types_gran:
+            return k.core_type[a] == k.core_type[b]
+        if ini.core_effs_gran:
+            return k.core_eff[a] == k.core_eff[b]
+        return k.ids[a][:cut] == k.ids[b][:cut]
+
+    group: list[int] = []
+    leader = rows[0]
+    for i in rows:
+        if group and not close(leader, i):
+            m = frozenset(k.os[j] for j in group)
+            for j in group:
+                osid_mask[k.os[j]] = m
+            leaders.add(k.os[leader])
+            union |= m
+            group = []
+            leader = i
+        group.append(i)
+    m = frozenset(k.os[j] for j in group)
+    for j in group:
+        osid_mask[k.os[j]] = m
+    leaders.add(k.os[leader])
+    union |= m
+    ini.osid_mask = osid_mask
+    ini.leader = leaders
+    _restrict_full(ini, union)
+    return True
+
+
+def _restrict_full(ini: _Init, union: set[int] | frozenset[int]) -> None:
+    """``kmp_full_mask_modifier_t::restrict_to_mask``."""
+    if union and frozenset(union) != ini.full:
+        kept = frozenset(union) & ini.full
+        if ini.k.restrict(kept):
+            pass
+        ini.full = frozenset(ini.k.os)
+
+
+def _add_mask_os(ini: _Init, out: list[frozenset[int]], os_id: int, max_os: int) -> None:
+    m = ini.osid_mask.get(os_id) if os_id <= max_os else None
+    if m is None:
+        ini.warn(f"Ignoring invalid OS proc ID {os_id}.")
+    else:
+        out.append(m)
+
+
+def _process_proclist(ini: _Init, pl: ProcList) -> list[frozenset[int]]:
+    max_os = max(ini.k.os)
+    out: list[frozenset[int]] = []
+    for it in pl.items:
+        if isinstance(it, int):
+            _add_mask_os(ini, out, it, max_os)
+        elif isinstance(it, ProcRange):
+            for i in it.ids():
+                _add_mask_os(ini, out, i, max_os)
+        else:
+            acc: set[int] = set()
+            size = 0
+            for j, num in enumerate(it):
+                m = ini.osid_mask.get(num) if num <= max_os else None
+                if m is None:
+                    ini.warn(f"Ignoring invalid OS proc ID {num}.")
+                    if j == 0:
+                        acc = set()
+                else:
+                    acc |= m
+                    size += 1
+            if size > 0:
+                out.append(frozenset(acc))
+    return out
+
+
+def _process_place(ini: _Init, p: Place, max_os: int, acc: set[int]) -> int:
+    """``__kmp_process_place``; returns the number of procs added."""
+    size = 0
+    if p.exclude is not None:
+        size = _process_place(ini, p.exclude, max_os, acc)
+        # libiomp5 complements within the available procs
+        comp = set(ini.full) - acc
+        acc.clear()
+        acc |= comp
+        return size
+    if p.proc is not None:
+        m = ini.osid_mask.get(p.proc) if p.proc <= max_os else None
+        if m is None:
+            ini.warn(f"Ignoring invalid OS proc ID {p.proc}.")
+        else:
+            acc |= m
+            size += 1
+        return size
+    for sp in p.members or ():
+        start = sp.start
+        if sp.count is None:
+            m = ini.osid_mask.get(start) if start <= max_os else None
+            if m is None:
+                ini.warn(f"Ignoring invalid OS proc ID {start}.")
+            else:
+                acc |= m
+                size += 1
+            continue
+        stride = 1 if sp.stride is None else sp.stride
+        for _ in range(sp.count):
+            if start < 0:
+                raise PlanError(f"OMP_PLACES: interval {sp} reaches OS proc {start}: the runtime crashes "
+                                "on a negative proc id")
+            m = ini.osid_mask.get(start) if start <= max_os else None
+            if m is None:
+                ini.warn(f"Ignoring invalid OS proc ID {start}.")
+                break
+            acc |= m
+            start += stride
+            size += 1
+    return size
+
+
+def _process_placelist(ini: _Init, places: Sequence[Place]) -> list[frozenset[int]]:
+    max_os = max(ini.k.os)
+    out: list[frozenset[int]] = []
+    full = ini.full
+    for p in places:
+        acc: set[int] = set()
+        size = _process_place(ini, p, max_os, acc)
+        if p.count is None:
+            if size > 0:
+                out.append(frozenset(acc))
+            continue
+        stride = 1 if p.stride is None else p.stride
+        count = p.count
+        for i in range(count):
+            if size == 0:
+                break
+            prev = frozenset(acc)
+            out.append(prev)
+            acc = set()
+            size = 0
+            for j in sorted(prev):
+                nj = j + stride
+                if nj > max_os or nj < 0 or j not in full or nj not in ini.osid_mask:
+                    if i < count - 1:
+                        ini.warn(f"Ignoring invalid OS proc ID {nj}.")
+                    continue
+                acc.add(nj)
+                size += 1
+    return out
+
+
+def _compact_key(sub: tuple[int, ...], compact: int, depth: int) -> tuple[int, ...]:
+    return tuple(sub[depth - i - 1] for i in range(compact)) + tuple(sub[i - compact]
+                                                                    for i in range(compact, depth))
+
+
+def _find_core_level(k: kt.KTopo, rows: Sequence[int], bottom: int) -> int:
+    core_level = 0
+    for i in rows:
+        ids = k.ids[i]
+        for j in range(bottom, 0, -1):
+            if ids[j] > 0 and core_level < j - 1:
+                core_level = j - 1
+    return core_level
+
+
+def _core_index(k: kt.KTopo, order: Sequence[int], core_level: int) -> list[int]:
+    """``__kmp_affinity_find_core`` for every position of ``order`` at once:
+    the number of changes of ``sub_ids[0..core_level]`` before it."""
+    out = []
+    core = 0
+    prev = None
+    for i in order:
+        key = k.sub_ids[i][:core_level + 1]
+        if prev is not None and key != prev:
+            core += 1
+        prev = key
+        out.append(core)
+    return out
+
+
+def _sort_topology(ini: _Init) -> None:
+    k, st = ini.k, ini.st
+    depth = k.depth
+    avail = k.num_threads
+    if st.dups:
+        num_masks = avail
+    else:
+        num_masks = len(ini.leader)
+    if st.bind[0] != "intel" and 0 < st.num_places < num_masks:
+        num_masks = st.num_places
+    compact = ini.compact
+    cache_key = ("order", compact)
+    order = k._cache.get(cache_key)
+    if order is None:
+        sub = k.sub_ids
+        order = sorted(range(avail), key=lambda i: _compact_key(sub[i], compact, depth))
+        k._cache[cache_key] = order
+    masks: list[frozenset[int]] = []
+    union: set[int] = set()
+    for i in order:
+        if not st.dups and k.os[i] not in ini.leader:
+            continue
+        m = ini.osid_mask[k.os[i]]
+        masks.append(m)
+        union |= m
+        if len(masks) >= num_masks:
+            break
+    ini.masks = masks
+    _restrict_full(ini, union)
+    # the runtime re-sorts its table by ids afterwards
+    ini.order = sorted(range(k.num_threads), key=lambda i: (k.ids[i], k.os[i]))
+
+
+def initialize(st: Settings, topology: Any, initial: frozenset[int], base: kt.KTopo) -> _Init:
+    k = base.copy()
+    full = frozenset(k.os)
+    ini = _Init(st, k, full)
+    if st.hw_subset is not None:
+        filtered, msgs = kt.filter_hw_subset(k, st.hw_subset)
+        for m in msgs:
+            ini.warn(m)
+        ini.full = frozenset(k.os)
+    if ini.type == "none":
+        ini.masks = [ini.full]
+        return ini
+    _set_granularity(ini)
+    made = False
+    if ini.core_attr is not None:
+        want = (kt._ATOM if ini.core_attr == "intel_atom" else kt._CORE_T) \
+            if ini.core_attr.startswith("intel") else None
+        eff = None if want is not None else int(ini.core_attr[3:])
+        made = _create_os_id_masks(ini, (lambda i: k.core_type[i] == want) if want is not None
+                                   else (lambda i: k.core_eff[i] == eff))
+        if not made:
+            what = "core_efficiency" if eff is not None else "core_type"
+            ini.warn(f'{ini.env_var} ignored: {what} is not available. Using "cores" instead.')
+    if not made:
+        _create_os_id_masks(ini)
+    t = ini.type
+    depth = k.depth
+    if t == "explicit":
+        if st.bind[0] == "intel":
+            ini.masks = _process_proclist(ini, st.proclist)
+        else:
+            ini.masks = _process_placelist(ini, st.proclist)
+        if not ini.masks:
+            ini.warn("No valid OS proc IDs specified - not using affinity.")
+            ini.type = "none"
+            ini.masks = [ini.full]
+        return ini
+    if t == "logical":
+        ini.compact = 0
+        if ini.offset:
+            ini.offset = k.n_threads_per_core * ini.offset % k.num_threads
+    elif t == "physical":
+        if k.n_threads_per_core > 1:
+            ini.compact = 1
+            if ini.compact >= depth:
+                ini.compact = 0
+        else:
+            ini.compact = 0
+        if ini.offset:
+            ini.offset = k.n_threads_per_core * ini.offset % k.num_threads
+    elif t == "scatter":
+        ini.compact = 0 if ini.compact >= depth else depth - 1 - ini.compact
+    elif t == "compact":
+        if ini.compact >= depth:
+            ini.compact = depth - 1
+    elif t == "balanced":
+        if depth <= 1:
+            ini.warn(f"{ini.env_var}: Affinity balanced is not available.")
+            ini.type = "none"
+            ini.masks = [ini.full]
+            return ini
+        if not k.uniform:
+            rows = list(range(k.num_threads))
+            core_level = _find_core_level(k, rows, depth - 1)
+            ncores = k.count[core_level]
+            if core_level >= depth - 1:
+                maxpc = 1
+            else:
+                maxpc = k.calculate_ratio(k.get_level(kt.THREAD), core_level)
+            nproc = ncores * maxpc
+            if nproc < 2 or nproc < k.num_threads:
+                ini.warn(f"{ini.env_var}: Affinity balanced is not available.")
+                ini.type = "none"
+                ini.masks = [ini.full]
+                return ini
+            procarr = [-1] * nproc
+            lastcore, inlast = -1, 0
+            cidx = _core_index(k, rows, core_level)
+            for i in range(k.num_threads):
+                core = cidx[i]
+                inlast = inlast + 1 if core == lastcore else 0
+                lastcore = core
+                procarr[core * maxpc + inlast] = k.os[i]
+            ini.procarr = procarr
+        if ini.compact >= depth:
+            ini.compact = depth - 1
+    _sort_topology(ini)
+    return ini
+
+
+# ---------------------------------------------------------------------------
+# Binding the team
+# ---------------------------------------------------------------------------
+
+def _partition(bind: str, n_th: int, num_masks: int, masters_place: int = 0) -> list[int]:
+    """``__kmp_partition_places`` for the top-level team: each thread's place."""
+    first_place, last_place = 0, num_masks - 1
+    n_places = last_place - first_place + 1
+    places = [masters_place] * n_th
+
+    def nxt(p: int) -> int:
+        if p == last_place:
+            return first_place
+        if p == num_masks - 1:
+            return 0
+        return p + 1
+
+    if bind == "primary":
+        return places
+    if bind == "close":
+        if n_th <= n_places:
+            place = masters_place
+            for f in range(1, n_th):
+                place = nxt(place)
+                places[f] = place
+            return places
+        return _spread_fill(n_th, n_places, masters_place, nxt)
+    if bind == "spread":
+        if n_th <= n_places:
+            if n_places != num_masks:  # pragma: no cover - nested teams only
+                raise AssertionError("nested partitions are not planned")
+            current = float(masters_place)
+            spacing = float(n_places + 1) / float(n_th)
+            for f in range(n_th):
+                first = int(current)
+                if first >= n_places:
+                    if masters_place:
+                        first -= n_places
+                        if first == masters_place + 1:
+                            first -= 1
+                    else:
+                        first = 0
+                places[f] = first
+                current += spacing
+            return places
+        return _spread_fill(n_th, n_places, masters_place, nxt)
+    return places
+
+
+def _spread_fill(n_th: int, n_places: int, masters_place: int, nxt: Any) -> list[int]:
+    s_ = n_th // n_places
+    rem = n_th - s_ * n_places
+    gap = n_places // rem if rem > 0 else n_places
+    place = masters_place
+    gap_ct = gap
+    s_count = 0
+    out = []
+    for _f in range(n_th):
+        out.append(place)
+        s_count += 1
+        if s_count == s_ and rem and gap_ct == gap:
+            pass
+        elif s_count == s_ + 1 and rem and gap_ct == gap:
+            place = nxt(place)
+            s_count = 0
+            gap_ct = 1
+            rem -= 1
+        elif s_count == s_:
+            place = nxt(place)
+            gap_ct += 1
+            s_count = 0
+    return out
+
+
+def _balanced(ini: _Init, nthreads: int) -> list[frozenset[int]]:
+    """``__kmp_balanced_affinity`` for every thread of a team of ``nthreads``."""
+    k = ini.k
+    gran = ini.gran
+    avail = k.num_threads
+    order = ini.order or list(range(avail))
+    fine = True
+    if gran == "thread":
+        pass
+    elif gran == "core":
+        if k.n_threads_per_core > 1:
+            fine = False
+    elif gran == "socket":
+        if k.n_cores_per_pkg > 1:
+            fine = False
+    else:
+        fine = False
+    out: list[frozenset[int]] = []
+    if k.uniform:
+        nth_per_core = avail // k.n_cores
+        ncores = k.n_cores
+        if k.n_packages > 1 and nth_per_core <= 1:
+            nth_per_core = avail // k.n_packages
+            ncores = k.n_packages
+        chunk = nthreads // ncores
+        big_cores = nthreads % ncores
+        big_nth = (chunk + 1) * big_cores
+        for tid in range(nthreads):
+            if tid < big_nth:
+                core_id = tid // (chunk + 1)
+                thread_id = (tid % (chunk + 1)) % nth_per_core
+            else:
+                core_id = (tid - big_cores) // chunk
+                thread_id = ((tid - big_cores) % chunk) % nth_per_core
+            if fine:
+                out.append(frozenset((k.os[order[core_id * nth_per_core + thread_id]],)))
+            else:
+                out.append(frozenset(k.os[order[core_id * nth_per_core + i]] for i in range(nth_per_core)))
+        return out
+    depth = k.depth
+    procarr = ini.procarr or []
+    core_level = _find_core_level(k, order, depth - 1)
+    ncores = k.count[core_level]
+    nth_per_core = 1 if core_level >= depth - 1 else k.calculate_ratio(k.get_level(kt.THREAD), core_level)
+    if nthreads == avail:
+        cidx = _core_index(k, order, core_level)
+        by_core: dict[int, set[int]] = {}
+        for i in range(avail):
+            by_core.setdefault(cidx[i], set()).add(k.os[order[i]])
+        for tid in range(nthreads):
+            if fine:
+                out.append(frozenset((k.os[order[tid]],)))
+            else:
+                out.append(frozenset(by_core[cidx[tid]]))
+        return out
+    if nthreads <= ncores:
+        for tid in range(nthreads):
+            mask: set[int] = set()
+            core = 0
+            for i in range(ncores):
+                in_mask = any(procarr[i * nth_per_core + j] != -1 for j in range(nth_per_core))
+                if in_mask:
+                    if tid == core:
+                        for j in range(nth_per_core):
+                            o = procarr[i * nth_per_core + j]
+                            if o != -1:
+                                mask.add(o)
+                                if fine:
+                                    break
+                        break
+                    core += 1
+            out.append(frozenset(mask))
+        return out
+    nproc_at_core = [sum(1 for j in range(nth_per_core) if procarr[i * nth_per_core + j] != -1)
+                     for i in range(ncores)]
+    with_x = [0] * (nth_per_core + 1)
+    for c in nproc_at_core:
+        with_x[c] += 1
+    x_to_max = [sum(with_x[j] for j in range(i, nth_per_core + 1)) for i in range(nth_per_core + 1)]
+    nproc = nth_per_core * ncores
+    newarr = [0] * nproc
+    nth = nthreads
+    flag = 0
+    while nth > 0:
+        for j in range(1, nth_per_core + 1):
+            cnt = x_to_max[j]
+            for i in range(ncores):
+                if nproc_at_core[i] == 0:
+                    continue
+                for kk in range(nth_per_core):
+                    if procarr[i * nth_per_core + kk] != -1:
+                        if newarr[i * nth_per_core + kk] == 0:
+                            newarr[i * nth_per_core + kk] = 1
+                            cnt -= 1
+                            nth -= 1
+                            break
+                        if flag != 0:
+                            newarr[i * nth_per_core + kk] += 1
+                            cnt -= 1
+                            nth -= 1
+                            break
+                if cnt == 0 or nth == 0:
+                    break
+            if nth == 0:
+                break
+        flag = 1
+    for tid in range(nthreads):
+        total = 0
+        mask = set()
+        for i in range(nproc):
+            total += newarr[i]
+            if total > tid:
+                if fine:
+                    mask.add(procarr[i])
+                else:
+                    core_id = i // nth_per_core
+                    for ii in range(nth_per_core):
+                        o = procarr[core_id * nth_per_core + ii]
+                        if o != -1:
+                            mask.add(o)
+                break
+        out.append(frozenset(mask))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------
+
+def team_size(st: Settings, avail: int, machine_procs: int, requested: int | None) -> int:
+    if requested is not None:
+        n = requested
+    elif st.nth is not None and st.nth.all:
+        n = machine_procs
+    elif st.nth is not None and st.nth.first is not None:
+        n = st.nth.first
+    else:
+        n = avail
+    return max(1, n)
+
+
+def evaluate(env: Mapping[str, str], topology: Any, initial: frozenset[int], *, strict: bool,
+             threads: int | None, base_for: Any) -> Result:
+    """Run the emulation.  ``base_for(procs)`` returns the cached canonical
+    runtime topology for a full mask."""
+    st, texts, diags = process_env(env, strict)
+    return evaluate_settings(st, texts, topology, initial, threads=threads, base_for=base_for, diags=diags)
+
+
+def evaluate_settings(st: Settings, texts: list[str], topology: Any, initial: frozenset[int], *,
+                      threads: int | None, base_for: Any, diags: list[Diagnostic] | None = None) -> Result:
+    """:func:`evaluate` after the environment was processed."""
+    diags = diags or []
+    machine = topology.cpuset
+    nprocs_machine = len(topology.pus)
+    bind0 = st.bind[0]
+    if st.type == "disabled":
+        n = team_size(st, nprocs_machine, nprocs_machine, threads)
+        _check_team(n)
+        return Result(n, [initial] * n, None, [-1] * n, texts, diags, st, None, "disabled", None,
+                      "false", nprocs_machine, initial)
+    full = initial if st.respect else machine
+    base = base_for(full)
+    key = ("init", st.type, st.gran, st.gran_levels, st.core_types_gran, st.core_effs_gran, st.core_attr,
+           st.compact, st.offset, st.proclist, st.verbose, st.warnings, st.dups, st.omp_places,
+           bind0 == "intel", st.num_places, st.hw_subset)
+    ini = base._cache.get(key)
+    if ini is None:
+        ini = initialize(st, topology, initial, base)
+        if len(base._cache) > 256:
+            base._cache.clear()
+        base._cache[key] = ini
+    texts = texts + ini.msgs
+    k = ini.k
+    avail = k.num_threads
+    n = team_size(st, avail, nprocs_machine, threads)
+    _check_team(n)
+    team = ini.teams.get((bind0, n))
+    if team is None:
+        team = _team(ini, bind0, n)
+        if len(ini.teams) > 64:
+            ini.teams.clear()
+        ini.teams[(bind0, n)] = team
+    cpusets, place_nums, pb = team
+    if not cpusets[0]:
+        # the primary thread keeps the process mask it started with
+        cpusets = (initial,) + tuple(cpusets[1:])
+    if ini.type == "none":
+        return Result(n, cpusets, [ini.full], place_nums, texts, diags, st, k, "none", None,
+                      pb, avail, ini.full)
+    return Result(n, cpusets, list(ini.masks), place_nums, texts, diags, st, k, ini.type,
+                  ini.gran if ini.gran_levels >= 0 else None, pb, avail, ini.full)
+
+
+def _team(ini: _Init, bind0: str, n: int) -> tuple[tuple[frozenset[int], ...], tuple[int, ...], str]:
+    """Each thread's set and place for a team of ``n`` (cached per init)."""
+    masks = ini.masks
+    nm = len(masks)
+    if ini.type == "none":
+        pb = "false" if bind0 in ("false", "default") else bind0
+        return (ini.full,) * n, (0,) * n, pb
+    if bind0 in ("intel", "false"):
+        if ini.type == "balanced":
+            cpusets = _balanced(ini, n) if n > 1 else [ini.full]
+            place_nums = [0] * n
+        else:
+            off = ini.offset
+            place_nums = [(i + off) % nm for i in range(n)]
+            cpusets = [masks[p] for p in place_nums]
+        pb = "intel" if bind0 == "intel" else "false"
+    else:
+        masters = ini.offset % nm
+        place_nums = [masters] if n == 1 else _partition(bind0, n, nm, masters)
+        cpusets = [masks[p] for p in place_nums]
+        pb = bind0
+    # An empty place (``OMP_PLACES=!{...}`` excluding everything): a worker
+    # cannot be bound to it and the runtime aborts; the primary thread's
+    # failed binding is ignored (see evaluate_settings).
+    for i, c in enumerate(cpusets):
+        if not c and i > 0:
+            raise PlanError(f"thread {i} would be bound to an empty place: the runtime aborts "
+                            "(pthread_setaffinity_np() failed)")
+    return tuple(cpusets), tuple(place_nums), pb
+
+
+def _check_team(n: int) -> None:
+    if n >= 2**31 - 1 or n > MAX_TEAM:
+        raise PlanError(
+            f"a team of {n} threads cannot be created: the runtime aborts (OMP: Error #34, System unable "
+            f"to allocate necessary resources for OMP thread) or crashes beyond {MAX_TEAM} threads")

@@ -1,0 +1,216 @@
+"""Command line: ``python -m affinity <command>`` (also the ``affinity`` script).
+
+Every command is a function ``cmd_<name>(args) -> int``; :func:`main` parses
+``argv`` and returns the exit status (``0`` ok, ``1`` failure, ``2`` usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from ..errors import AffinityError
+
+__all__ = ["main"]
+
+
+def _add_topology_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--topology", metavar="SRC", default=None,
+                   help="machine to use: an hwloc XML file, a cpuinfo file, "
+                        "'synthetic:<description>' or 'system' (default: this machine)")
+    p.add_argument("--numa-nodes", metavar="DIR", default=None,
+                   help="with a cpuinfo file: a sysfs-like node directory (nodeN/cpulist)")
+
+
+def _load_topology(args: argparse.Namespace):
+    from ..machine.topology import Topology
+
+    return Topology.load(args.topology, numa_nodes=args.numa_nodes)
+
+
+def cmd_topology(args: argparse.Namespace) -> int:
+    topo = _load_topology(args)
+    if args.json:
+        print(topo.to_json(indent=2))
+    else:
+        print(topo.tree())
+    return 0
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    from .. import __version__
+    from ..machine import _native
+
+    info = {"affinity": __version__, **_native.hwloc_info()}
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        for k, v in info.items():
+            print(f"{k}: {v}")
+    return 0
+
+
+def _env_pairs(items: Sequence[str]) -> dict[str, str]:
+    env = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"affinity: error: --env takes KEY=VALUE, got {item!r}")
+        env[key] = value
+    return env
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from ..cpulist import parse_list
+    from ..planning.planner import plan
+
+    topo = _load_topology(args)
+    mask = None
+    if args.mask is not None:
+        try:
+            mask = parse_list(args.mask)
+        except ValueError as e:
+            raise SystemExit(f"affinity plan: error: --mask: {e}") from None
+    p = plan(args.spec, threads=args.threads, topology=topo, strict=not args.lenient,
+             env=_env_pairs(args.env), initial_mask=mask)
+    translations: dict[str, str | None] = {}
+    untranslatable: dict[str, str] = {}
+    for name, fn in (("KMP_AFFINITY", p.to_kmp_affinity), ("OMP_PLACES", p.to_omp_places),
+                     ("GOMP_CPU_AFFINITY", p.to_gomp_cpu_affinity), ("taskset", p.to_taskset),
+                     ("numactl", p.to_numactl)):
+        try:
+            translations[name] = fn()
+        except AffinityError as e:  # e.g. GOMP_CPU_AFFINITY cannot give a thread several CPUs
+            translations[name] = None
+            untranslatable[name] = str(e)
+    if args.json:
+        print(json.dumps({**p.to_dict(), "translations": translations,
+                          "untranslatable": untranslatable}, indent=2))
+    else:
+        print(p.explain())
+        if args.translate:
+            print()
+            print("Equivalent settings:")
+            for k, v in translations.items():
+                print(f"  {k}: {v if v is not None else 'not expressible: ' + untranslatable[k]}")
+    if args.picture:
+        from .picture import save
+
+        title = f"{args.spec or 'runtime defaults'}, {p.threads} threads"
+        save(args.picture, topo, p.cpusets, title=title)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from ..binding.bindmap import report
+
+    try:
+        bmap = report(args.pid)
+    except FileNotFoundError:
+        print(f"affinity show: error: no process {args.pid}", file=sys.stderr)
+        return 1
+    print(bmap.to_json(indent=2) if args.json else bmap.text())
+    if args.picture:
+        from .picture import save
+        from ..machine.topology import Topology
+
+        rows = list(bmap.rows)
+        roles = [r.role if r.role in ("main", "tf-intra", "tf-inter", "tf-other", "openmp") else "other"
+                 for r in rows]
+        save(args.picture, Topology.from_system(), [r.actual for r in rows], roles=roles,
+             title=f"pid {bmap.pid}: {len(rows)} threads")
+    return 1 if bmap.mismatches else 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run
+
+    return run(sys.stdout, model=args.model, batch_size=args.batch_size, num_batches=args.num_batches)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .workload import main_cli
+
+    return main_cli(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="affinity",
+        description="Thread and memory placement for TensorFlow, OpenMP and processes, "
+                    "with Intel KMP_AFFINITY semantics.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("topology", help="show a machine: packages, NUMA nodes, cores, PUs")
+    _add_topology_arg(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a tree")
+    p.set_defaults(func=cmd_topology)
+
+    p = sub.add_parser("plan", help="the per-thread CPU sets Intel's OpenMP runtime would bind to")
+    p.add_argument("spec", nargs="?", default=None,
+                   help="KMP_AFFINITY string (e.g. granularity=fine,compact,1,0); omit to plan --env only")
+    p.add_argument("--threads", "-t", type=int, default=None, help="team size (OMP_NUM_THREADS)")
+    _add_topology_arg(p)
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="more runtime variables: OMP_PLACES, OMP_PROC_BIND, KMP_HW_SUBSET, ...")
+    p.add_argument("--mask", default=None, metavar="CPUS",
+                   help="the process's initial affinity mask (default: every allowed PU)")
+    p.add_argument("--lenient", action="store_true",
+                   help="read malformed settings as the runtime does (warn, fall back) instead of failing")
+    p.add_argument("--translate", action="store_true",
+                   help="also print the equivalent KMP_AFFINITY, OMP_PLACES, GOMP_CPU_AFFINITY, taskset, numactl")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--picture", metavar="FILE", default=None, help="draw the plan (.svg or .png)")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("show", help="the bind map of a process: every thread, its mask, CPU and node")
+    p.add_argument("pid", nargs="?", type=int, default=None, help="process id (default: this one)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--picture", metavar="FILE", default=None, help="draw the live process (.svg or .png)")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("bench", help="tf_cnn_benchmarks-style TensorFlow workload on synthetic data")
+    p.add_argument("--model", choices=["resnet50", "small_cnn", "matmul"], default="small_cnn")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--num-batches", type=int, default=20)
+    p.add_argument("--num-warmup-batches", type=int, default=2)
+    p.add_argument("--forward-only", action="store_true", help="inference only (default: train)")
+    p.add_argument("--pin", metavar="SPEC", default=None,
+                   help="apply this KMP_AFFINITY-style plan before TensorFlow starts")
+    p.add_argument("--threads", type=int, default=None, help="team size for --pin")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("demo", help="the main job end to end (what 'make demo' runs)")
+    p.add_argument("--model", choices=["resnet50", "small_cnn", "matmul"], default="resnet50")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--num-batches", type=int, default=10)
+    p.set_defaults(func=cmd_demo)
+
+    from ..launcher.run import add_run_parser
+
+    add_run_parser(sub)
+
+    p = sub.add_parser("version", help="versions of affinity and of the hwloc in use")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_version)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except AffinityError as e:
+        print(f"affinity {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `affinity topology | head`
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

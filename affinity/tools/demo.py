@@ -1,0 +1,97 @@
+"""``python -m affinity demo`` (what ``make demo`` runs): the main job end to end.
+
+1. the topology of this machine (and, for scale, of a 2 x 28 x 2 Xeon);
+2. the plan recommended for TensorFlow here, as Intel's runtime would bind it;
+3. a bind + read-back of the calling thread on every allowed CPU;
+4. the tf_cnn_benchmarks-style workload run twice, each in a fresh process
+   (TensorFlow configures its pools once per process): with TensorFlow's
+   defaults, then under the recommended plan; both throughputs, their ratio,
+   the thread counts and the pinned run's bind map.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from typing import TextIO
+
+XEON_2S28C2T = "pack:2 [numa] core:28 pu:2(indexes=2*56:1*2)"
+
+
+def _bench(args: list[str]) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMP_", "KMP_", "GOMP_", "TF_NUM_"))}
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    r = subprocess.run([sys.executable, "-m", "affinity", "bench", "--json", *args],
+                       capture_output=True, text=True, env=env, timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError(f"workload failed ({' '.join(args)}):\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def run(out: TextIO, *, model: str = "resnet50", batch_size: int = 16, num_batches: int = 10) -> int:
+    from ..cpulist import format_list
+    from ..planning.planner import plan
+    from ..binding.threads import get_affinity, set_affinity
+    from ..machine.topology import Topology
+    from .workload import recommend
+
+    def say(text: str = "") -> None:
+        print(text, file=out, flush=True)
+
+    here = Topology.from_system()
+    say("== This machine ==")
+    say(here.tree())
+    say()
+    xeon = Topology.from_synthetic(XEON_2S28C2T)
+    spec_x, n_x = recommend(xeon)
+    px = plan(spec_x, threads=n_x, topology=xeon)
+    say("== For scale: a 2 x 28 x 2 Xeon (siblings i and i+56) ==")
+    say(f"{xeon.describe()}; recommended {spec_x!r} with {n_x} threads:")
+    say("  " + "  ".join(f"t{i}:{{{format_list(s)}}}" for i, s in enumerate(px.cpusets[:6]))
+        + f"  ...  t{n_x - 1}:{{{format_list(px.cpusets[-1])}}}")
+    say(f"  TensorFlow: intra_op={px.intra_op_threads} inter_op={px.inter_op_threads}")
+    say()
+
+    spec, n = recommend(here)
+    p = plan(spec, threads=n, topology=here)
+    say(f"== Recommended here: {spec!r}, {n} threads ==")
+    say(p.explain())
+    say()
+
+    say("== Bind the calling thread to each allowed CPU, read back from the kernel ==")
+    tid = threading.get_native_id()
+    original = get_affinity()
+    try:
+        for cpu in sorted(here.allowed):
+            got = set_affinity({cpu})
+            kernel = os.sched_getaffinity(0)
+            ok = "ok" if got == kernel == {cpu} else "MISMATCH"
+            say(f"thread {tid} bound to OS proc set {{{format_list(got)}}}  "
+                f"(os.sched_getaffinity: {{{format_list(kernel)}}}) {ok}")
+            if ok != "ok":
+                return 1
+    finally:
+        set_affinity(original)
+    say(f"restored thread {tid} to {{{format_list(get_affinity())}}}")
+    say()
+
+    common = ["--model", model, "--batch-size", str(batch_size), "--num-batches", str(num_batches),
+              "--forward-only"]
+    say(f"== Workload: {model}, batch {batch_size}, {num_batches} batches, forward only, "
+        f"synthetic data ==")
+    base = _bench(common)
+    say(f"TensorFlow defaults:        {base['images_per_sec']:8.2f} images/sec   "
+        f"(intra_op={base['intra_op_threads']}, inter_op={base['inter_op_threads']}, threads not pinned)")
+    pinned = _bench([*common, "--pin", spec, "--threads", str(n)])
+    say(f"pinned (recommended plan): {pinned['images_per_sec']:8.2f} images/sec   "
+        f"(intra_op={pinned['intra_op_threads']}, inter_op={pinned['inter_op_threads']}, {spec})")
+    ratio = pinned["images_per_sec"] / base["images_per_sec"]
+    say(f"ratio pinned / defaults: {ratio:.3f}")
+    say()
+    say("== Bind map of the pinned run ==")
+    say(pinned["bind_map"])
+    return 0

@@ -1,0 +1,992 @@
+"""Pictures of a machine with each thread's number on the PUs it is bound to.
+
+The drawing follows the look of ``lstopo`` and of the figures in Intel's
+``KMP_AFFINITY`` documentation: packages are boxes, NUMA nodes sit inside them
+(or around several packages when one node spans them), cores are boxes inside
+those and each PU (hardware thread) is a small box labelled ``P#<os_index>``.
+Given the per-thread OS-proc sets of a plan, every PU shows the numbers of the
+threads that may run on it, so *compact*, *scatter* and permuted placements can
+be told apart at a glance:
+
+* a thread bound to one PU alone is drawn in its solid colour;
+* a thread whose set spans several PUs (``granularity=core`` and coarser) is
+  written on each PU of its set in a pale tint with a dashed outline: it floats
+  over them;
+* PUs this process may not use (outside ``Topology.allowed``) are greyed out
+  with a dashed border.
+
+The work is done once, by :func:`layout`, as plain frozen data (:class:`Layout`,
+:class:`Box`, :class:`PUBox`, ...); :func:`render_svg` and :func:`render_png`
+are two small back-ends that draw that data.  Everything here is pure: no
+system calls, no global state, same inputs -> identical bytes.  Pillow is
+imported only by :func:`render_png` (install the ``picture`` extra).
+
+Example::
+
+    from affinity.machine.topology import Topology
+    from affinity.tools import picture
+
+    topo = Topology.from_synthetic("pack:2 [numa] core:4 pu:2")
+    scatter = [{0}, {8}, {2}, {10}, {4}, {12}, {6}, {14}]
+    picture.save("scatter.svg", topo, scatter, title="scatter, 8 threads")
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import operator
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..cpulist import format_list, runs
+from ..errors import AffinityError
+from ..machine.topology import Core, Topology
+
+__all__ = [
+    "Box",
+    "Fill",
+    "Label",
+    "Layout",
+    "PUBox",
+    "PictureError",
+    "PictureUnavailableError",
+    "ROLES",
+    "Rect",
+    "layout",
+    "render_png",
+    "render_svg",
+    "save",
+]
+
+
+class PictureError(AffinityError, ValueError):
+    """The arguments of a picture function are unusable (unknown PU, bad role,
+    unsupported file extension, ...)."""
+
+
+class PictureUnavailableError(AffinityError, ImportError):
+    """PNG output needs Pillow, which is not installed."""
+
+
+#: role -> (label prefix, colour).  Threads of a role are numbered from 0 in
+#: the order they appear in ``cpusets`` ("i0" is the first tf-intra thread).
+ROLES: Mapping[str, tuple[str, str]] = {
+    "tf-intra": ("i", "#6baed6"),
+    "tf-inter": ("e", "#fd8d3c"),
+    "tf-other": ("f", "#e79ac4"),
+    "openmp": ("o", "#74c476"),
+    "main": ("m", "#b4a7e0"),
+    "other": ("x", "#e7c25a"),
+}
+
+# Thread colours (by thread number, repeating): medium tones on which black
+# text stays readable, neighbours chosen far apart in hue.
+_PALETTE = ("#66c2a5", "#fc8d62", "#8da0cb", "#e78ac3", "#a6d854",
+            "#ffd92f", "#e5c494", "#7fc8f8", "#c49cde", "#f4a582")
+
+_FONT_FAMILY = "DejaVu Sans Mono, Menlo, Consolas, Liberation Mono, monospace"
+_CHAR_EM = 0.62          # advance of a monospace glyph, in em (DejaVu: 0.602), rounded up
+_MAX_CONTENT_W = 1800    # automatic wrapping keeps the machine box about this wide
+_STRIPES_MAX = 4         # more threads than this on one PU: one neutral fill
+_THREAD_CHARS_MAX = 9    # longest thread label kept whole on a PU; longer ones are abbreviated
+
+# Colours of the boxes.
+_INK = "#1a1a1a"
+_MUTED = "#5c5c5c"
+_BG = "#ffffff"
+_MACHINE = ("#ffffff", "#333333")
+_PACKAGE = ("#e8e8e8", "#555555")
+_NUMA = ("#f5e6d3", "#a5825c")
+_MEMORY = ("#f5e6d3", "#a5825c")
+_CORE = ("#cfcfcf", "#6e6e6e")
+_PU = ("#ffffff", "#6e6e6e")
+_PU_OFF = ("#767676", "#262626")   # not allowed to this process (white text on it: 4.5:1)
+_MANY = "#d5dbe5"                  # more than _STRIPES_MAX threads on one PU
+
+
+# ---------------------------------------------------------------------------
+# The layout as plain data
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Rect:
+    """An axis-aligned rectangle in pixels (SVG user units); ``x``/``y`` is the
+    top-left corner."""
+
+    x: int
+    y: int
+    w: int
+    h: int
+
+    @property
+    def right(self) -> int:
+        return self.x + self.w
+
+    @property
+    def bottom(self) -> int:
+        return self.y + self.h
+
+    def contains(self, other: Rect) -> bool:
+        """``other`` lies inside this rectangle (edges may touch)."""
+        return (self.x <= other.x and self.y <= other.y
+                and other.right <= self.right and other.bottom <= self.bottom)
+
+    def overlaps(self, other: Rect) -> bool:
+        """The interiors intersect (sharing an edge is not overlapping)."""
+        return (self.x < other.right and other.x < self.right
+                and self.y < other.bottom and other.y < self.bottom)
+
+
+@dataclass(frozen=True, slots=True)
+class Label:
+    """One line of text.  ``(x, y)`` is the baseline point: its left end
+    (``anchor="start"``) or its middle (``anchor="middle"``)."""
+
+    x: int
+    y: int
+    text: str
+    size: int
+    color: str = _INK
+    anchor: str = "middle"
+    bold: bool = False
+    kind: str = ""  #: what the text is: "title", "name", "pu" (a PU's P#), "threads", "legend"
+
+    @property
+    def extent(self) -> Rect:
+        """The box the text is expected to occupy (monospace estimate used by the layout)."""
+        w = _text_w(self.text, self.size)
+        x = self.x - w // 2 if self.anchor == "middle" else self.x
+        asc = math.ceil(self.size * 0.76)
+        return Rect(x, self.y - asc, w, asc + math.ceil(self.size * 0.24))
+
+
+@dataclass(frozen=True, slots=True)
+class Fill:
+    """A filled rectangle drawn over a box (a thread's colour on a PU, a legend swatch)."""
+
+    rect: Rect
+    fill: str
+    stroke: str | None = None
+    dashed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Box:
+    """A drawn object and everything inside it, in painting order.
+
+    ``kind`` is ``"machine"``, ``"numa"``, ``"memory"`` (a NUMA node without
+    PUs), ``"package"``, ``"core"``, ``"pu"``, ``"legend"`` or ``"legend-item"``;
+    ``key`` is unique in the layout (``"package-0"``, ``"core-5"`` by logical
+    index; ``"pu-17"`` by OS index; ``"numa-1"``, or ``"numa-1.0"``, ``"numa-1.1"``
+    for the parts of a node split across packages).
+    """
+
+    kind: str
+    key: str
+    rect: Rect
+    fill: str
+    stroke: str
+    dashed: bool = False
+    labels: tuple[Label, ...] = ()
+    fills: tuple[Fill, ...] = ()
+    tooltip: str = ""
+    attrs: tuple[tuple[str, str], ...] = ()  #: extra facts, written as ``data-*`` in SVG
+    children: tuple[Box, ...] = ()
+
+    def walk(self) -> Iterator[Box]:
+        """This box, then its descendants, depth first (painting order)."""
+        yield self
+        for c in self.children:
+            yield from c.walk()
+
+
+@dataclass(frozen=True, slots=True)
+class PUBox:
+    """Where one PU is drawn and which threads are written on it."""
+
+    os_index: int
+    logical_index: int
+    core: int      #: logical index of its core
+    package: int   #: logical index of its package
+    rect: Rect
+    allowed: bool
+    threads: tuple[int, ...]     #: numbers of the threads whose set contains this PU, ascending
+    names: tuple[str, ...]       #: how each of those threads is named ("3", or "i3" with roles)
+    floating: tuple[bool, ...]   #: per thread: its set spans more than this PU
+    text: str                    #: the thread text drawn on the PU (abbreviated when long)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A whole picture: canvas size, title, the machine's box tree, the legend and,
+    for convenience, every PU's :class:`PUBox` in logical order."""
+
+    width: int
+    height: int
+    title: str
+    description: str
+    labels: tuple[Label, ...]   #: free text (the title line)
+    machine: Box
+    legend: Box | None
+    pus: tuple[PUBox, ...]
+    background: str = _BG
+
+    def boxes(self) -> Iterator[Box]:
+        """Every box, in painting order (machine tree, then legend)."""
+        yield from self.machine.walk()
+        if self.legend is not None:
+            yield from self.legend.walk()
+
+    def pu(self, os_index: int) -> PUBox:
+        """The PU with this OS index (``KeyError`` if the machine has none)."""
+        for p in self.pus:
+            if p.os_index == os_index:
+                return p
+        raise KeyError(f"no PU P#{os_index} in this layout")
+
+
+# ---------------------------------------------------------------------------
+# Text metrics (monospace estimate, shared by both back-ends)
+# ---------------------------------------------------------------------------
+
+def _text_w(text: str, size: int) -> int:
+    return math.ceil(len(text) * size * _CHAR_EM)
+
+
+def _fit(text: str, width: int, size: int) -> str:
+    """``text`` cut with an ellipsis so that it is at most ``width`` pixels wide."""
+    if _text_w(text, size) <= width:
+        return text
+    n = max(0, int(width // (size * _CHAR_EM)) - 1)
+    return text[:n] + "\u2026" if n else ""
+
+
+def _compress(nums: Sequence[int]) -> str:
+    """``[0, 1, 2, 3, 8]`` -> ``"0-3,8"``; runs of two stay ``"0,1"``."""
+    out: list[str] = []
+    for a, b in runs(nums):
+        if b - a >= 2:
+            out.append(f"{a}-{b}")
+        else:
+            out.extend(str(n) for n in range(a, b + 1))
+    return ",".join(out)
+
+
+def _names_text(items: Sequence[tuple[str, int]]) -> str:
+    """Thread names grouped by prefix: ``[("i",0),("i",1),("i",2),("e",0)]`` -> ``"i0-2,e0"``."""
+    order: list[str] = []
+    by: dict[str, list[int]] = {}
+    for prefix, n in items:
+        if prefix not in by:
+            order.append(prefix)
+            by[prefix] = []
+        by[prefix].append(n)
+    parts = []
+    for prefix in order:
+        for piece in _compress(sorted(by[prefix])).split(","):
+            parts.append(prefix + piece)
+    return ",".join(parts)
+
+
+def _abbreviate(items: Sequence[tuple[str, int]], max_chars: int) -> str:
+    """The names of ``items`` in at most ``max_chars`` characters: the whole list
+    when it fits, else its first names and ``+N`` for the ``N`` left out."""
+    full = _names_text(items)
+    if len(full) <= max_chars:
+        return full
+    for keep in range(len(items) - 1, 0, -1):
+        s = f"{_names_text(items[:keep])}+{len(items) - keep}"
+        if len(s) <= max_chars:
+            return s
+    return f"+{len(items)}"
+
+
+def _tint(color: str, amount: float = 0.6) -> str:
+    """``color`` mixed with white (``amount`` of white)."""
+    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    mix = lambda c: round(c + (255 - c) * amount)  # noqa: E731
+    return f"#{mix(r):02x}{mix(g):02x}{mix(b):02x}"
+
+
+def _shade(color: str, amount: float = 0.45) -> str:
+    """``color`` darkened (``amount`` of black)."""
+    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    mix = lambda c: round(c * (1 - amount))  # noqa: E731
+    return f"#{mix(r):02x}{mix(g):02x}{mix(b):02x}"
+
+
+# ---------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _Thread:
+    number: int
+    cpus: frozenset[int]
+    prefix: str     # "" without roles
+    rank: int       # number within its role (the thread number without roles)
+    color: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.prefix}{self.rank}"
+
+    @property
+    def floating(self) -> bool:
+        return len(self.cpus) > 1
+
+
+def _threads(topo: Topology, cpusets: Any, roles: Any) -> tuple[_Thread, ...]:
+    if cpusets is None:
+        if roles is not None:
+            raise PictureError("roles were given without cpusets")
+        return ()
+    if isinstance(cpusets, (str, bytes, Mapping)) or not isinstance(cpusets, Iterable):
+        raise PictureError(f"cpusets must be a sequence of per-thread OS proc sets, "
+                           f"got {type(cpusets).__name__}")
+    sets: list[frozenset[int]] = []
+    for i, s in enumerate(cpusets):
+        if isinstance(s, (str, bytes)) or not isinstance(s, Iterable):
+            raise PictureError(f"thread {i}: expected a set of OS proc ids, got {s!r}")
+        try:
+            cpus = frozenset(operator.index(c) for c in s)
+        except (TypeError, ValueError):
+            raise PictureError(f"thread {i}: OS proc ids must be integers, got {s!r}") from None
+        if not cpus:
+            raise PictureError(f"thread {i}: empty OS proc set (a thread must run somewhere)")
+        unknown = cpus - topo.cpuset
+        if unknown:
+            raise PictureError(f"thread {i}: OS proc{'s' if len(unknown) > 1 else ''} "
+                               f"{format_list(unknown)} not in this machine ({topo.describe()})")
+        sets.append(cpus)
+    if roles is None:
+        return tuple(_Thread(i, c, "", i, _PALETTE[i % len(_PALETTE)]) for i, c in enumerate(sets))
+    if isinstance(roles, (str, bytes, Mapping)) or not isinstance(roles, Iterable):
+        raise PictureError(f"roles must be a sequence of role names, got {type(roles).__name__}")
+    roles = list(roles)
+    if len(roles) != len(sets):
+        raise PictureError(f"{len(roles)} roles for {len(sets)} threads: give one role per thread")
+    out = []
+    seen: dict[str, int] = {}
+    for i, (cpus, role) in enumerate(zip(sets, roles)):
+        if not isinstance(role, str) or role not in ROLES:
+            raise PictureError(f"thread {i}: unknown role {role!r} (expected one of {', '.join(ROLES)})")
+        prefix, color = ROLES[role]
+        out.append(_Thread(i, cpus, prefix, seen.get(role, 0), color))
+        seen[role] = seen.get(role, 0) + 1
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------
+# The layout builder: sizes first (relative coordinates), absolute at the end
+# ---------------------------------------------------------------------------
+
+class _Node:
+    """A box under construction (private and short-lived; frozen into a :class:`Box`)."""
+
+    __slots__ = ("kind", "key", "w", "h", "fill", "stroke", "dashed", "labels", "fills",
+                 "tooltip", "attrs", "children", "pu")
+
+    def __init__(self, kind: str, key: str, w: int, h: int, fill: str, stroke: str, *,
+                 dashed: bool = False, tooltip: str = "", attrs: tuple[tuple[str, str], ...] = ()):
+        self.kind, self.key, self.w, self.h = kind, key, w, h
+        self.fill, self.stroke, self.dashed = fill, stroke, dashed
+        self.labels: list[Label] = []   # relative coordinates
+        self.fills: list[Fill] = []     # relative coordinates
+        self.tooltip, self.attrs = tooltip, attrs
+        self.children: list[tuple[int, int, _Node]] = []
+        self.pu: dict[str, Any] | None = None
+
+    def freeze(self, x: int, y: int, pus: list[PUBox]) -> Box:
+        kids = tuple(c.freeze(x + dx, y + dy, pus) for dx, dy, c in self.children)
+        labels = tuple(Label(x + lb.x, y + lb.y, lb.text, lb.size, lb.color, lb.anchor, lb.bold, lb.kind)
+                       for lb in self.labels)
+        fills = tuple(Fill(Rect(x + f.rect.x, y + f.rect.y, f.rect.w, f.rect.h), f.fill, f.stroke, f.dashed)
+                      for f in self.fills)
+        rect = Rect(x, y, self.w, self.h)
+        if self.pu is not None:
+            pus.append(PUBox(rect=rect, **self.pu))
+        return Box(self.kind, self.key, rect, self.fill, self.stroke, self.dashed, labels, fills,
+                   self.tooltip, self.attrs, kids)
+
+
+def _flow(items: Sequence[tuple[int, int]], max_w: int, gap: int) -> tuple[list[tuple[int, int]], int, int]:
+    """Place boxes left to right, starting a new row when ``max_w`` would be passed.
+    Returns their offsets and the size of the whole."""
+    pos: list[tuple[int, int]] = []
+    x = y = row_h = total_w = 0
+    for w, h in items:
+        if x and x + w > max_w:
+            y += row_h + gap
+            x = row_h = 0
+        pos.append((x, y))
+        total_w = max(total_w, x + w)
+        row_h = max(row_h, h)
+        x += w + gap
+    return pos, total_w, (y + row_h if items else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Style:
+    pad: int
+    band: int      # height of the name strip at the top
+    size: int      # font size of the name
+    bold: bool
+    gap: int       # between children
+
+
+_S_MACHINE = _Style(8, 20, 12, True, 10)
+_S_PACKAGE = _Style(7, 18, 11, True, 8)
+_S_NUMA = _Style(6, 16, 10, False, 6)
+_S_CORE = _Style(4, 14, 9, False, 3)
+_PU_NAME = 10     # font size of "P#n"
+_PU_THREADS = 11  # font size of the thread names
+_PU_H = 34
+
+
+def _container(kind: str, key: str, style: _Style, colors: tuple[str, str], name: str,
+               kids: Sequence[_Node], max_w: int, *, tooltip: str = "",
+               attrs: tuple[tuple[str, str], ...] = (), gap: int | None = None) -> _Node:
+    pos, cw, ch = _flow([(k.w, k.h) for k in kids], max_w, style.gap if gap is None else gap)
+    # wide enough for the name (up to a point: longer names are cut)
+    w = max(cw, 40, min(_text_w(name, style.size), 320)) + 2 * style.pad
+    h = style.band + ch + style.pad
+    node = _Node(kind, key, w, h, *colors, tooltip=tooltip or name, attrs=attrs)
+    node.labels.append(Label(style.pad, style.band - 5, _fit(name, w - 2 * style.pad, style.size),
+                             style.size, _INK, "start", style.bold, "name"))
+    node.children = [(style.pad + x, style.band + y, k) for (x, y), k in zip(pos, kids)]
+    return node
+
+
+def layout(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *,
+           title: str | None = None, roles: Sequence[str] | None = None,
+           max_columns: int | None = None) -> Layout:
+    """Compute the picture of ``topology`` with ``cpusets`` (thread ``i`` -> its OS
+    proc set) as plain data.  :func:`render_svg` and :func:`render_png` draw it.
+
+    ``roles`` (one per thread: ``"tf-intra"``, ``"tf-inter"``, ``"tf-other"``,
+    ``"openmp"``, ``"main"``, ``"other"``) colours threads by role and names them
+    ``i0``, ``e1``, ... (numbered within their role) instead of by thread number.
+    ``max_columns`` sets how many cores go in a row inside a NUMA node or package
+    (default: chosen from the machine's size).
+    Raises :class:`PictureError` for a set naming an unknown PU, an empty set, a
+    bad role or a bad ``max_columns``.
+    """
+    if not isinstance(topology, Topology):
+        raise PictureError(f"expected a Topology, got {type(topology).__name__}")
+    if max_columns is not None and (isinstance(max_columns, bool) or not isinstance(max_columns, int)
+                                    or max_columns < 1):
+        raise PictureError(f"max_columns must be a positive integer, got {max_columns!r}")
+    threads = _threads(topology, cpusets, roles)
+    on_pu: dict[int, list[_Thread]] = {}
+    for t in threads:
+        for c in sorted(t.cpus):
+            on_pu.setdefault(c, []).append(t)
+
+    # -- PU size: wide enough for "P#<largest>" and the longest thread text (capped)
+    max_os = max(p.os_index for p in topology.pus)
+    texts = {o: _abbreviate([(t.prefix, t.rank) for t in ts], _THREAD_CHARS_MAX) for o, ts in on_pu.items()}
+    longest = max((len(s) for s in texts.values()), default=1)
+    pu_w = max(34, _text_w(f"P#{max_os}", _PU_NAME) + 8, _text_w("0" * longest, _PU_THREADS) + 10)
+
+    numa_by_index = {n.logical_index: n for n in topology.numa_nodes}
+    allowed = topology.allowed
+
+    def pu_node(os_index: int) -> _Node:
+        pu = topology.pu(os_index)
+        ok = os_index in allowed
+        ts = on_pu.get(os_index, [])
+        fill, stroke = _PU if ok else _PU_OFF
+        tip = [f"PU P#{os_index} L#{pu.logical_index}, core P#{topology.cores[pu.core].os_index} "
+               f"L#{pu.core}, package P#{topology.packages[pu.package].os_index}"]
+        if pu.numa is not None:
+            tip.append(f", NUMANode P#{numa_by_index[pu.numa].os_index}")
+        if not ok:
+            tip.append("; not allowed to this process")
+        if ts:
+            tip.append("; threads " + ", ".join(
+                f"{t.name}" + (f" (floats over {format_list(t.cpus)})" if t.floating else " (alone)")
+                for t in ts))
+        else:
+            tip.append("; no thread")
+        attrs = (("data-allowed", "true" if ok else "false"),
+                 ("data-logical-index", str(pu.logical_index)),
+                 ("data-os-index", str(os_index)),
+                 ("data-thread-names", ",".join(t.name for t in ts)),
+                 ("data-threads", ",".join(str(t.number) for t in ts)))
+        node = _Node("pu", f"pu-{os_index}", pu_w, _PU_H, fill, stroke, dashed=not ok,
+                     tooltip="".join(tip), attrs=attrs)
+        node.labels.append(Label(pu_w // 2, 12, f"P#{os_index}", _PU_NAME,
+                                 _INK if ok else "#ffffff", "middle", False, "pu"))
+        area = Rect(2, 15, pu_w - 4, _PU_H - 17)
+        if ts:
+            if len(ts) > _STRIPES_MAX:
+                node.fills.append(Fill(area, _MANY, "#6f7f99", False))
+            else:
+                k = len(ts)
+                for j, t in enumerate(ts):
+                    x0 = area.x + round(j * area.w / k)
+                    x1 = area.x + round((j + 1) * area.w / k)
+                    if t.floating:
+                        node.fills.append(Fill(Rect(x0, area.y, x1 - x0, area.h), _tint(t.color),
+                                               _shade(t.color), True))
+                    else:
+                        node.fills.append(Fill(Rect(x0, area.y, x1 - x0, area.h), t.color))
+            node.labels.append(Label(pu_w // 2, area.y + area.h // 2 + 4, texts[os_index],
+                                     _PU_THREADS, _INK, "middle", True, "threads"))
+        node.pu = dict(os_index=os_index, logical_index=pu.logical_index, core=pu.core,
+                       package=pu.package, allowed=ok, threads=tuple(t.number for t in ts),
+                       names=tuple(t.name for t in ts), floating=tuple(t.floating for t in ts),
+                       text=texts.get(os_index, ""))
+        return node
+
+    # -- cores: PUs in a row (up to 3) or a near-square grid; every core the same size
+    per_core = max(len(c.cpuset) for c in topology.cores)
+    pu_cols = per_core if per_core <= 3 else math.ceil(math.sqrt(per_core))
+    pu_rows = math.ceil(per_core / pu_cols)
+    grid_w = pu_cols * pu_w + (pu_cols - 1) * _S_CORE.gap
+    grid_h = pu_rows * _PU_H + (pu_rows - 1) * _S_CORE.gap
+    longest_core = max(len(f"Core P#{c.os_index}") for c in topology.cores)
+    core_w = max(grid_w, _text_w("x" * longest_core, _S_CORE.size)) + 2 * _S_CORE.pad
+    core_h = _S_CORE.band + grid_h + _S_CORE.pad
+
+    def core_node(core: Core) -> _Node:
+        order = sorted(core.cpuset, key=lambda o: topology.pu(o).thread)
+        name = f"Core P#{core.os_index}"
+        extra = f" [{core.kind}]" if core.kind else ""
+        node = _Node("core", f"core-{core.logical_index}", core_w, core_h, *_CORE,
+                     tooltip=f"{name} L#{core.logical_index}{extra}, cpus {format_list(core.cpuset)}",
+                     attrs=(("data-logical-index", str(core.logical_index)),
+                            ("data-os-index", str(core.os_index))))
+        node.labels.append(Label(_S_CORE.pad, _S_CORE.band - 4, _fit(name, core_w - 2 * _S_CORE.pad,
+                                                                       _S_CORE.size),
+                                 _S_CORE.size, _INK, "start", False, "name"))
+        for j, o in enumerate(order):
+            r, c = divmod(j, pu_cols)
+            node.children.append((_S_CORE.pad + c * (pu_w + _S_CORE.gap),
+                                  _S_CORE.band + r * (_PU_H + _S_CORE.gap), pu_node(o)))
+        return node
+
+    # -- where each core's NUMA node is drawn
+    pkg_cores: dict[int, list[Core]] = {p.logical_index: [] for p in topology.packages}
+    for c in topology.cores:
+        pkg_cores[c.package].append(c)
+    node_of_core = {c.logical_index: topology.pu(min(c.cpuset)).numa for c in topology.cores}
+    owners = {n for n in node_of_core.values() if n is not None}
+    enclosing: dict[int, tuple[int, ...]] = {}   # node -> the whole packages it covers
+    split: set[int] = set()                      # nodes drawn in parts, one per package
+    for li in sorted(owners):
+        n = topology.numa_nodes[li]
+        pk = tuple(p.logical_index for p in topology.packages if p.cpuset & n.cpuset)
+        if len(pk) < 2:
+            continue
+        whole = frozenset().union(*(topology.packages[p].cpuset for p in pk)) == n.cpuset
+        if whole and pk == tuple(range(pk[0], pk[-1] + 1)):
+            enclosing[li] = pk
+        else:
+            split.add(li)
+    # nodes that hold PUs but are drawn nowhere (an outer node over inner ones): named on a box
+    unowned = [n for n in topology.numa_nodes if n.cpuset and n.logical_index not in owners]
+
+    groups: dict[int, list[tuple[int | None, list[Core]]]] = {}
+    for p, cores in pkg_cores.items():
+        by_node: dict[int | None, list[Core]] = {}
+        for c in cores:
+            by_node.setdefault(node_of_core[c.logical_index], []).append(c)
+        groups[p] = list(by_node.items())
+    biggest = max((len(cs) for gs in groups.values() for _, cs in gs), default=1)
+    core_gap = _S_CORE.gap + 3
+
+    def build(cols: int, make_core: Any) -> _Node:
+        """The machine's box tree with ``cols`` cores per row; ``make_core`` draws a core."""
+        row_w = cols * core_w + (cols - 1) * core_gap
+        parts: dict[int, int] = {}  # split node -> parts drawn so far
+
+        def package_node(p: int) -> _Node:
+            pkg = topology.packages[p]
+            kids: list[_Node] = []
+            for n, cores in groups[p]:
+                cnodes = [make_core(c) for c in cores]
+                if n is None or n in enclosing:
+                    kids.extend(cnodes)
+                    continue
+                node = topology.numa_nodes[n]
+                if n in split:
+                    part = parts.get(n, 0)
+                    parts[n] = part + 1
+                    key, label = f"numa-{n}.{part}", f"NUMANode P#{node.os_index} (part)"
+                else:
+                    key, label = f"numa-{n}", f"NUMANode P#{node.os_index}"
+                tip = f"NUMANode P#{node.os_index} L#{n}, cpus {format_list(node.cpuset)}"
+                kids.append(_container("numa", key, _S_NUMA, _NUMA, label, cnodes, row_w, tooltip=tip,
+                                       attrs=(("data-logical-index", str(n)),
+                                              ("data-os-index", str(node.os_index))),
+                                       gap=core_gap))
+            name = f"Package P#{pkg.os_index}"
+            inner = [n for n in unowned if n.cpuset <= pkg.cpuset]
+            if inner:
+                name += "  " + ", ".join(f"NUMANode P#{n.os_index}" for n in inner)
+            # cores directly in the package wrap at the width of a row of cores (and
+            # NUMA boxes beside them go below); NUMA boxes alone sit side by side
+            # while the package stays within the width budget
+            budget = max(row_w, _MAX_CONTENT_W - 2 * (_S_MACHINE.pad + _S_PACKAGE.pad))
+            gap = None
+            if any(k.kind == "core" for k in kids):
+                budget, gap = row_w, core_gap
+            return _container("package", f"package-{p}", _S_PACKAGE, _PACKAGE, name, kids, budget, gap=gap,
+                              tooltip=f"Package P#{pkg.os_index} L#{p}, cpus {format_list(pkg.cpuset)}",
+                              attrs=(("data-logical-index", str(p)),
+                                     ("data-os-index", str(pkg.os_index))))
+
+        top: list[_Node] = []
+        done: set[int] = set()
+        for pkg in topology.packages:
+            p = pkg.logical_index
+            if p in done:
+                continue
+            n = next((li for li, pk in enclosing.items() if p in pk), None)
+            if n is None:
+                top.append(package_node(p))
+                done.add(p)
+                continue
+            pk = enclosing[n]
+            done.update(pk)
+            node = topology.numa_nodes[n]
+            pnodes = [package_node(q) for q in pk]
+            top.append(_container(
+                "numa", f"numa-{n}", _S_NUMA, _NUMA, f"NUMANode P#{node.os_index}", pnodes,
+                _MAX_CONTENT_W - 2 * _S_NUMA.pad,
+                tooltip=f"NUMANode P#{node.os_index} L#{n}, cpus {format_list(node.cpuset)} "
+                        f"(spans {len(pk)} packages)",
+                attrs=(("data-logical-index", str(n)), ("data-os-index", str(node.os_index)))))
+        for node in topology.numa_nodes:
+            if not node.cpuset:
+                label = f"NUMANode P#{node.os_index}"
+                w = max(_text_w(label, 10), _text_w("memory only", 9)) + 12
+                m = _Node("memory", f"numa-{node.logical_index}", w, 38, *_MEMORY,
+                          tooltip=f"{label} L#{node.logical_index}, memory only (no PU)",
+                          attrs=(("data-logical-index", str(node.logical_index)),
+                                 ("data-os-index", str(node.os_index))))
+                m.labels.append(Label(6, 15, label, 10, _INK, "start", False, "name"))
+                m.labels.append(Label(6, 30, "memory only", 9, _MUTED, "start", False, "name"))
+                top.append(m)
+        machine_name = "Machine" + (f" ({topology.source})" if topology.source else "")
+        spread = [n for n in unowned if not any(n.cpuset <= p.cpuset for p in topology.packages)]
+        if spread:
+            machine_name += "  " + ", ".join(f"NUMANode P#{n.os_index}" for n in spread)
+        return _container("machine", "machine", _S_MACHINE, _MACHINE, machine_name, top,
+                          max(_MAX_CONTENT_W, max(k.w for k in top)),
+                          tooltip=f"Machine: {topology.describe()}")
+
+    if max_columns is not None:
+        cols = max_columns
+    elif biggest <= 8:
+        cols = biggest  # small machines: a package's cores in one row, as in Intel's figures
+    else:
+        # try each width on a dry run with empty cores; keep the one whose machine box
+        # is closest to 16:10 within the width budget, preferring full rows
+        def score(c: int) -> tuple[bool, float]:
+            m = build(c, lambda core: _Node("core", "", core_w, core_h, "", ""))
+            ragged = 0.15 if biggest % c else 0.0
+            return (m.w > _MAX_CONTENT_W + 40, abs(math.log(m.w / m.h / 1.6)) + ragged)
+        cols = min(range(2, biggest + 1), key=score)
+    machine = build(cols, core_node)
+
+    # -- canvas: title, machine, legend
+    margin = 10
+    legend_nodes = _legend(topology, threads, on_pu)
+    canvas_w = max([machine.w, 360] + [k.w + 12 for k in legend_nodes]) + 2 * margin
+    legend = None
+    if legend_nodes:
+        legend = _container("legend", "legend", _Style(6, 18, 10, True, 10), ("#fafafa", "#bbbbbb"),
+                            "Legend", legend_nodes, canvas_w - 2 * margin - 12)
+        legend.w = canvas_w - 2 * margin
+    head = title if title is not None else (
+        f"{len(threads)} thread{'s' if len(threads) != 1 else ''} on {topology.describe()}"
+        if threads else topology.describe())
+    y_machine = margin + 26
+    pus: list[PUBox] = []
+    machine_box = machine.freeze(margin, y_machine, pus)
+    y = machine_box.rect.bottom + 12
+    legend_box = legend.freeze(margin, y, []) if legend is not None else None
+    height = (legend_box.rect.bottom if legend_box else machine_box.rect.bottom) + margin
+    title_label = Label(margin, margin + 16, _fit(head, canvas_w - 2 * margin, 14), 14, _INK,
+                        "start", True, "title")
+    pus.sort(key=lambda b: b.logical_index)
+    return Layout(canvas_w, height, head, _description(topology, threads, head),
+                  (title_label,), machine_box, legend_box, tuple(pus))
+
+
+def _legend(topo: Topology, threads: Sequence[_Thread], on_pu: Mapping[int, Sequence[_Thread]]) -> list[_Node]:
+    """Legend entries for what the picture shows (only those that occur)."""
+    # (key, swatches as (fill, fill, ..., sample text), explanation); a swatch of
+    # several fills is split into equal vertical stripes, like a shared PU
+    items: list[tuple[str, list[tuple[tuple[Fill, ...], str]], str]] = []
+    sw_w, sw_h = 28, 16
+
+    def solid(color: str, stroke: str | None = None, dashed: bool = False) -> Fill:
+        return Fill(Rect(0, 0, sw_w, sw_h), color, stroke, dashed)
+
+    if threads:
+        if threads[0].prefix:
+            counts: dict[str, int] = {}
+            for t in threads:
+                counts[t.prefix] = counts.get(t.prefix, 0) + 1
+            for role, (prefix, color) in ROLES.items():
+                if prefix in counts:
+                    n = counts[prefix]
+                    last = f"..{prefix}{n - 1}" if n > 1 else ""
+                    items.append((f"role-{role}", [((solid(color),), f"{prefix}0")],
+                                  f"{role}: {n} thread{'s' if n != 1 else ''} ({prefix}0{last})"))
+        else:
+            shown = min(len(threads), len(_PALETTE))
+            repeat = f", repeating every {len(_PALETTE)}" if len(threads) > len(_PALETTE) else ""
+            items.append(("threads", [((solid(_PALETTE[i]),), str(i)) for i in range(shown)],
+                          f"thread numbers, coloured by number{repeat}"))
+        c, name = threads[0].color, threads[0].name
+        items.append(("alone", [((solid(c),), name)], "bound to this PU alone"))
+        items.append(("floating", [((solid(_tint(c), _shade(c), True),), name)],
+                      "set spans several PUs: the thread floats over each of them"))
+        if any(len(ts) > 1 for ts in on_pu.values()):
+            half = sw_w // 2
+            items.append(("shared", [((Fill(Rect(0, 0, half, sw_h), _PALETTE[0]),
+                                       Fill(Rect(half, 0, sw_w - half, sw_h), _PALETTE[1])), "0,1")],
+                          "several threads may run on this PU"))
+        if any(len(ts) > _STRIPES_MAX for ts in on_pu.values()):
+            items.append(("many", [((solid(_MANY, "#6f7f99"),), "+N")],
+                          f"more than {_STRIPES_MAX} threads: the first ones, then +N for the rest"))
+    if topo.allowed != topo.cpuset:
+        items.append(("disallowed", [((solid(_PU_OFF[0], _PU_OFF[1], True),), "P#")],
+                      f"not allowed to this process (allowed: {format_list(topo.allowed)})"))
+    out = []
+    for key, swatches, text in items:
+        text = _fit(text, 560, 10)
+        x_text = len(swatches) * (sw_w + 2) + 4
+        node = _Node("legend-item", f"legend-{key}", x_text + _text_w(text, 10), sw_h, _BG, _BG,
+                     tooltip=text)
+        for j, (fills, sample) in enumerate(swatches):
+            dx = j * (sw_w + 2)
+            for f in fills:
+                node.fills.append(Fill(Rect(dx + f.rect.x, f.rect.y, f.rect.w, f.rect.h),
+                                       f.fill, f.stroke, f.dashed))
+            node.labels.append(Label(dx + sw_w // 2, 12, _fit(sample, sw_w, 9), 9,
+                                     "#ffffff" if key == "disallowed" else _INK, "middle", True, "legend"))
+        node.labels.append(Label(x_text, 12, text, 10, _INK, "start", False, "legend"))
+        out.append(node)
+    return out
+
+
+def _description(topo: Topology, threads: Sequence[_Thread], head: str) -> str:
+    lines = [head, f"Machine: {topo.describe()}."]
+    if topo.allowed != topo.cpuset:
+        lines.append(f"Allowed to this process: OS procs {format_list(topo.allowed)}.")
+    for t in threads:
+        where = f"OS proc {min(t.cpus)}" if not t.floating else f"OS procs {format_list(t.cpus)}"
+        lines.append(f"Thread {t.number}" + (f" ({t.name})" if t.prefix else "") + f": {where}.")
+    if not threads:
+        lines.append("No threads drawn.")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# SVG back-end
+# ---------------------------------------------------------------------------
+
+def _esc(s: str) -> str:
+    return (s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace('"', "&quot;"))
+
+
+def _svg_rect(r: Rect, fill: str, stroke: str | None, dashed: bool, width: str = "1") -> str:
+    s = f'<rect x="{r.x}" y="{r.y}" width="{r.w}" height="{r.h}" fill="{fill}"'
+    if stroke:
+        s += f' stroke="{stroke}" stroke-width="{width}"'
+        if dashed:
+            s += ' stroke-dasharray="3 2"'
+    return s + "/>"
+
+
+def _svg_label(lb: Label) -> str:
+    s = f'<text x="{lb.x}" y="{lb.y}" font-size="{lb.size}"'
+    if lb.anchor != "start":
+        s += f' text-anchor="{lb.anchor}"'
+    if lb.bold:
+        s += ' font-weight="bold"'
+    if lb.color != _INK:
+        s += f' fill="{lb.color}"'
+    if lb.kind:
+        s += f' class="{lb.kind}"'
+    return s + f">{_esc(lb.text)}</text>"
+
+
+def _svg_box(b: Box, out: list[str], depth: int) -> None:
+    ind = "  " * depth
+    attrs = "".join(f' {k}="{_esc(v)}"' for k, v in b.attrs)
+    out.append(f'{ind}<g id="{b.key}" class="{b.kind}"{attrs}>')
+    if b.tooltip:
+        out.append(f"{ind}  <title>{_esc(b.tooltip)}</title>")
+    if b.kind != "legend-item":
+        out.append(ind + "  " + _svg_rect(b.rect, b.fill, b.stroke, b.dashed))
+    for f in b.fills:
+        out.append(ind + "  " + _svg_rect(f.rect, f.fill, f.stroke, f.dashed))
+    for lb in b.labels:
+        out.append(ind + "  " + _svg_label(lb))
+    for c in b.children:
+        _svg_box(c, out, depth + 1)
+    out.append(f"{ind}</g>")
+
+
+def _svg(lay: Layout) -> str:
+    out = ['<?xml version="1.0" encoding="UTF-8"?>',
+           f'<svg xmlns="http://www.w3.org/2000/svg" width="{lay.width}" height="{lay.height}" '
+           f'viewBox="0 0 {lay.width} {lay.height}" role="img" '
+           f'aria-labelledby="picture-title picture-desc" shape-rendering="crispEdges" '
+           f'font-family="{_FONT_FAMILY}">',
+           f'  <title id="picture-title">{_esc(lay.title)}</title>',
+           f'  <desc id="picture-desc">{_esc(lay.description)}</desc>',
+           f'  <rect x="0" y="0" width="{lay.width}" height="{lay.height}" fill="{lay.background}"/>']
+    for lb in lay.labels:
+        out.append("  " + _svg_label(lb))
+    _svg_box(lay.machine, out, 1)
+    if lay.legend is not None:
+        _svg_box(lay.legend, out, 1)
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def render_svg(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *,
+               title: str | None = None, roles: Sequence[str] | None = None,
+               max_columns: int | None = None) -> str:
+    """The picture as an SVG document (a string).  Arguments as for :func:`layout`.
+
+    Every box is a ``<g>`` with ``id`` (its :attr:`Box.key`), ``class`` (its kind),
+    a ``<title>`` tooltip and ``data-*`` facts (a PU's ``data-os-index``,
+    ``data-threads``, ``data-allowed``, ...); all text is ``<text>``.
+    """
+    return _svg(layout(topology, cpusets, title=title, roles=roles, max_columns=max_columns))
+
+
+# ---------------------------------------------------------------------------
+# PNG back-end (Pillow)
+# ---------------------------------------------------------------------------
+
+def _pillow() -> tuple[Any, Any, Any]:
+    try:
+        from PIL import Image, ImageDraw, ImageFont
+    except ImportError as e:
+        raise PictureUnavailableError(
+            "PNG pictures need Pillow: pip install 'affinity[picture]' (or write .svg)") from e
+    return Image, ImageDraw, ImageFont
+
+
+def _rgb(color: str) -> tuple[int, int, int]:
+    return int(color[1:3], 16), int(color[3:5], 16), int(color[5:7], 16)
+
+
+def _png(lay: Layout, scale: int) -> bytes:
+    Image, ImageDraw, ImageFont = _pillow()
+    img = Image.new("RGB", (lay.width * scale, lay.height * scale), _rgb(lay.background))
+    draw = ImageDraw.Draw(img)
+    fonts: dict[tuple[int, bool], Any] = {}
+
+    def font(size: int, bold: bool) -> Any:
+        key = (size * scale, bold)
+        if key not in fonts:
+            names = (["DejaVuSansMono-Bold.ttf"] if bold else []) + ["DejaVuSansMono.ttf"]
+            for name in names:
+                try:
+                    fonts[key] = ImageFont.truetype(name, key[0])
+                    break
+                except OSError:
+                    continue
+            else:
+                try:
+                    fonts[key] = ImageFont.load_default(size=key[0])
+                except TypeError:  # Pillow < 10.1: a fixed-size bitmap font
+                    fonts[key] = ImageFont.load_default()
+        return fonts[key]
+
+    def rect(r: Rect, fill: str, stroke: str | None, dashed: bool) -> None:
+        x0, y0 = r.x * scale, r.y * scale
+        x1, y1 = r.right * scale - 1, r.bottom * scale - 1
+        draw.rectangle((x0, y0, x1, y1), fill=_rgb(fill))
+        if not stroke:
+            return
+        col = _rgb(stroke)
+        if not dashed:
+            draw.rectangle((x0, y0, x1, y1), outline=col, width=scale)
+            return
+        t = scale - 1  # line thickness - 1
+        dash, gap = 3 * scale, 2 * scale
+        for a in range(x0, x1 + 1, dash + gap):  # top and bottom edges
+            b = min(a + dash - 1, x1)
+            draw.rectangle((a, y0, b, y0 + t), fill=col)
+            draw.rectangle((a, y1 - t, b, y1), fill=col)
+        for a in range(y0, y1 + 1, dash + gap):  # left and right edges
+            b = min(a + dash - 1, y1)
+            draw.rectangle((x0, a, x0 + t, b), fill=col)
+            draw.rectangle((x1 - t, a, x1, b), fill=col)
+
+    def label(lb: Label) -> None:
+        anchor = "ms" if lb.anchor == "middle" else "ls"
+        f = font(lb.size, lb.bold)
+        try:
+            draw.text((lb.x * scale, lb.y * scale), lb.text, fill=_rgb(lb.color), font=f, anchor=anchor)
+        except ValueError:  # bitmap fonts take no anchor
+            w = draw.textlength(lb.text, font=f)
+            x = lb.x * scale - (w / 2 if lb.anchor == "middle" else 0)
+            draw.text((x, lb.y * scale - lb.size * scale), lb.text, fill=_rgb(lb.color), font=f)
+
+    for lb in lay.labels:
+        label(lb)
+    for b in lay.boxes():
+        if b.kind != "legend-item":
+            rect(b.rect, b.fill, b.stroke, b.dashed)
+        for f in b.fills:
+            rect(f.rect, f.fill, f.stroke, f.dashed)
+        for lb in b.labels:
+            label(lb)
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def render_png(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *,
+               title: str | None = None, roles: Sequence[str] | None = None,
+               max_columns: int | None = None, scale: int = 1) -> bytes:
+    """The picture as PNG bytes, drawn with Pillow from the same :func:`layout` as
+    the SVG; ``scale`` (a positive integer) multiplies every dimension (2 for
+    sharp images on high-density screens).  Raises :class:`PictureUnavailableError`
+    without Pillow."""
+    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
+        raise PictureError(f"scale must be a positive integer, got {scale!r}")
+    lay = layout(topology, cpusets, title=title, roles=roles, max_columns=max_columns)
+    return _png(lay, scale)
+
+
+_WRITERS = {".svg": "svg", ".png": "png"}
+
+
+def save(path: str | os.PathLike[str], topology: Topology,
+         cpusets: Sequence[Iterable[int]] | None = None, **kw: Any) -> None:
+    """Write the picture to ``path``: SVG or PNG chosen by the extension
+    (``.svg``, ``.png``, any case).  ``kw`` as for :func:`render_svg` /
+    :func:`render_png`.  Raises :class:`PictureError` (a ``ValueError``) for any
+    other extension, before anything is written."""
+    p = os.fspath(path)
+    ext = os.path.splitext(p)[1].lower()
+    kind = _WRITERS.get(ext)
+    if kind is None:
+        raise PictureError(f"{p!r}: cannot tell the picture format from extension {ext or '(none)'!r}; "
+                           f"use one of {', '.join(sorted(_WRITERS))}")
+    if kind == "svg":
+        if "scale" in kw:
+            raise PictureError(f"{p!r}: scale applies to PNG pictures only")
+        data = render_svg(topology, cpusets, **kw).encode("utf-8")
+    else:
+        data = render_png(topology, cpusets, **kw)
+    with open(p, "wb") as fh:
+        fh.write(data)

@@ -1,0 +1,275 @@
+"""apply() / pinned() / Binding in this process (without TensorFlow; see test_tf.py),
+everything read back from the kernel and restored exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import affinity
+from affinity.binding import numa
+from affinity.planning.envvars import ENV_VARS, worker_slots
+from affinity import plan
+from affinity.errors import AffinityWarning, SpecError, UnsupportedError
+from affinity.machine.topology import Topology
+
+from helpers.ompprog import build
+from helpers.threads import Parked, all_masks, restore_masks
+
+CPUS = sorted(os.sched_getaffinity(0))
+pytestmark = pytest.mark.skipif(len(CPUS) < 2, reason="needs a process mask of at least 2 CPUs")
+KW = {"tensorflow": False, "openmp": False, "blas": False}
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for k in ENV_VARS:
+        monkeypatch.delenv(k, raising=False)
+    before = all_masks()
+    yield
+    from affinity.binding.apply import active_bindings
+
+    assert active_bindings() == [], "a test left a binding active"
+    restore_masks(before)  # belt and braces: never leak a mask into other tests
+
+
+def test_env_exported_and_restored_user_values_kept(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    with affinity.pinned("explicit,proclist=[1,0]", threads=2, **KW) as b:
+        assert b.env_kept == {"OMP_NUM_THREADS": "7"}
+        assert os.environ["OMP_NUM_THREADS"] == "7"  # the user's value wins by default
+        assert os.environ["KMP_AFFINITY"] == "granularity=fine,explicit,proclist=[1,0]"
+        assert os.environ["OMP_PLACES"] == "{1},{0}"
+        assert os.environ["TF_NUM_INTRAOP_THREADS"] == "2"
+        assert os.environ["KMP_BLOCKTIME"] == "1"
+    assert os.environ["OMP_NUM_THREADS"] == "7"
+    assert not any(k in os.environ for k in ENV_VARS if k != "OMP_NUM_THREADS")
+    with affinity.pinned("explicit,proclist=[1,0]", threads=2, env="override", **KW) as b:
+        assert os.environ["OMP_NUM_THREADS"] == "2" and b.env_kept == {}
+    assert os.environ["OMP_NUM_THREADS"] == "7"
+    with affinity.pinned("explicit,proclist=[1,0]", env=False, **KW) as b:
+        assert b.env_set == {} and "KMP_AFFINITY" not in os.environ
+
+
+def test_threads_born_inside_go_to_the_plan_then_back_to_the_original_mask():
+    original = frozenset(os.sched_getaffinity(0))
+    with Parked() as old:
+        os.sched_setaffinity(old.tid, {CPUS[0]})  # a pre-existing, specially pinned thread
+        with affinity.pinned("explicit,proclist=[1]", threads=1, **KW) as b:
+            with Parked() as young:
+                assert b.refresh() == [young.tid]
+                assert os.sched_getaffinity(young.tid) == {1}
+                assert b.pins[young.tid].role == "other"
+                b.restore()
+                # pre-existing keeps its own mask; born inside goes to the original mask
+                assert os.sched_getaffinity(old.tid) == {CPUS[0]}
+                assert os.sched_getaffinity(young.tid) == original
+        with pytest.raises(RuntimeError, match="restored"):
+            b.refresh()
+
+
+def test_main_thread_is_never_narrowed_and_children_inherit_its_mask():
+    original = frozenset(os.sched_getaffinity(0))
+    with affinity.pinned("explicit,proclist=[1]", threads=1, **KW):
+        assert frozenset(os.sched_getaffinity(0)) == original
+        r = subprocess.run(["grep", "Cpus_allowed_list", "/proc/self/status"], capture_output=True,
+                           text=True, check=True)
+        from affinity.cpulist import parse_list
+
+        assert parse_list(r.stdout.split(":")[1]) == original
+
+
+def test_nested_blocks_restore_in_order_and_on_exceptions():
+    start = all_masks()
+    with Parked() as w:
+        with affinity.pinned("explicit,proclist=[0,1]", **KW):
+            with Parked():
+                pass
+            mid_env = os.environ["KMP_AFFINITY"]
+            with pytest.raises(ZeroDivisionError):
+                with affinity.pinned("explicit,proclist=[1]", threads=1, **KW):
+                    assert os.environ["KMP_AFFINITY"].endswith("proclist=[1]")
+                    1 / 0
+            assert os.environ["KMP_AFFINITY"] == mid_env  # the inner block undid its own
+        assert "KMP_AFFINITY" not in os.environ
+        for tid, m in all_masks().items():
+            assert m == start.get(tid, start[os.getpid()]), tid
+        assert w.tid
+
+
+def test_decorator_gives_each_call_its_own_binding():
+    seen = []
+
+    @affinity.pinned("explicit,proclist=[1,0]", threads=2, **KW)
+    def work():
+        seen.append(os.environ["OMP_PLACES"])
+        return len(affinity.binding.apply.active_bindings())
+
+    assert work() == 1 and work() == 1
+    assert seen == ["{1},{0}", "{1},{0}"] and "OMP_PLACES" not in os.environ
+
+
+def test_membind_auto_binds_the_calling_thread_and_is_undone():
+    def go():
+        before = numa.get_membind()
+        with affinity.pinned("explicit,proclist=[0]", threads=1, membind="auto", **KW) as b:
+            during = numa.get_membind()
+            assert b.membind == during
+        return before, during, numa.get_membind()
+
+    out = {}
+    t = threading.Thread(target=lambda: out.update(r=go()))
+    t.start()
+    t.join()
+    before, during, after = out["r"]
+    node = Topology.from_system().numa_of(0).os_index
+    assert during == numa.MemPolicy("bind", frozenset({node}))
+    assert after.policy == before.policy == "default"
+
+
+def test_planner_warnings_and_strictness():
+    with pytest.raises(SpecError):
+        affinity.apply("compakt", strict=True, **KW)
+    with affinity.pinned("compakt", **KW) as b:  # lenient, like the runtime: warn and fall back
+        assert any("compakt" in n for n in b.notes)
+    with pytest.raises(UnsupportedError, match="not this system"):
+        affinity.apply("compact", topology=Topology.from_synthetic("pack:2 core:2 pu:1"), **KW)
+    with pytest.raises(ValueError, match="inter"):
+        affinity.apply("compact", inter="sideways", **KW)
+
+
+def test_report_of_a_binding_matches_the_kernel():
+    with Parked():
+        with affinity.pinned("explicit,proclist=[1,0]", threads=2, **KW) as b:
+            with Parked() as y:
+                b.refresh()
+                bm = affinity.report()
+                rows = {r.tid: r for r in bm.rows}
+                assert rows[y.tid].requested == rows[y.tid].actual == frozenset({0, 1})
+                assert rows[os.getpid()].role == "main" and rows[os.getpid()].mempolicy
+                assert bm.mismatches == []
+                os.sched_setaffinity(y.tid, {0})  # someone moves it behind our back
+                bm = b.report()
+                assert [r.tid for r in bm.mismatches] == [y.tid]
+                assert f"tid {y.tid} [other python] bound to OS proc set {{0}}" in bm.text()
+                assert "MISMATCH: requested {0-1}" in bm.text()
+                assert json.loads(bm.to_json())["mismatches"] == [y.tid]
+
+
+# In a fresh process: an OpenMP runtime is loaded, apply() sizes and pins its team.
+OMP_APPLY = r"""
+import ctypes, json, os, sys, warnings
+warnings.simplefilter("ignore")
+lib = ctypes.CDLL(sys.argv[1])
+import affinity
+def members():
+    tids = (ctypes.c_int * 8)(); masks = (ctypes.c_ulong * 8)()
+    n = lib.report(tids, masks, 8)
+    return [[tids[i], [c for c in range(64) if masks[i] >> c & 1]] for i in range(n)]
+before = members()
+with affinity.pinned(sys.argv[2], threads=2, tensorflow=False) as b:
+    inside = members()
+    pins = [[p.tid, p.role, sorted(p.cpus), p.index] for p in b.pins.values()]
+    slots = [sorted(s) for s in b.slots]
+    notes = b.notes
+after = members()
+print(json.dumps({"before": before, "inside": inside, "after": after, "pins": pins,
+                  "slots": slots, "notes": notes, "main": os.getpid()}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["libgomp", "libiomp5"])
+def test_apply_pins_a_loaded_openmp_team_and_restores_it(tmp_path: Path, kind: str):
+    lib = build(kind, tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "GOMP_"))}
+    r = subprocess.run([sys.executable, "-c", OMP_APPLY, str(lib), "explicit,proclist=[1,0]"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    # the program's own threads read the plan from inside its parallel region
+    assert [m for _, m in out["inside"]] == out["slots"] == [[1], [0]]
+    roles = {tid: role for tid, role, _, _ in out["pins"]}
+    assert roles[out["inside"][0][0]] == "main" and roles[out["inside"][1][0]] == "openmp"
+    assert any("main thread is OpenMP team member 0" in n for n in out["notes"])
+    # and get their masks back afterwards
+    assert [m for _, m in out["after"]] == [m for _, m in out["before"]]
+
+
+def test_blas_pools_are_limited_and_restored():
+    import numpy  # noqa: F401  (loads OpenBLAS; numpy and threadpoolctl are test requirements)
+    import threadpoolctl
+
+    blas = [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    if not blas:
+        pytest.skip("this numpy has no BLAS thread pool to limit")
+    before = [i["num_threads"] for i in blas]
+    with affinity.pinned("explicit,proclist=[0]", threads=1, tensorflow=False, openmp=False, blas="auto"):
+        assert all(i["num_threads"] == 1 for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas")
+    assert [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"] == before
+
+
+def test_worker_slots_follow_granularity():
+    t = Topology.from_synthetic("pack:2 [numa] core:4 pu:2(indexes=2*8:1*2)")
+    p = plan("compact", topology=t)  # granularity=core: each core listed twice
+    assert p.threads == 16
+    assert worker_slots(p) == [t.cores[i].cpuset for i in range(8)]
+    p = plan("granularity=fine,compact", topology=t)
+    assert worker_slots(p) == [frozenset({c}) for c in (0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15)]
+
+
+def test_warning_category():
+    with pytest.warns(AffinityWarning):
+        import warnings
+
+        warnings.warn("x", AffinityWarning)
+
+
+def test_rank_share_in_process(monkeypatch):
+    # local rank 1 of 2 (Open MPI's variables): the plan stays inside rank 1's share
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1")
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2")
+    from affinity.planning.ranks import rank_share
+
+    share = rank_share(Topology.from_system().with_allowed(os.sched_getaffinity(0)), 1, 2)
+    with affinity.pinned("granularity=fine,compact", rank="auto", **KW) as b:
+        assert frozenset().union(*b.plan.cpusets) <= share.cpus
+        assert b.plan.threads == len(share.cpus)
+    with affinity.pinned("granularity=fine,compact", rank="0/2", **KW) as b0:
+        assert not (frozenset().union(*b0.plan.cpusets) & share.cpus)
+
+
+RANK_SCRIPT = r"""
+import json, os, affinity
+out = {}
+with affinity.pinned("granularity=fine,compact", rank="auto", tensorflow=False, openmp=False,
+                     blas=False) as b:
+    out["cpus"] = sorted(set().union(*b.plan.cpusets))
+    out["threads"] = b.plan.threads
+    out["omp"] = os.environ.get("OMP_NUM_THREADS")
+out["omp_after"] = os.environ.get("OMP_NUM_THREADS")
+with open(os.path.join(os.environ["RANK_OUT"], str(os.getpid())), "w") as fh:
+    json.dump(out, fh)
+"""
+
+
+@pytest.mark.skipif(__import__("shutil").which("mpirun") is None,
+                    reason="no MPI launcher (make sysdeps installs MPICH as root)")
+def test_rank_auto_under_a_real_mpirun(tmp_path):
+    """apply(rank="auto") in two processes started by a real mpirun: each plans inside its
+    own disjoint share of this node, and restores its environment."""
+    env = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
+    env.update(RANK_OUT=str(tmp_path), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    r = subprocess.run(["mpirun", "-np", "2", sys.executable, "-c", RANK_SCRIPT], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    got = [json.loads(f.read_text()) for f in sorted(tmp_path.iterdir())]
+    assert len(got) == 2
+    a, b = (set(g["cpus"]) for g in got)
+    assert a and b and not a & b and a | b <= set(CPUS)
+    assert all(g["omp"] == str(g["threads"]) and g["omp_after"] is None for g in got)

@@ -1,0 +1,132 @@
+"""Real TensorFlow on this machine: pools sized as planned, workers on the planned
+CPUs (read back per TID), the bind map agrees, and pinned() restores everything,
+whether it is entered before TensorFlow started or after."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import affinity
+from affinity.planning.envvars import worker_slots
+from affinity.machine.topology import Topology
+
+pytestmark = [
+    pytest.mark.tf,
+    pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a process mask of at least 2 CPUs"),
+]
+
+HERE = Path(__file__).resolve().parents[1] / "helpers"
+CASES = [(spec, n) for spec in ("granularity=fine,compact,1,0", "scatter", "explicit,proclist=[1,0]")
+         for n in (1, 2)]
+_cache: dict[tuple[str, int], dict] = {}
+
+
+def scenario(spec: str, threads: int) -> dict:
+    if (spec, threads) not in _cache:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "TF_NUM_", "GOMP_"))}
+        r = subprocess.run([sys.executable, str(HERE / "tfscenario.py"), spec, str(threads)],
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        _cache[(spec, threads)] = json.loads(r.stdout.strip().splitlines()[-1])
+    return _cache[(spec, threads)]
+
+
+def expected(spec: str, threads: int):
+    topo = Topology.from_system()
+    p = affinity.plan(spec, threads=threads, topology=topo.with_allowed(os.sched_getaffinity(0)))
+    return p, worker_slots(p)
+
+
+def test_expected_plans_on_this_machine():
+    """The planner's view of this 2-CPU machine, checked by hand against KMP semantics."""
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    p, slots = expected("explicit,proclist=[1,0]", 2)
+    assert [sorted(s) for s in p.cpusets] == [[1], [0]] and p.inter_op_threads == 1
+    p, slots = expected("granularity=fine,compact,1,0", 2)
+    assert sorted(sorted(s) for s in slots) == [[cpus[0]], [cpus[1]]]
+    p, slots = expected("scatter", 1)
+    assert len(slots) == 1 and p.intra_op_threads == 1
+
+
+@pytest.mark.parametrize("spec,threads", CASES)
+def test_pools_sized_and_pinned_before_tf_started(spec, threads):
+    out = scenario(spec, threads)
+    p, slots = expected(spec, threads)
+    st = out["before"]
+    assert st["tf_state"]["counts_set"] is True
+    # pool sizes as planned, as TensorFlow itself reports them
+    assert out["tf_sizes"] == [p.intra_op_threads, p.inter_op_threads]
+    assert len(st["tf_state"]["intra"]) == p.intra_op_threads
+    assert len(st["tf_state"]["inter"]) == p.inter_op_threads
+    # intra-op worker i sits on slot i, read back from the kernel per TID
+    masks = {int(k): v for k, v in st["masks"].items()}
+    for i, tid in enumerate(st["tf_state"]["intra"]):
+        assert masks[tid] == sorted(slots[i]), (i, tid)
+    union = sorted(frozenset().union(*p.cpusets))
+    for tid in st["tf_state"]["inter"]:
+        assert masks[tid] == union
+    # the main thread is left as TensorFlow leaves it: never narrowed
+    assert masks[out["pid"]] == out["initial"][str(out["pid"])]
+    # the bind map says the same, with no mismatch
+    rep = st["report"]
+    assert rep["mismatches"] == []
+    rows = {r["tid"]: r for r in rep["threads"]}
+    for i, tid in enumerate(st["tf_state"]["intra"]):
+        assert rows[tid]["role"] == "tf-intra" and rows[tid]["index"] == i
+        assert rows[tid]["actual"] == rows[tid]["requested"] == sorted(slots[i])
+        assert f"tid {tid} thread {i} [tf-intra" in st["report_text"]
+    assert st["env"]["OMP_NUM_THREADS"] == str(len(slots))
+    assert st["env"]["TF_NUM_INTRAOP_THREADS"] == str(p.intra_op_threads)
+
+
+@pytest.mark.parametrize("spec,threads", CASES)
+def test_everything_restored_after_the_block(spec, threads):
+    out = scenario(spec, threads)
+    initial = out["initial"]
+    original = initial[str(out["pid"])]
+    for stage in ("restored", "restored2", "restored3"):
+        for tid, m in out[stage]["masks"].items():
+            # threads that existed before keep their mask; threads born inside go back
+            # to the process's original mask
+            assert m == initial.get(tid, original), (stage, tid)
+    assert out["restored"]["env"] == out["initial_env"]
+
+
+@pytest.mark.parametrize("spec,threads", CASES)
+def test_pinning_pools_of_a_running_tf(spec, threads):
+    out = scenario(spec, threads)
+    p, slots = expected(spec, threads)
+    st = out["after"]
+    assert st["tf_state"]["counts_set"] is False
+    # the pools are the ones started in the first block, found again by name/creation order
+    assert st["tf_state"]["intra"] == out["before"]["tf_state"]["intra"]
+    assert st["tf_state"]["inter"] == out["before"]["tf_state"]["inter"]
+    masks = {int(k): v for k, v in st["masks"].items()}
+    for i, tid in enumerate(st["tf_state"]["intra"]):
+        assert masks[tid] == sorted(slots[i % len(slots)])
+    assert st["report"]["mismatches"] == []
+
+
+def test_tf1_session_pools_are_pinned_on_creation():
+    spec, threads = "explicit,proclist=[1,0]", 2
+    out = scenario(spec, threads)
+    p, _ = expected(spec, threads)
+    sess = out["session"]
+    st = sess["stage"]
+    pins = {tid: (role, cpus) for tid, role, cpus, _ in st["pins"]}
+    masks = {int(k): v for k, v in st["masks"].items()}
+    assert sess["new"], "the session started no thread"
+    union = sorted(frozenset().union(*p.cpusets))
+    for tid in sess["new"]:
+        if tid in masks:
+            assert tid in pins, f"session thread {tid} was not pinned"
+            assert masks[tid] == pins[tid][1]
+    inter = [t for t in sess["new"] if pins.get(t, ("",))[0] == "tf-inter"]
+    assert len(inter) == p.inter_op_threads  # the session's own inter-op pool
+    assert all(masks[t] == union for t in inter if t in masks)

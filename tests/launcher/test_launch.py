@@ -1,0 +1,495 @@
+"""``affinity run`` end to end: real child processes, their masks, memory policies
+and environments read back from inside and from /proc/PID; several instances,
+thread pinning of a C program, ranks under a real mpirun, cgroup limits,
+a container that refuses memory policies (seccomp), usage errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from affinity.cpulist import format_list, parse_list
+from affinity.launcher.run import pin_library
+
+from helpers.launch import (affinity_run, clean_env, comm_of, environ_of, probe_result, status_of,
+                            task_policy_of, wait_for, write_probe)
+from helpers.cgroups import run_in
+from helpers.pinprog import LINE, PROGRAM
+
+CPUS = sorted(os.sched_getaffinity(0))
+TWO = pytest.mark.skipif(len(CPUS) < 2, reason="needs a process mask of at least 2 CPUs")
+NODE = 0
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory) -> list[str]:
+    return write_probe(tmp_path_factory.mktemp("probe"))
+
+
+@pytest.fixture(scope="module")
+def threads_program(tmp_path_factory) -> str:
+    d = tmp_path_factory.mktemp("threads")
+    (d / "threads.c").write_text(PROGRAM)
+    subprocess.run([shutil.which("gcc") or "cc", "-O1", "-pthread", str(d / "threads.c"), "-o",
+                    str(d / "threads")], check=True)
+    return str(d / "threads")
+
+
+# ------------------------------------------------------------------ one process
+
+@TWO
+def test_exec_replaces_the_launcher_with_mask_policy_and_environment(probe):
+    r = affinity_run("--", *probe)
+    got = probe_result(r)
+    assert got["cpus"] == set(CPUS)
+    assert got["policy"] == "default"  # memory untouched unless asked
+    env = got["env"]
+    assert env["OMP_NUM_THREADS"] == str(len(CPUS)) == env["TF_NUM_INTRAOP_THREADS"]
+    assert env["KMP_AFFINITY"] == f"granularity=fine,explicit,proclist=[{','.join(map(str, CPUS))}]"
+    assert env["OMP_PLACES"] == ",".join(f"{{{c}}}" for c in CPUS) and env["OMP_PROC_BIND"] == "close"
+    assert env["GOMP_CPU_AFFINITY"] == " ".join(map(str, CPUS))
+    assert env["KMP_BLOCKTIME"] and env["TF_NUM_INTEROP_THREADS"] == "1"
+    assert r.stderr == ""
+
+
+@TWO
+def test_the_exec_d_process_read_from_outside(tmp_path):
+    # `sleep` replaces the launcher (same PID): read its mask, policy, environment
+    p = subprocess.Popen([sys.executable, "-m", "affinity", "run", "-C", str(CPUS[1]), "-m", str(NODE),
+                          "--", "sleep", "60"], env=clean_env())
+    try:
+        wait_for(lambda: comm_of(p.pid) == "sleep", "the exec")
+        st = status_of(p.pid)
+        assert parse_list(st["Cpus_allowed_list"]) == {CPUS[1]}
+        assert task_policy_of(p.pid) == f"bind:{NODE}"
+        env = environ_of(p.pid)
+        assert env["KMP_AFFINITY"] == f"granularity=fine,explicit,proclist=[{CPUS[1]}]"
+        assert env["OMP_NUM_THREADS"] == "1"
+    finally:
+        p.kill()
+        p.wait()
+    assert p.returncode == -signal.SIGKILL  # the status is the command's own
+
+
+def test_exit_status_is_the_commands():
+    assert affinity_run("--", "sh", "-c", "exit 42").returncode == 42
+
+
+@TWO
+def test_spec_threads_and_options_after_the_spec(probe):
+    got = probe_result(affinity_run("granularity=fine,proclist=[1,0],explicit", "-t", "2", "--", *probe))
+    assert got["env"]["KMP_AFFINITY"] == "granularity=fine,explicit,proclist=[1,0]"
+    assert got["env"]["OMP_PLACES"] == "{1},{0}"
+    got = probe_result(affinity_run("compact", "-C", str(CPUS[1]), "--blocktime", "200", "--", *probe))
+    assert got["cpus"] == {CPUS[1]} and got["env"]["KMP_BLOCKTIME"] == "200"
+    # without a SPEC, placement variables of the environment are planned as the runtime reads them
+    got = probe_result(affinity_run("--", *probe, env=clean_env(OMP_PLACES="{1},{0}", OMP_PROC_BIND="close",
+                                                              OMP_NUM_THREADS="2")))
+    assert got["env"]["OMP_PLACES"] == "{1},{0}" and got["env"]["OMP_NUM_THREADS"] == "2"
+    # a user's KMP_BLOCKTIME is kept
+    got = probe_result(affinity_run("--", *probe, env=clean_env(KMP_BLOCKTIME="30")))
+    assert got["env"]["KMP_BLOCKTIME"] == "30"
+
+
+def test_bad_spec_is_an_affinity_error_with_a_caret():
+    r = affinity_run("granularity=fine,compactt", "--", "true")
+    assert r.returncode == 1
+    assert r.stderr.startswith("affinity run: error: ") and "^" in r.stderr
+
+
+def test_usage_errors_exit_2_and_start_nothing(tmp_path):
+    marker = tmp_path / "ran"
+    for args in (["--", ], ["-m", "0", "touch", str(marker)], ["-m", "0", "-i", "0", "--", "touch", str(marker)],
+                 ["--json", "--", "touch", str(marker)], ["-C", "0-", "--", "touch", str(marker)],
+                 ["--instances", "0", "--", "touch", str(marker)], ["--show", "--", "true"]):
+        r = affinity_run(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert "usage: affinity run [SPEC] [options] -- CMD [ARGS...]" in r.stderr
+    assert not marker.exists()
+    r = affinity_run("-m", "0", "touch", str(marker))
+    assert "the command goes after '--'" in r.stderr
+
+
+def test_command_not_found_or_not_executable(tmp_path):
+    r = affinity_run("--", "no-such-command-xyz")
+    assert r.returncode == 127 and "no-such-command-xyz: command not found" in r.stderr
+    f = tmp_path / "data.txt"
+    f.write_text("x")
+    r = affinity_run("--", str(f))
+    assert r.returncode == 126 and "not an executable file" in r.stderr
+
+
+def test_affinity_errors_exit_1_naming_the_option_and_value():
+    r = affinity_run("-C", "100-101", "--", "true")
+    assert r.returncode == 1
+    assert "--physcpubind 100-101: CPU 100-101 does not exist on this machine" in r.stderr
+    r = affinity_run("-m", "7", "--", "true")
+    assert r.returncode == 1 and "--membind 7: no NUMA node 7 on this machine" in r.stderr
+    r = affinity_run("--ranks", "auto", "--", "true")
+    assert r.returncode == 1 and "no launcher variables found" in r.stderr
+
+
+@TWO
+def test_log_dir_for_one_instance(tmp_path, probe):
+    r = affinity_run("--log-dir", str(tmp_path / "logs"), "--", *probe)
+    assert r.returncode == 0 and r.stdout == ""
+    out = json.loads((tmp_path / "logs" / "instance-0.log").read_text())
+    assert parse_list(out["cpus"]) == set(CPUS)
+
+
+# ------------------------------------------------------- restricted parent mask
+
+@TWO
+def test_a_restricted_parent_mask_is_respected(probe):
+    pre = ("taskset", "-c", str(CPUS[1]))
+    got = probe_result(affinity_run("--", *probe, pre=pre))
+    assert got["cpus"] == {CPUS[1]}
+    assert got["env"]["KMP_AFFINITY"] == f"granularity=fine,explicit,proclist=[{CPUS[1]}]"
+    assert got["env"]["OMP_NUM_THREADS"] == "1"
+    # relative CPU numbers count inside the mask; CPUs outside it are refused
+    assert probe_result(affinity_run("-C", "+0", "--", *probe, pre=pre))["cpus"] == {CPUS[1]}
+    r = affinity_run("-C", str(CPUS[0]), "--", *probe, pre=pre)
+    assert r.returncode == 1
+    assert f"CPU {CPUS[0]} is not allowed to this process (allowed: {CPUS[1]})" in r.stderr
+    # a node's CPUs: only those the mask allows (numactl would widen the mask here)
+    assert probe_result(affinity_run("-N", str(NODE), "--", *probe, pre=pre))["cpus"] == {CPUS[1]}
+    # two instances do not fit in one CPU: an error, nothing started
+    r = affinity_run("--instances", "2", "--", *probe, pre=pre)
+    assert r.returncode == 1 and "cannot give 2 disjoint shares" in r.stderr and r.stdout == ""
+    # --norespect starts from the cgroup's CPUs instead
+    got = probe_result(affinity_run("--norespect", "--", *probe, pre=pre))
+    assert got["cpus"] >= {CPUS[0], CPUS[1]}
+
+
+# ------------------------------------------------------------------ instances
+
+@TWO
+def test_two_instances_get_disjoint_cores_bound_memory_and_logs(tmp_path, probe):
+    logs = tmp_path / "logs"
+    r = affinity_run("--instances", "2", "--log-dir", str(logs), "--", *probe)
+    assert r.returncode == 0, r.stderr
+    outs = [json.loads((logs / f"instance-{i}.log").read_text()) for i in range(2)]
+    masks = [parse_list(o["cpus"]) for o in outs]
+    assert masks[0] and masks[1] and not masks[0] & masks[1]
+    assert masks[0] | masks[1] == set(CPUS[:2]) or len(CPUS) > 2
+    assert [o["policy"] for o in outs] == [f"bind:{NODE}"] * 2
+    assert [o["env"]["AFFINITY_INSTANCE"] for o in outs] == ["0", "1"]
+    assert all(o["env"]["AFFINITY_NUM_INSTANCES"] == "2" for o in outs)
+    for o, m in zip(outs, masks):
+        assert o["env"]["KMP_AFFINITY"] == f"granularity=fine,explicit,proclist=[{','.join(map(str, sorted(m)))}]"
+    assert outs[0]["pid"] != outs[1]["pid"]
+
+
+@TWO
+def test_instances_read_from_outside_while_they_run(tmp_path):
+    stop = tmp_path / "stop"
+    script = f'echo $$ > {tmp_path}/pid.$AFFINITY_INSTANCE; while [ ! -e {stop} ]; do sleep 0.02; done'
+    p = subprocess.Popen([sys.executable, "-m", "affinity", "run", "--instances", "2", "--", "sh", "-c",
+                          script], env=clean_env())
+    try:
+        wait_for(lambda: all((tmp_path / f"pid.{i}").exists() and (tmp_path / f"pid.{i}").read_text()
+                             for i in range(2)), "both instances")
+        pids = [int((tmp_path / f"pid.{i}").read_text()) for i in range(2)]
+        masks = [parse_list(status_of(pid)["Cpus_allowed_list"]) for pid in pids]
+        assert not masks[0] & masks[1]
+        assert [task_policy_of(pid) for pid in pids] == [f"bind:{NODE}"] * 2
+        assert [environ_of(pid)["AFFINITY_INSTANCE"] for pid in pids] == ["0", "1"]
+        # the launcher itself is back to its own mask and policy
+        assert parse_list(status_of(p.pid)["Cpus_allowed_list"]) == set(CPUS)
+        assert task_policy_of(p.pid) == "default"
+    finally:
+        stop.write_text("")
+        p.wait(60)
+    assert p.returncode == 0
+
+
+@TWO
+def test_exit_status_is_the_worst_instances():
+    r = affinity_run("--instances", "2", "--", "sh", "-c", "exit $((AFFINITY_INSTANCE * 3 + 2))")
+    assert r.returncode == 5
+    r = affinity_run("--instances", "2", "--", "sh", "-c", 'if [ "$AFFINITY_INSTANCE" = 1 ]; then kill -9 $$; fi')
+    assert r.returncode == 128 + 9
+
+
+@TWO
+def test_signals_are_forwarded_to_every_instance(tmp_path):
+    script = f"touch {tmp_path}/started.$AFFINITY_INSTANCE; exec sleep 60"
+    p = subprocess.Popen([sys.executable, "-m", "affinity", "run", "--instances", "2", "--", "sh", "-c",
+                          script], env=clean_env())
+    wait_for(lambda: all((tmp_path / f"started.{i}").exists() for i in range(2)), "both instances")
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(60) == 128 + signal.SIGTERM
+
+
+@TWO
+def test_instances_do_not_outlive_a_killed_launcher(tmp_path):
+    """SIGKILL cannot be forwarded: the kernel's parent-death signal ends the instances."""
+    script = f"echo $$ > {tmp_path}/pid.$AFFINITY_INSTANCE; exec sleep 600"
+    p = subprocess.Popen([sys.executable, "-m", "affinity", "run", "--instances", "2", "--", "sh", "-c",
+                          script], env=clean_env())
+    wait_for(lambda: all((tmp_path / f"pid.{i}").exists() and (tmp_path / f"pid.{i}").read_text()
+                         for i in range(2)), "both instances")
+    pids = [int((tmp_path / f"pid.{i}").read_text()) for i in range(2)]
+    wait_for(lambda: all(comm_of(pid) == "sleep" for pid in pids), "both instances to exec sleep")
+    p.kill()
+    p.wait(60)
+
+    def gone(pid: int) -> bool:  # exited, or a zombie waiting for init to reap it
+        try:
+            return status_of(pid).get("State", "").startswith("Z")
+        except FileNotFoundError:
+            return True
+
+    try:
+        wait_for(lambda: all(gone(pid) for pid in pids), "the instances to end after the launcher was killed",
+                 limit=20)
+    finally:
+        for pid in pids:
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@TWO
+def test_instances_dry_run_json_and_shell():
+    r = affinity_run("--instances", "2", "--dry-run", "--json", "--", "prog", "--flag")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["mode"] == "spawn" and len(d["instances"]) == 2
+    assert [i["argv"] for i in d["instances"]] == [["prog", "--flag"]] * 2
+    assert not parse_list(d["instances"][0]["cpus"]) & parse_list(d["instances"][1]["cpus"])
+    r = affinity_run("--instances", "2", "--log-dir", "L", "--dry-run", "--", "prog")
+    lines = r.stdout.splitlines()
+    assert lines[-1] == "wait" and all(line.endswith(" &") for line in lines[:2])
+    assert lines[0].startswith(f"numactl --physcpubind={CPUS[0]} --membind={NODE} -- env ")
+    assert "> L/instance-1.log 2>&1 &" in lines[1]
+
+
+# --------------------------------------------------------------- pin-threads
+
+@TWO
+def test_pin_threads_pins_a_c_programs_pthreads_in_creation_order(threads_program):
+    # slots 1, 0 (an explicit proclist): main -> {1}, then {0}, {1}, {0}, {1}
+    r = affinity_run("granularity=fine,proclist=[1,0],explicit", "-t", "2", "--pin-threads", "--",
+                     threads_program, "4")
+    assert r.returncode == 0, r.stderr
+    seen = {}
+    for line in r.stdout.splitlines():
+        m = LINE.match(line)
+        seen[int(m.group(2))] = (int(m.group(3)), frozenset(map(int, m.group(4).split(","))))
+    assert [sorted(seen[i][1]) for i in range(5)] == [[1], [0], [1], [0], [1]]
+    assert r.stderr == ""
+
+
+@TWO
+def test_pin_threads_skip_mask_and_report(threads_program):
+    r = affinity_run("-v", "--pin-threads", "--pin-skip", "0x2", "--", threads_program, "3")
+    assert r.returncode == 0, r.stderr
+    tids = {}
+    for line in r.stdout.splitlines():
+        m = LINE.match(line)
+        tids[int(m.group(2))] = (int(m.group(3)), m.group(4))
+    # main -> slot 0, thread 1 -> slot 1, thread 2 skipped (keeps main's), thread 3 -> slot 0
+    assert [tids[i][1] for i in range(4)] == [str(CPUS[0]), str(CPUS[1]), str(CPUS[0]), str(CPUS[0])]
+    assert f"tid {tids[1][0]} thread 1 bound to OS proc set {{{CPUS[1]}}}" in r.stderr
+    assert f"tid {tids[2][0]} thread 2 skipped (AFFINITY_PIN_SKIP)" in r.stderr
+    assert f"tid {tids[0][0]} thread 0 bound to OS proc set {{{CPUS[0]}}}" in r.stderr
+
+
+def test_pin_threads_environment(probe):
+    got = probe_result(affinity_run("--pin-threads", "--", *probe, env=clean_env(LD_PRELOAD="/x/other.so")))
+    assert got["env"]["LD_PRELOAD"] == f"{pin_library()}:/x/other.so"
+    assert got["env"]["AFFINITY_PIN_SLOTS"] == ";".join(str(c) for c in CPUS)
+    assert got["env"]["AFFINITY_PIN_SKIP"] == "0x0" and got["env"]["AFFINITY_PIN_MAIN"] == "1"
+    # the library pinned the probe's own main thread (a Python program) to the first slot
+    assert got["cpus"] == {CPUS[0]}
+    got = probe_result(affinity_run("--pin-threads", "--no-pin-main", "--", *probe))
+    assert got["env"]["AFFINITY_PIN_MAIN"] == "0"
+    assert got["cpus"] == set(CPUS)  # left alone: the process mask
+
+
+# ---------------------------------------------------------------------- ranks
+
+MPIRUN = shutil.which("mpirun")
+
+
+@TWO
+@pytest.mark.skipif(MPIRUN is None, reason="no MPI launcher (make sysdeps installs MPICH as root)")
+def test_ranks_auto_under_a_real_mpirun(probe, tmp_path):
+    env = clean_env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    # each rank writes its own file: mpirun merges the ranks' stdout, and lines can interleave
+    per_rank = 'exec "$@" > "$0.${PMI_RANK:-$OMPI_COMM_WORLD_RANK}"'
+    r = subprocess.run([MPIRUN, "-np", "2", sys.executable, "-m", "affinity", "run", "--ranks", "auto",
+                        "-v", "--", "sh", "-c", per_rank, str(tmp_path / "out"), *probe],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    outs = sorted((json.loads((tmp_path / f"out.{i}").read_text()) for i in range(2)), key=lambda o: o["cpus"])
+    masks = [parse_list(o["cpus"]) for o in outs]
+    assert len(masks) == 2 and not masks[0] & masks[1]
+    assert [o["policy"] for o in outs] == [f"bind:{NODE}"] * 2
+    assert all(o["env"]["OMP_NUM_THREADS"] == "1" for o in outs)
+    # disjoint masks already show that each rank found its own; -v says where from (mpirun
+    # merges the ranks' stderr in chunks, so only one message is required to be whole)
+    assert re.search(r"rank [01] of 2 on this node", r.stderr), r.stderr
+    assert "MPICH" in r.stderr or "Open MPI" in r.stderr
+
+
+@TWO
+def test_explicit_ranks(probe):
+    got = [probe_result(affinity_run("--ranks", f"{i}/2", "--", *probe)) for i in range(2)]
+    assert got[0]["cpus"] == {CPUS[0]} and got[1]["cpus"] == {CPUS[1]}
+    assert [g["policy"] for g in got] == [f"bind:{NODE}"] * 2
+
+
+# ------------------------------------------------------------ cgroup limits
+
+@pytest.mark.parametrize("scratch_cgroup", ["cpu"], indirect=True)
+def test_cfs_quota_shapes_the_default_thread_count(scratch_cgroup, probe):
+    (scratch_cgroup / "cpu.cfs_period_us").write_text("100000")
+    (scratch_cgroup / "cpu.cfs_quota_us").write_text("50000")
+    r = run_in(scratch_cgroup, sys.executable, "-m", "affinity", "run", "-v", "--", *probe)
+    got = probe_result(r)
+    assert got["env"]["OMP_NUM_THREADS"] == "1" and got["env"]["TF_NUM_INTRAOP_THREADS"] == "1"
+    assert got["cpus"] == set(CPUS)  # the mask is not narrowed, only the thread count
+    assert "CFS quota 0.5 CPUs" in r.stderr
+    # an explicit count wins
+    r = run_in(scratch_cgroup, sys.executable, "-m", "affinity", "run", "-t", str(len(CPUS)), "--", *probe)
+    assert probe_result(r)["env"]["OMP_NUM_THREADS"] == str(len(CPUS))
+
+
+@TWO
+@pytest.mark.parametrize("scratch_cgroup", ["cpuset"], indirect=True)
+def test_a_cgroup_cpuset_is_the_allowed_set(scratch_cgroup, probe):
+    (scratch_cgroup / "cpuset.mems").write_text((scratch_cgroup.parent / "cpuset.mems").read_text())
+    (scratch_cgroup / "cpuset.cpus").write_text(str(CPUS[1]))
+    for extra in ((), ("--norespect",)):
+        got = probe_result(run_in(scratch_cgroup, sys.executable, "-m", "affinity", "run", *extra, "--",
+                                  *probe))
+        assert got["cpus"] == {CPUS[1]}
+        assert got["env"]["OMP_NUM_THREADS"] == "1"
+
+
+# ------------------------------------------- memory policy refused (container)
+
+SECCOMP = r"""
+#include <errno.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#define ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define ARCH AUDIT_ARCH_AARCH64
+#else
+#error "add this architecture"
+#endif
+/* what Docker's default seccomp profile does without CAP_SYS_NICE */
+int main(int argc, char **argv)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_set_mempolicy, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mbind, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+    };
+    struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+    if (argc < 2 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)) {
+        perror("deny_mempolicy");
+        return 99;
+    }
+    execvp(argv[1], argv + 1);
+    perror("execvp");
+    return 98;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def deny_mempolicy(tmp_path_factory) -> str:
+    d = tmp_path_factory.mktemp("seccomp")
+    (d / "deny.c").write_text(SECCOMP)
+    subprocess.run([shutil.which("gcc") or "cc", "-O1", str(d / "deny.c"), "-o", str(d / "deny")], check=True)
+    # the filter works: set_mempolicy says EPERM under it
+    r = subprocess.run([str(d / "deny"), sys.executable, "-c",
+                        "import ctypes,os; l=ctypes.CDLL(None, use_errno=True); "
+                        f"print(l.syscall({238 if os.uname().machine == 'x86_64' else 237}, 2, "
+                        "ctypes.byref(ctypes.c_ulong(1)), 65), ctypes.get_errno())"],
+                       capture_output=True, text=True, check=True)
+    assert r.stdout.split() == ["-1", "1"], r.stdout
+    return str(d / "deny")
+
+
+def test_refused_memory_policy_is_a_clear_error_and_nothing_starts(deny_mempolicy, tmp_path):
+    marker = tmp_path / "ran"
+    for opt in (["--membind", "0"], ["--interleave", "all"], ["--localalloc"]):
+        r = affinity_run(*opt, "--", "touch", str(marker), pre=(deny_mempolicy,))
+        assert r.returncode == 1, r.stderr
+        assert "set_mempolicy(" in r.stderr and "Operation not permitted" in r.stderr
+        assert "--membind-optional" in r.stderr and "nothing was started" in r.stderr
+        assert not marker.exists()
+    # several instances: refused before the first one starts
+    r = affinity_run("--instances", "2", "-m", "0", "--", "touch", str(marker), pre=(deny_mempolicy,))
+    assert r.returncode == 1 and not marker.exists()
+
+
+def test_membind_optional_warns_and_runs_without_it(deny_mempolicy, probe):
+    r = affinity_run("--membind", "0", "--membind-optional", "--", *probe, pre=(deny_mempolicy,))
+    got = probe_result(r)
+    assert got["policy"] == "default"
+    assert "warning: memory policy bind:0 not applied" in r.stderr and "running without it" in r.stderr
+
+
+@TWO
+def test_implicit_instance_binding_degrades_to_a_warning(deny_mempolicy, tmp_path, probe):
+    r = affinity_run("--instances", "2", "--log-dir", str(tmp_path), "--", *probe, pre=(deny_mempolicy,))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("not applied") == 1  # said once
+    outs = [json.loads((tmp_path / f"instance-{i}.log").read_text()) for i in range(2)]
+    assert [o["policy"] for o in outs] == ["default", "default"]
+    assert not parse_list(outs[0]["cpus"]) & parse_list(outs[1]["cpus"])
+
+
+# ----------------------------------------------------------------- the value
+
+def test_dry_run_on_another_machine():
+    xeon = "synthetic:pack:2 [numa] core:28 pu:2(indexes=2*56:1*2)"
+    r = affinity_run("--topology", xeon, "--instances", "2", "--dry-run", "--json", "--", "prog")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert [i["cpus"] for i in d["instances"]] == ["0-27,56-83", "28-55,84-111"]
+    assert [i["mem_nodes"] for i in d["instances"]] == ["0", "1"]
+    assert [i["threads"] for i in d["instances"]] == [28, 28]
+    assert d["instances"][1]["env"]["KMP_AFFINITY"].startswith("granularity=fine,explicit,proclist=[28,29,")
+    r = affinity_run("--topology", xeon, "--", "prog")
+    assert r.returncode == 2 and "--topology plans for another machine" in r.stderr
+
+
+def test_shell_dry_run_reproduces_the_launch(probe):
+    numactl = shutil.which("numactl")
+    r = affinity_run("-C", str(CPUS[-1]), "-m", str(NODE), "--dry-run", "--", *probe)
+    assert r.returncode == 0
+    line = r.stdout.strip()
+    assert line.startswith(f"numactl --physcpubind={CPUS[-1]} --membind={NODE} -- env ")
+    if numactl is None:
+        pytest.skip("numactl is not installed: the shell line cannot be run")
+    via_shell = probe_result(subprocess.run(["sh", "-c", line], capture_output=True, text=True,
+                                            env=clean_env(), timeout=60))
+    direct = probe_result(affinity_run("-C", str(CPUS[-1]), "-m", str(NODE), "--", *probe))
+    for k in ("cpus", "mems", "policy", "env"):
+        assert via_shell[k] == direct[k], k
+    assert format_list(direct["cpus"]) == str(CPUS[-1])

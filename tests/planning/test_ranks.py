@@ -1,0 +1,259 @@
+"""Local ranks from launcher variables (and from a real mpirun), and the pure
+partition of machines we do not have into disjoint shares."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from affinity.errors import PlanError
+from affinity.planning.ranks import LocalRank, local_rank, parse_rank, partition, rank_share, rank_topology
+from affinity.machine.topology import Topology
+
+from helpers import golden_dir
+
+GOLDEN = golden_dir()
+XEON = "pack:2 [numa] core:28 pu:2(indexes=2*56:1*2)"  # 2x28x2, siblings i and i+56
+FOUR_SOCKET = "pack:4 [numa] core:8 pu:2(indexes=2*32:1*2)"
+SNC = "pack:2 group:2 [numa] core:6 pu:2(indexes=2*24:1*2)"  # sub-NUMA clustering: 2 nodes per package
+KNL = "pack:1 group:4 [numa] [numa] core:17 pu:4(indexes=4*68:1*4)"  # SNC-4 flat: DDR + MCDRAM per quadrant
+
+
+def cpus(*ranges: tuple[int, int]) -> frozenset[int]:
+    return frozenset(c for a, b in ranges for c in range(a, b + 1))
+
+
+# ---------------------------------------------------------------- detection
+
+@pytest.mark.parametrize("env,want", [
+    ({"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, (1, 4, "Open MPI")),
+    ({"MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2", "PMI_RANK": "6"}, (0, 2, "MPICH")),
+    ({"MV2_COMM_WORLD_LOCAL_RANK": "3", "MV2_COMM_WORLD_LOCAL_SIZE": "8"}, (3, 8, "MVAPICH2")),
+    ({"PMI_LOCAL_RANK": "2", "PMI_LOCAL_SIZE": "3"}, (2, 3, "Cray PMI")),
+    ({"LOCAL_RANK": "5", "LOCAL_WORLD_SIZE": "8", "RANK": "13"}, (5, 8, "torchrun")),
+    ({"SLURM_LOCALID": "1", "SLURM_NODEID": "2", "SLURM_STEP_TASKS_PER_NODE": "4(x2),3"},
+     (1, 3, "Slurm srun")),
+    ({"SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "2"}, (0, 2, "Slurm srun")),
+])
+def test_each_launcher(env, want):
+    r = local_rank(env)
+    assert (r.rank, r.size) == want[:2] and r.source.startswith(want[2])
+
+
+def test_precedence_and_absence():
+    # mpirun inside a Slurm allocation: the MPI launcher's variables win
+    env = {"SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "1",
+           "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    assert (local_rank(env).rank, local_rank(env).size) == (1, 2)
+    # torchrun under srun (one srun task per node): torchrun's are the local ones
+    env = {"SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "1", "LOCAL_RANK": "3",
+           "LOCAL_WORLD_SIZE": "4"}
+    assert local_rank(env).source.startswith("torchrun")
+    # a batch script (SLURM_LOCALID but no step) is one process, not a rank
+    assert local_rank({"SLURM_LOCALID": "0", "SLURM_TASKS_PER_NODE": "4"}) is None
+    assert local_rank({}) is None
+
+
+def test_malformed_variables_are_named():
+    with pytest.raises(PlanError, match="OMPI_COMM_WORLD_LOCAL_RANK='x' is not"):
+        local_rank({"OMPI_COMM_WORLD_LOCAL_RANK": "x", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"})
+    with pytest.raises(PlanError, match=r"local rank 2 of 2 is not a valid rank \(Open MPI"):
+        local_rank({"OMPI_COMM_WORLD_LOCAL_RANK": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"})
+    with pytest.raises(PlanError, match="cannot read '2\\(y3\\)'"):
+        local_rank({"SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "2(y3)"})
+    with pytest.raises(PlanError, match="SLURM_NODEID=3 but .* lists 2 nodes"):
+        local_rank({"SLURM_LOCALID": "0", "SLURM_NODEID": "3", "SLURM_STEP_TASKS_PER_NODE": "2(x2)"})
+
+
+def test_parse_rank():
+    assert parse_rank("1/4", {}) == LocalRank(1, 4, "--ranks 1/4")
+    assert parse_rank("auto", {"MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}).rank == 1
+    with pytest.raises(PlanError, match="no launcher variables found .*OMPI_COMM_WORLD_LOCAL_RANK"):
+        parse_rank("auto", {})
+    with pytest.raises(PlanError, match="expected 'auto' or RANK/SIZE"):
+        parse_rank("one", {})
+
+
+# each process writes its own file: mpirun merges the processes' stdout in chunks, and two
+# lines have come out as one
+PROBE = ("import json, os; from affinity.planning.ranks import local_rank; r = local_rank(os.environ); "
+         "open(os.path.join(os.environ['RANK_OUT'], str(os.getpid())), 'w')"
+         ".write(json.dumps([r.rank, r.size, r.source]))")
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None,
+                    reason="no MPI launcher installed (make sysdeps installs MPICH when run as root)")
+def test_a_real_mpirun_gives_each_process_its_local_rank(tmp_path):
+    r = subprocess.run(["mpirun", "-np", "2", sys.executable, "-c", PROBE], capture_output=True,
+                       text=True, timeout=120,
+                       env={**__import__("os").environ, "OMPI_ALLOW_RUN_AS_ROOT": "1",
+                            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "RANK_OUT": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    got = sorted(json.loads(f.read_text()) for f in tmp_path.iterdir())
+    assert [(g[0], g[1]) for g in got] == [(0, 2), (1, 2)]
+    assert all(g[2].startswith(("MPICH", "Open MPI")) for g in got)
+
+
+# ---------------------------------------------------------------- partition
+
+def check_disjoint(topo: Topology, shares) -> None:
+    seen: set[int] = set()
+    for s in shares:
+        assert s.cpus, s
+        assert s.cpus <= topo.allowed
+        assert not (s.cpus & seen), "shares overlap"
+        seen |= s.cpus
+
+
+def test_xeon_two_instances_one_socket_each_with_their_siblings():
+    t = Topology.from_synthetic(XEON)
+    a, b = partition(t, 2)
+    assert a.cpus == cpus((0, 27), (56, 83)) and a.numa_nodes == {0}
+    assert b.cpus == cpus((28, 55), (84, 111)) and b.numa_nodes == {1}  # never all on node 0
+    assert len(a.cores) == len(b.cores) == 28
+    four = partition(t, 4)
+    assert [s.cpus for s in four] == [cpus((0, 13), (56, 69)), cpus((14, 27), (70, 83)),
+                                      cpus((28, 41), (84, 97)), cpus((42, 55), (98, 111))]
+    assert [s.numa_nodes for s in four] == [{0}, {0}, {1}, {1}]
+
+
+def test_xeon_cores_per_instance_fills_node_by_node():
+    t = Topology.from_synthetic(XEON)
+    shares = partition(t, 4, 10)
+    assert [len(s.cores) for s in shares] == [10] * 4
+    assert [s.numa_nodes for s in shares] == [{0}, {0}, {1}, {1}]
+    assert shares[0].cpus == cpus((0, 9), (56, 65)) and shares[2].cpus == cpus((28, 37), (84, 93))
+    # 3 shares of 18 cores: a node holds only one, so they are taken in order across nodes
+    three = partition(t, 3, 18)
+    check_disjoint(t, three)
+    assert [len(s.cores) for s in three] == [18, 18, 18]
+    assert [s.numa_nodes for s in three] == [{0}, {0, 1}, {1}]
+    with pytest.raises(PlanError, match="3 shares of 19 cores need 57 cores, but only 56 are allowed"):
+        partition(t, 3, 19)
+
+
+def test_four_sockets_fewer_shares_than_nodes_take_whole_neighbouring_nodes():
+    t = Topology.from_synthetic(FOUR_SOCKET)
+    a, b = partition(t, 2)
+    assert a.numa_nodes == {0, 1} and b.numa_nodes == {2, 3}
+    three = partition(t, 3)
+    assert [s.numa_nodes for s in three] == [{0, 1}, {2}, {3}]
+    eight = partition(t, 8)
+    assert [s.numa_nodes for s in eight] == [{0}, {0}, {1}, {1}, {2}, {2}, {3}, {3}]
+    assert all(len(s.cores) == 4 and len(s.cpus) == 8 for s in eight)
+    # two shares of 4 cores: one per half of the machine, not both on node 0
+    assert [s.numa_nodes for s in partition(t, 2, 4)] == [{0}, {2}]
+
+
+def test_snc_nodes_inside_packages():
+    t = Topology.from_synthetic(SNC)
+    assert len(t.numa_nodes) == 4
+    shares = partition(t, 4)
+    assert [s.numa_nodes for s in shares] == [{0}, {1}, {2}, {3}]
+    assert all(len(s.cores) == 6 for s in shares)
+    assert [s.numa_nodes for s in partition(t, 2)] == [{0, 1}, {2, 3}]  # one package each
+
+
+def test_knl_quadrants_keep_four_siblings_together():
+    t = Topology.from_synthetic(KNL)
+    shares = partition(t, 4)
+    assert all(len(s.cores) == 17 and len(s.cpus) == 68 for s in shares)
+    first = shares[0]
+    assert {0, 68, 136, 204} <= first.cpus and {16, 84, 152, 220} <= first.cpus
+    # memory goes to the node holding the CPUs (the DDR node of the quadrant)
+    assert all(len(s.numa_nodes) == 1 for s in shares)
+    assert len({min(s.numa_nodes) for s in shares}) == 4
+    check_disjoint(t, partition(t, 68))
+    assert all(len(s.cpus) == 4 for s in partition(t, 68))
+
+
+def test_core_ids_that_repeat_per_package_are_not_cpu_ids():
+    # 2 packages x 4 cores x 2 PUs, "core id" 0-3 in each package, siblings i and i+8
+    t = Topology.from_cpuinfo(GOLDEN / "cpuinfo" / "2s4c2t_linux.cpuinfo",
+                              GOLDEN / "fakesys" / "2s4c2t_linux" / "node")
+    a, b = partition(t, 2)
+    assert a.cpus == {0, 1, 2, 3, 8, 9, 10, 11} and a.numa_nodes == {0}
+    assert b.cpus == {4, 5, 6, 7, 12, 13, 14, 15} and b.numa_nodes == {1}
+    assert [s.cpus for s in partition(t, 4)] == [{0, 1, 8, 9}, {2, 3, 10, 11}, {4, 5, 12, 13},
+                                                 {6, 7, 14, 15}]
+
+
+def test_restricted_mask_is_respected():
+    t = Topology.from_synthetic(XEON).with_allowed(cpus((0, 13), (56, 69)))
+    a, b = partition(t, 2)
+    assert a.cpus == cpus((0, 6), (56, 62)) and b.cpus == cpus((7, 13), (63, 69))
+    assert a.numa_nodes == b.numa_nodes == {0}
+    # a core with only one allowed sibling still counts as a core
+    t = Topology.from_synthetic(XEON).with_allowed({0, 1, 57})
+    assert [s.cpus for s in partition(t, 2)] == [{0}, {1, 57}]
+
+
+def test_more_shares_than_cores_split_siblings_and_too_many_fail():
+    t = Topology.from_synthetic("pack:1 core:2 pu:2")
+    shares = partition(t, 3)
+    check_disjoint(t, shares)
+    assert sorted(len(s.cpus) for s in shares) == [1, 1, 2]
+    assert [len(s.cpus) for s in partition(t, 4)] == [1, 1, 1, 1]
+    with pytest.raises(PlanError, match="cannot give 5 disjoint shares of cpus 0-3: only 4 PUs"):
+        partition(t, 5)
+    with pytest.raises(PlanError, match="at least one share"):
+        partition(t, 0)
+    with pytest.raises(PlanError, match="rank 2 is not in 0..1"):
+        rank_share(t, 2, 2)
+
+
+def test_unequal_nodes_stay_balanced():
+    # a cgroup that leaves 28 cores of node 0 and 2 of node 1: the 2 join a share
+    t = Topology.from_synthetic(XEON).with_allowed(cpus((0, 29)))
+    shares = partition(t, 2)
+    check_disjoint(t, shares)
+    assert sum(len(s.cores) for s in shares) == 30
+    assert max(len(s.cores) for s in shares) - min(len(s.cores) for s in shares) <= 2
+
+
+SHAPES = st.tuples(st.integers(1, 4), st.integers(1, 3), st.integers(1, 6), st.integers(1, 2))
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=SHAPES, data=st.data())
+def test_partition_properties(shape, data):
+    packs, nodes, cores, pus = shape
+    t = Topology.from_synthetic(f"pack:{packs} group:{nodes} [numa] core:{cores} pu:{pus}")
+    if data.draw(st.booleans()):
+        keep = data.draw(st.sets(st.sampled_from(sorted(t.cpuset)), min_size=1))
+        t = t.with_allowed(keep)
+    ncores = sum(1 for c in t.cores if c.cpuset & t.allowed)
+    count = data.draw(st.integers(1, len(t.allowed)))
+    shares = partition(t, count)
+    assert len(shares) == count
+    check_disjoint(t, shares)
+    if count <= ncores:
+        # whole cores, every allowed PU used
+        assert frozenset().union(*(s.cpus for s in shares)) == t.allowed
+        for c in t.cores:
+            owners = [s.index for s in shares if s.cpus & c.cpuset]
+            assert len(owners) <= 1
+    for s in shares:
+        assert s.numa_nodes == {t.numa_of(p).os_index for p in s.cpus}
+    c = data.draw(st.integers(1, 4))
+    if count * c <= ncores:
+        fixed = partition(t, count, c)
+        check_disjoint(t, fixed)
+        assert all(len(s.cores) == c for s in fixed)
+
+
+def test_rank_topology_for_in_process_use():
+    t = Topology.from_synthetic(XEON)
+    sub, r, share = rank_topology(t, "auto", {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"})
+    assert (r.rank, r.size) == (1, 2) and r.source.startswith("torchrun")
+    assert sub.allowed == share.cpus == cpus((28, 55), (84, 111)) and sub.cpuset == t.cpuset
+    sub, r, _ = rank_topology(t, LocalRank(0, 4, "test"))
+    assert sub.allowed == cpus((0, 13), (56, 69))
+    with pytest.raises(PlanError, match="no launcher variables"):
+        rank_topology(t, "auto", {})
