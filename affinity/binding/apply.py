@@ -38,6 +38,7 @@ from ..machine import _native
 from . import threads as _threads
 from ..errors import AffinityWarning, BindError
 from ..machine.topology import Topology
+from ..planning.spec import DEFAULT_SPEC
 
 __all__ = ["Binding", "Pin", "apply", "pinned"]
 
@@ -286,7 +287,7 @@ def _set_env(values: Mapping[str, str], override: bool, b: Binding, snap_env: di
         b.env_set[k] = v
 
 
-def apply(spec: Any = "granularity=fine,compact,1,0", *, threads: int | None = None,
+def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
           topology: Topology | None = None, tensorflow: str | bool = "auto",
           openmp: str | bool = "auto", blas: str | bool = "auto", membind: Any = None,
           env: bool | str = True, inter: str = "union", blocktime: str | None = "1",
@@ -443,7 +444,7 @@ class pinned:
     blocks restore in order.
     """
 
-    def __init__(self, spec: Any = "granularity=fine,compact,1,0", **kwargs: Any):
+    def __init__(self, spec: Any = DEFAULT_SPEC, **kwargs: Any):
         self.spec = spec
         self.kwargs = kwargs
         self._bindings: list[Binding] = []

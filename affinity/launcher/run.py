@@ -48,17 +48,12 @@ from ..errors import (BindError, NativeUnavailableError, PlanError, TopologyErro
                      UnsupportedError)
 from ..planning.ranks import LocalRank, Share, parse_rank, partition
 from ..machine.topology import Topology
+from ..planning.spec import DEFAULT_SPEC, PLACEMENT_VARIABLES
 
-__all__ = ["DEFAULT_SPEC", "Context", "IdList", "Instance", "Launch", "RunOptions", "add_run_parser",
+__all__ = ["Context", "IdList", "Instance", "Launch", "RunOptions", "add_run_parser",
            "build_launch", "cmd_run", "execute", "hardware_text", "pin_library", "show_text"]
 
-#: what ``affinity run`` plans when neither a SPEC nor KMP_AFFINITY/OMP_PLACES is
-#: given: one thread per core, on the first PU of each core, cores in order.
-DEFAULT_SPEC = "granularity=fine,compact,1,0"
 PIN_LIBRARY = "libaffinity_pin.so"
-#: variables the environment of the current process may carry that describe a
-#: placement; without a SPEC, ``run`` plans from them (runtime semantics).
-SPEC_VARIABLES = ("KMP_AFFINITY", "OMP_PLACES", "OMP_PROC_BIND")
 
 
 def pin_library() -> Path:
@@ -245,7 +240,7 @@ def _make_plan(spec: str | None, threads: int, topology: Topology, environ: Mapp
     plan, plan_env = _planner()
     if spec is not None:
         return plan(spec, threads, topology, strict=True)
-    if any(v in environ for v in SPEC_VARIABLES):
+    if any(v in environ for v in PLACEMENT_VARIABLES):
         env = {k: v for k, v in environ.items() if k.startswith(("KMP_", "OMP_"))}
         env["OMP_NUM_THREADS"] = str(threads)
         return plan_env(env, topology=topology, initial_mask=topology.allowed)

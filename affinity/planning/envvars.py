@@ -28,9 +28,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ENV_VARS", "plan_environment", "worker_slots"]
+__all__ = ["EXPORTED_VARIABLES", "plan_environment", "worker_slots"]
 
-ENV_VARS = ("OMP_NUM_THREADS", "KMP_AFFINITY", "OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY",
+#: what :func:`plan_environment` may set (the output side; the planner reads
+#: :data:`affinity.planning.spec.SETTINGS_VARIABLES`)
+EXPORTED_VARIABLES = ("OMP_NUM_THREADS", "KMP_AFFINITY", "OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY",
             "KMP_BLOCKTIME", "KMP_WARNINGS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 
 

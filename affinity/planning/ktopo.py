@@ -30,14 +30,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .spec import CATALOG, KmpHwSubset
+from .spec import CATALOG, HW_LAYERS, KmpHwSubset
 
 # kmp_hw_t, in the runtime's enumeration order
 SOCKET, PROC_GROUP, NUMA, DIE, LLC, L3, TILE, MODULE, L2, L1, CORE, THREAD = range(12)
 NLAYERS = 12
 UNKNOWN = -1
-KEYWORDS = ("socket", "proc_group", "numa_domain", "die", "ll_cache", "l3_cache", "tile", "module",
-            "l2_cache", "l1_cache", "core", "thread")
+KEYWORDS = HW_LAYERS  # the layer keywords, in kmp_hw_t order: index = layer type
 TYPE_OF = {k: i for i, k in enumerate(KEYWORDS)}
 _MAIN = (SOCKET, CORE, THREAD)
 _PREFERENCE = {SOCKET: 110, PROC_GROUP: 100, CORE: 95, THREAD: 90, NUMA: 85, DIE: 80, TILE: 75,
@@ -467,9 +466,6 @@ def build(topology: Any, procs: frozenset[int], numa: bool = True) -> KTopo:
 # KMP_HW_SUBSET
 # ---------------------------------------------------------------------------
 
-_SUBSET_TYPE = {"socket": SOCKET, "proc_group": PROC_GROUP, "numa_domain": NUMA, "die": DIE,
-                "ll_cache": LLC, "l3_cache": L3, "tile": TILE, "module": MODULE,
-                "l2_cache": L2, "l1_cache": L1, "core": CORE, "thread": THREAD}
 
 
 def filter_hw_subset(k: KTopo, subset: KmpHwSubset) -> tuple[bool, list[str]]:
@@ -483,7 +479,7 @@ def filter_hw_subset(k: KTopo, subset: KmpHwSubset) -> tuple[bool, list[str]]:
     # items: [type, [(num, offset, attr)...]]
     items: list[list[Any]] = []
     for it in subset.items:
-        t = _SUBSET_TYPE[it.layer]
+        t = TYPE_OF[it.layer]
         num = None if it.count is None else it.count
         for entry in items:
             if entry[0] == t:

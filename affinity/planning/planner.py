@@ -27,8 +27,8 @@ from . import runtime as rt
 from . import ktopo as kt
 from ..cpulist import format_list, parse_list, runs
 from ..errors import PlanError, SpecError
-from .spec import (ENV_VARS, KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, ProcList,
-                   Settings)
+from .spec import (SETTINGS_VARIABLES, KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, ProcList,
+                   Settings, parse_assignments)
 from ..machine.topology import Topology
 
 __all__ = ["Plan", "plan", "plan_env"]
@@ -363,7 +363,7 @@ def _run(env_items: tuple[tuple[str, str], ...], topology: Topology | None, init
 def _env_items(env: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     items = []
     for k, v in env.items():
-        if k in rt.ORDER and v is not None:
+        if k in SETTINGS_VARIABLES and v is not None:
             if not isinstance(v, str):
                 raise TypeError(f"{k} must be a string, not {type(v).__name__}")
             items.append((k, v))
@@ -383,7 +383,7 @@ def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,
     return _run(_env_items(env), topology, initial_mask, False, None)
 
 
-_ENV_FORM = re.compile(r"^\s*(" + "|".join(ENV_VARS) + r")=")
+_ENV_FORM = re.compile(r"^\s*(" + "|".join(SETTINGS_VARIABLES) + r")=")
 
 
 # spec value -> the variable its str() is a value of
@@ -396,14 +396,7 @@ def _spec_env(spec: Any) -> dict[str, str]:
         return {}
     if isinstance(spec, str):
         if _ENV_FORM.match(spec):
-            env: dict[str, str] = {}
-            for part in spec.split():
-                key, eq, val = part.partition("=")
-                if not eq or key not in ENV_VARS:
-                    raise SpecError("expected KEY=VALUE items with KEY one of " + ", ".join(ENV_VARS),
-                                    spec, spec.find(part), what="spec")
-                env[key] = val
-            return env
+            return parse_assignments(spec, what="spec")
         return {"KMP_AFFINITY": spec}
     if isinstance(spec, Settings):
         return spec.to_env()

@@ -26,7 +26,7 @@ from typing import Any
 
 from . import ktopo as kt
 from ..errors import PlanError
-from .spec import (Diagnostic, KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, Place,
+from .spec import (SETTINGS_VARIABLES, Diagnostic, KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, Place,
                    ProcList, ProcRange, catalog, kmp_affinity_has_type_name, parse_lenient,
                    parse_strict)
 
@@ -35,8 +35,6 @@ from .spec import (Diagnostic, KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, 
 #: thread stack), and the runtime aborts (``OMP: Error #34``) or crashes.
 MAX_TEAM = 32768
 
-ORDER = ("GOMP_CPU_AFFINITY", "KMP_AFFINITY", "KMP_HW_SUBSET", "KMP_PLACE_THREADS", "OMP_NUM_THREADS",
-         "OMP_PLACES", "OMP_PROC_BIND")
 
 
 @dataclass
@@ -90,7 +88,7 @@ def process_env(env: Mapping[str, str], strict: bool) -> tuple[Settings, list[st
     st = Settings()
     texts: list[str] = []
     diags: list[Diagnostic] = []
-    present = {k for k in ORDER if k in env and env[k] is not None}
+    present = {k for k in SETTINGS_VARIABLES if k in env and env[k] is not None}
     aff_notype = "KMP_AFFINITY" in present and not kmp_affinity_has_type_name(env["KMP_AFFINITY"])
     parse = parse_strict if strict else parse_lenient
 

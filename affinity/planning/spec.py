@@ -1454,8 +1454,61 @@ def parse_strict(variable: str, value: str) -> tuple[Any, list[Diagnostic]]:
 # All settings together
 # ---------------------------------------------------------------------------
 
-ENV_VARS = ("GOMP_CPU_AFFINITY", "KMP_AFFINITY", "KMP_HW_SUBSET", "KMP_PLACE_THREADS",
-            "OMP_NUM_THREADS", "OMP_PLACES", "OMP_PROC_BIND")
+#: The variables the runtime reads to place threads, in the order it processes them
+#: (``__kmp_env_initialize`` walks them sorted by name): the planner's input.
+SETTINGS_VARIABLES = ("GOMP_CPU_AFFINITY", "KMP_AFFINITY", "KMP_HW_SUBSET", "KMP_PLACE_THREADS",
+                      "OMP_NUM_THREADS", "OMP_PLACES", "OMP_PROC_BIND")
+#: Those of them that describe a placement on their own (a launcher without a spec
+#: plans from them when the environment has one).
+PLACEMENT_VARIABLES = ("KMP_AFFINITY", "OMP_PLACES", "OMP_PROC_BIND")
+#: What ``apply()``, ``pinned()`` and ``affinity run`` plan when given no spec: one
+#: thread per core, on the first PU of each core, cores in order.
+DEFAULT_SPEC = "granularity=fine,compact,1,0"
+
+
+def parse_assignments(items: str | Iterable[str], *, what: str = "settings",
+                      keys: Iterable[str] | None = SETTINGS_VARIABLES) -> dict[str, str]:
+    """Read ``KEY=VALUE`` assignments into a dict.
+
+    Parameters
+    ----------
+    items : str or iterable of str
+        One string of assignments separated by blanks (values cannot hold blanks),
+        or one assignment per item (values may hold blanks, as in
+        ``GOMP_CPU_AFFINITY=0 2 4``).
+    what : str
+        Names the input in error messages.
+    keys : iterable of str, optional
+        The accepted keys (default: :data:`SETTINGS_VARIABLES`); ``None`` accepts any.
+
+    Raises
+    ------
+    SpecError
+        An item without ``=``, or a key not accepted; the message shows the input
+        with a caret under the bad item.
+    """
+    allowed = None if keys is None else tuple(keys)
+    if isinstance(items, str):
+        text, parts, pos = items, [], 0
+        for word in items.split(" "):
+            if word.strip():
+                parts.append((word.strip(), pos + len(word) - len(word.lstrip())))
+            pos += len(word) + 1
+    else:
+        parts, pos = [], 0
+        words = list(items)
+        text = " ".join(words)
+        for word in words:
+            parts.append((word, pos))
+            pos += len(word) + 1
+    env: dict[str, str] = {}
+    for word, at in parts:
+        key, eq, val = word.partition("=")
+        if not eq or not key or (allowed is not None and key not in allowed):
+            expected = "KEY=VALUE" + ("" if allowed is None else " with KEY one of " + ", ".join(allowed))
+            raise SpecError(f"expected {expected}, got {word!r}", text, at, what=what)
+        env[key] = val
+    return env
 
 
 @dataclass(frozen=True)
@@ -1510,14 +1563,4 @@ class Settings:
     @staticmethod
     def parse(text: str) -> "Settings":
         """Read ``KEY=VALUE KEY=VALUE ...`` (values must not contain spaces)."""
-        env: dict[str, str] = {}
-        pos = 0
-        for part in text.split(" "):
-            if part:
-                key, eq, val = part.partition("=")
-                if not eq or key not in ENV_VARS:
-                    raise SpecError("expected KEY=VALUE with KEY one of " + ", ".join(ENV_VARS),
-                                    text, pos, what="settings")
-                env[key] = val
-            pos += len(part) + 1
-        return Settings.from_env(env)
+        return Settings.from_env(parse_assignments(text))

@@ -52,19 +52,10 @@ def cmd_version(args: argparse.Namespace) -> int:
     return 0
 
 
-def _env_pairs(items: Sequence[str]) -> dict[str, str]:
-    env = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"affinity: error: --env takes KEY=VALUE, got {item!r}")
-        env[key] = value
-    return env
-
-
 def cmd_plan(args: argparse.Namespace) -> int:
     from ..cpulist import parse_list
     from ..planning.planner import plan
+    from ..planning.spec import parse_assignments
 
     topo = _load_topology(args)
     mask = None
@@ -74,7 +65,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise SystemExit(f"affinity plan: error: --mask: {e}") from None
     p = plan(args.spec, threads=args.threads, topology=topo, strict=not args.lenient,
-             env=_env_pairs(args.env), initial_mask=mask)
+             env=parse_assignments(args.env, what="--env"), initial_mask=mask)
     translations: dict[str, str | None] = {}
     untranslatable: dict[str, str] = {}
     for name, fn in (("KMP_AFFINITY", p.to_kmp_affinity), ("OMP_PLACES", p.to_omp_places),

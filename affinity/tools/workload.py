@@ -22,6 +22,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
+from ..planning.spec import DEFAULT_SPEC
+
 MODELS = ("resnet50", "small_cnn", "matmul")
 
 
@@ -160,7 +162,7 @@ def recommend(topology: Any) -> tuple[str, int]:
     core of the allowed CPUs, cores filled package by package, hardware siblings
     left free (Intel's and NERSC's guidance for TensorFlow on Xeon)."""
     cores = {pu.core for pu in topology.pus if pu.os_index in topology.allowed}
-    return "granularity=fine,compact,1,0", max(1, len(cores))
+    return DEFAULT_SPEC, max(1, len(cores))
 
 
 def main_cli(args: Any) -> int:

@@ -14,7 +14,7 @@ import pytest
 
 import affinity
 from affinity.binding import numa
-from affinity.planning.envvars import ENV_VARS, worker_slots
+from affinity.planning.envvars import EXPORTED_VARIABLES, worker_slots
 from affinity import plan
 from affinity.errors import AffinityWarning, SpecError, UnsupportedError
 from affinity.machine.topology import Topology
@@ -29,7 +29,7 @@ KW = {"tensorflow": False, "openmp": False, "blas": False}
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch):
-    for k in ENV_VARS:
+    for k in EXPORTED_VARIABLES:
         monkeypatch.delenv(k, raising=False)
     before = all_masks()
     yield
@@ -49,7 +49,7 @@ def test_env_exported_and_restored_user_values_kept(monkeypatch):
         assert os.environ["TF_NUM_INTRAOP_THREADS"] == "2"
         assert os.environ["KMP_BLOCKTIME"] == "1"
     assert os.environ["OMP_NUM_THREADS"] == "7"
-    assert not any(k in os.environ for k in ENV_VARS if k != "OMP_NUM_THREADS")
+    assert not any(k in os.environ for k in EXPORTED_VARIABLES if k != "OMP_NUM_THREADS")
     with affinity.pinned("explicit,proclist=[1,0]", threads=2, env="override", **KW) as b:
         assert os.environ["OMP_NUM_THREADS"] == "2" and b.env_kept == {}
     assert os.environ["OMP_NUM_THREADS"] == "7"
@@ -263,7 +263,7 @@ with open(os.path.join(os.environ["RANK_OUT"], str(os.getpid())), "w") as fh:
 def test_rank_auto_under_a_real_mpirun(tmp_path):
     """apply(rank="auto") in two processes started by a real mpirun: each plans inside its
     own disjoint share of this node, and restores its environment."""
-    env = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
+    env = {k: v for k, v in os.environ.items() if k not in EXPORTED_VARIABLES}
     env.update(RANK_OUT=str(tmp_path), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     r = subprocess.run(["mpirun", "-np", "2", sys.executable, "-c", RANK_SCRIPT], capture_output=True,
                        text=True, timeout=120, env=env)
