@@ -38,6 +38,7 @@ from ..machine import _native
 from . import threads as _threads
 from ..errors import AffinityWarning, BindError
 from ..machine.topology import Topology
+from ..planning.envvars import DEFAULT_BLOCKTIME
 from ..planning.spec import DEFAULT_SPEC
 
 __all__ = ["Binding", "Pin", "apply", "pinned"]
@@ -290,7 +291,7 @@ def _set_env(values: Mapping[str, str], override: bool, b: Binding, snap_env: di
 def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
           topology: Topology | None = None, tensorflow: str | bool = "auto",
           openmp: str | bool = "auto", blas: str | bool = "auto", membind: Any = None,
-          env: bool | str = True, inter: str = "union", blocktime: str | None = "1",
+          env: bool | str = True, inter: str = "union", blocktime: str | None = DEFAULT_BLOCKTIME,
           rank: Any = None, strict: bool = False) -> Binding:
     """Plan ``spec`` on this machine and apply it to this process.
 
