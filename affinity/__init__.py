@@ -9,8 +9,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
 # name -> submodule that defines it; resolved on first access (PEP 562).
 _LAZY = {
     "Topology": "machine.topology",
@@ -36,6 +34,7 @@ _LAZY = {
     "KmpHwSubset": "planning.spec",
     "NumThreads": "planning.spec",
     "ProcList": "planning.spec",
+    "__version__": "version",  # from the package metadata, read on first use
 }
 
 # modules documented as ``affinity.<name>``, where they live now
@@ -45,7 +44,7 @@ _MODULES = {
     "spec": "planning.spec",
 }
 
-__all__ = sorted(_LAZY) + sorted(_MODULES) + ["__version__"]
+__all__ = sorted(_LAZY) + sorted(_MODULES)
 
 
 def __getattr__(name: str) -> Any:
@@ -64,6 +63,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .version import __version__
     from .errors import (AffinityError, AffinityWarning, BindError, NativeUnavailableError,
                          PlanError, SpecError, TopologyError, UnsupportedError)
     from .binding.apply import Binding, apply, pinned

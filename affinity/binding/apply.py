@@ -34,19 +34,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..machine import _native
-from . import threads as _threads
+from ..cpulist import parse_list
 from ..errors import AffinityWarning, BindError
+from ..machine import _native
 from ..machine.topology import Topology
-from ..planning.envvars import DEFAULT_BLOCKTIME
+from ..planning.envvars import DEFAULT_BLOCKTIME, plan_environment, worker_slots
+from ..planning.planner import plan as make_plan
+from ..planning.ranks import rank_topology
 from ..planning.spec import DEFAULT_SPEC
+from . import numa, registry
+from . import openmp as _omp
+from . import tf as _tf
+from . import threads as _threads
+from .bindmap import BindMap, report
 
 __all__ = ["Binding", "Pin", "apply", "pinned"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_stack_lock = threading.RLock()
-_active: list[Binding] = []  # bindings not yet restored, oldest first
 
 
 @dataclass(frozen=True)
@@ -92,8 +96,6 @@ class Binding:
     @property
     def slots(self) -> list[frozenset[int]]:
         """One CPU set per intra-op/OpenMP worker (:func:`affinity.planning.envvars.worker_slots`)."""
-        from ..planning.envvars import worker_slots
-
         return worker_slots(self.plan)
 
     @property
@@ -111,8 +113,6 @@ class Binding:
     def config_proto(self, *, per_session: bool = True) -> Any:
         """A ``tf.compat.v1.ConfigProto`` sized by the plan (TF1 sessions).  Sessions
         created while this binding is active get their pools pinned on creation."""
-        from . import tf as _tf
-
         return _tf.config_proto(self.intra_op_threads, self.inter_op_threads, per_session=per_session)
 
     # ----------------------------------------------------------- refresh
@@ -121,9 +121,7 @@ class Binding:
         TF1 sessions, ...); return their TIDs."""
         if not self.active:
             raise RuntimeError("this binding was restored; apply a new one")
-        from . import tf as _tf
-
-        names = _tf.task_names()
+        names = _threads.task_names()
         new = {t: n for t, n in names.items() if t not in self._seen}
         if not new:
             return []
@@ -176,7 +174,7 @@ class Binding:
             if rt.path in snap.omp_threads:
                 with contextlib.suppress(Exception):
                     rt.set_num_threads(snap.omp_threads[rt.path])
-        now = _native.list_threads()
+        now = _threads.task_ids()
         pairs = []
         for tid in now:
             want = snap.masks.get(tid, snap.process_mask)
@@ -186,17 +184,13 @@ class Binding:
         except BindError as e:  # keep going: restore what can be restored
             errors.append(str(e))
         if self.membind is not None and snap.mempolicy is not None:
-            from . import numa
-
             try:
                 pol = snap.mempolicy
                 numa.set_membind(pol.nodes, "local" if pol.policy in ("default", "local") else pol.policy)
             except Exception as e:  # noqa: BLE001
                 errors.append(f"memory policy: {e}")
         self.active = False
-        with _stack_lock:
-            if self in _active:
-                _active.remove(self)
+        registry.remove(self)
         if errors:
             warnings.warn("affinity: restore was incomplete: " + "; ".join(errors), AffinityWarning,
                           stacklevel=2)
@@ -207,10 +201,8 @@ class Binding:
     def __exit__(self, *exc: object) -> None:
         self.restore()
 
-    def report(self) -> Any:
+    def report(self) -> BindMap:
         """The bind map of this process, with what this binding requested."""
-        from .bindmap import report
-
         return report(binding=self)
 
     # ----------------------------------------------------------- helpers
@@ -266,8 +258,6 @@ def _parse_membind(membind: Any, plan: Any) -> tuple[str, frozenset[int]] | None
         return pol, (frozenset() if pol in ("local", "default") else plan_nodes)
     if nodes_s == "all":
         return pol, all_nodes
-    from ..cpulist import parse_list
-
     try:
         return pol, parse_list(nodes_s)
     except ValueError as e:
@@ -276,8 +266,7 @@ def _parse_membind(membind: Any, plan: Any) -> tuple[str, frozenset[int]] | None
 
 def _set_env(values: Mapping[str, str], override: bool, b: Binding, snap_env: dict[str, str | None]
              ) -> None:
-    with _stack_lock:  # values an enclosing binding exported are ours, not the user's
-        ours = {k: v for outer in _active for k, v in outer.env_set.items()}
+    ours = registry.exported()  # values an enclosing binding exported are ours, not the user's
     for k, v in values.items():
         old = os.environ.get(k)
         if old is not None and old != v and not override and ours.get(k) != old:
@@ -315,9 +304,6 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
                   disjoint share of the node (:func:`affinity.planning.ranks.rank_topology`).
     ``strict``    parse the spec strictly (``SpecError``) instead of like the runtime.
     """
-    from ..planning.envvars import plan_environment
-    from ..planning.planner import plan as make_plan
-
     topo = topology if topology is not None else Topology.from_system()
     _threads.require_system(topo)
     if inter not in ("union", "package"):
@@ -326,8 +312,6 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
     process_mask = _native.get_thread_cpubind(main_tid)
     planned_on = topo.with_allowed(process_mask)
     if rank is not None:
-        from ..planning.ranks import rank_topology
-
         planned_on = rank_topology(planned_on, rank)[0]
     p = make_plan(spec, threads=threads, topology=planned_on, strict=strict)
 
@@ -335,8 +319,6 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
     mem_before = None
     want_mem = _parse_membind(membind, p)
     if want_mem is not None:
-        from . import numa
-
         mem_before = numa.get_membind()
     snap = _Snapshot(masks_before, process_mask, mem_before, {}, {})
     b = Binding(plan=p, inter=inter, _snapshot=snap)
@@ -344,12 +326,11 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
     for w in getattr(p, "warnings", ()):
         b.notes.append(f"planner: {w}")
     try:
-        _apply_all(b, p, snap, tensorflow, openmp, blas, want_mem, env, blocktime, plan_environment)
+        _apply_all(b, p, snap, tensorflow, openmp, blas, want_mem, env, blocktime)
     except BaseException:
         b.restore()
         raise
-    with _stack_lock:
-        _active.append(b)
+    registry.add(b)
     for n in b.notes:
         if not n.startswith("planner: "):
             warnings.warn(f"affinity: {n}", AffinityWarning, stacklevel=2)
@@ -357,14 +338,9 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
 
 
 def _apply_all(b: Binding, p: Any, snap: _Snapshot, tensorflow: Any, openmp: Any, blas: Any,
-               want_mem: tuple[str, frozenset[int]] | None, env: Any, blocktime: str | None,
-               plan_environment: Callable[..., dict[str, str]]) -> None:
-    from . import tf as _tf
-
+               want_mem: tuple[str, frozenset[int]] | None, env: Any, blocktime: str | None) -> None:
     # 1. memory first: pools created below inherit the calling thread's policy
     if want_mem is not None:
-        from . import numa
-
         b.membind = numa.set_membind(want_mem[1], want_mem[0])
     # 2. environment for children and runtimes not yet loaded
     if env:
@@ -405,12 +381,11 @@ def _apply_all(b: Binding, p: Any, snap: _Snapshot, tensorflow: Any, openmp: Any
     b._pin(masks)
     # 4. OpenMP runtimes already loaded: size and pin from inside a region
     if openmp is True or openmp == "auto":
-        from . import openmp as _omp
-
+        team = list(p.cpusets)  # an OpenMP team binds thread i to the plan's set i
         for rt in _omp.loaded_runtimes():
             snap.omp_threads[rt.path] = rt.max_threads()
-            rt.set_num_threads(len(slots))
-            members = rt.pin_team(slots)
+            rt.set_num_threads(len(team))
+            members = rt.pin_team(team)
             for i, (tid, got) in enumerate(members):
                 role = "main" if tid == os.getpid() else "openmp"
                 b.pins[tid] = Pin(tid, role if role == "main" else "openmp", got, i)
@@ -422,7 +397,7 @@ def _apply_all(b: Binding, p: Any, snap: _Snapshot, tensorflow: Any, openmp: Any
     # 5. BLAS pools (OpenBLAS, MKL, BLIS): counted and limited
     if blas is True or blas == "auto":
         try:
-            from threadpoolctl import threadpool_info, threadpool_limits
+            from threadpoolctl import threadpool_info, threadpool_limits  # lazy: optional, and it loads every BLAS
         except ImportError:
             threadpool_info = None
         if threadpool_info is not None and any(i.get("user_api") == "blas" for i in threadpool_info()):
@@ -469,5 +444,4 @@ class pinned:
 
 def active_bindings() -> list[Binding]:
     """Bindings applied and not yet restored, oldest first."""
-    with _stack_lock:
-        return list(_active)
+    return registry.active()

@@ -19,6 +19,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..cpulist import format_list, parse_list
+from ..machine import _native
+from ..machine.topology import Topology
+from . import registry
+from .numa import get_membind
+from .threads import task_ids
 
 __all__ = ["BindMap", "ThreadRow", "report"]
 
@@ -119,15 +124,11 @@ def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
     pid = me if pid is None else int(pid)
     pins: dict[int, Any] = {}
     if pid == me:
-        from .apply import active_bindings
-
-        for b in ([binding] if binding is not None else active_bindings()):
+        for b in ([binding] if binding is not None else registry.active()):
             pins.update(b.pins)
     node_of: dict[int, int] = {}
     mempolicy_self: str | None = None
     try:
-        from ..machine.topology import Topology
-
         topo = Topology.from_system()
         for pu in topo.pus:
             if pu.numa is not None:
@@ -136,19 +137,14 @@ def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
         topo = None
     caller = None
     if pid == me:
-        from ..machine import _native
-
         caller = _native.gettid()
         try:
-            from .numa import get_membind
-
             mempolicy_self = str(get_membind())
         except Exception:  # noqa: BLE001
             mempolicy_self = None
     rows = []
     mems = ""
-    for entry in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
-        tid = int(entry)
+    for tid in task_ids(pid):
         try:
             st = _status(pid, tid)
             cpu = _last_cpu(pid, tid)

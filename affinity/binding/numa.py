@@ -20,7 +20,7 @@ from typing import Any
 from ..machine import _native
 from ..cpulist import format_list
 from ..errors import UnsupportedError
-from .threads import require_system
+from .threads import require_system, task_ids
 from ..machine.topology import Topology
 
 __all__ = ["POLICIES", "MemPolicy", "area_location", "area_policy", "array_nodes", "array_policy",
@@ -82,7 +82,7 @@ def set_membind(nodes: Iterable[int] = (), policy: str = "bind", *, scope: str =
     if scope not in ("thread", "process"):
         raise ValueError(f"scope must be 'thread' or 'process', not {scope!r}")
     if scope == "process":
-        tids = _native.list_threads()
+        tids = task_ids()
         if len(tids) > 1:
             raise UnsupportedError(
                 f"set_membind(scope='process'): this process already runs {len(tids)} threads and "

@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .threads import task_names
+
 __all__ = ["TFState", "classify_new_threads", "config_proto", "find_running_pools", "is_running",
-           "start_runtime", "task_names"]
+           "start_runtime"]
 
 INTER_NAME = "tf_Compute"
 GRAPH_RUNNER = "tf_graph_runner"
@@ -41,18 +44,6 @@ def _tf() -> Any:
 
 def imported() -> bool:
     return "tensorflow" in sys.modules
-
-
-def task_names() -> dict[int, str]:
-    """``{tid: comm}`` of every thread of this process."""
-    out = {}
-    for t in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{t}/comm") as fh:
-                out[int(t)] = fh.read().strip()
-        except OSError:
-            pass  # exited meanwhile
-    return out
 
 
 def _process_name() -> str:
@@ -141,8 +132,6 @@ def find_running_pools(known: Iterable[int] = ()) -> TFState:
     pname = _process_name()
     main = os.getpid()
     skip = set(known) | {main}
-    import threading
-
     skip |= {t.native_id for t in threading.enumerate() if t.native_id}
     inter = sorted(t for t, n in names.items() if n == INTER_NAME)
     other = sorted(t for t, n in names.items() if n == GRAPH_RUNNER)

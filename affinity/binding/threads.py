@@ -7,7 +7,10 @@ Thin, checked wrappers over the native core:
 * :func:`get_process_affinity` / :func:`set_process_affinity` -- every thread,
   all or nothing (a failure leaves every thread as it was);
 * :func:`set_threads_affinity` -- many threads to different sets, all or nothing;
-* :func:`list_threads` -- TID, name, mask and last CPU of every thread.
+* :func:`list_threads` -- TID, name, mask and last CPU of every thread;
+* :func:`task_ids` / :func:`task_names` -- the threads of any process, from
+  ``/proc/PID/task`` (the one Python reader of it; the C core lists
+  ``/proc/self/task`` itself inside its all-or-nothing process bind).
 
 Binding goes through this machine's hwloc topology only: passing a topology that
 is not this system (XML, synthetic, cpuinfo) raises :class:`UnsupportedError`,
@@ -17,6 +20,7 @@ since hwloc would accept the call and bind nothing.
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -101,7 +105,7 @@ def set_affinity(cpus: Iterable[int], tid: int | None = None, *, topology: Topol
 def get_process_affinity() -> dict[int, frozenset[int]]:
     """``{tid: cpus}`` for every thread of this process."""
     out = {}
-    for tid in _native.list_threads():
+    for tid in task_ids():
         try:
             out[tid] = _native.get_thread_cpubind(tid)
         except BindError as e:
@@ -139,11 +143,31 @@ def set_threads_affinity(masks: Mapping[int, Iterable[int]], *, topology: Topolo
 def list_threads() -> list[ThreadInfo]:
     """Every thread of this process: TID, name (``comm``), mask and last CPU."""
     out = []
-    for tid in _native.list_threads():
+    for tid, name in task_names().items():
         try:
-            out.append(ThreadInfo(tid, _native.thread_name(tid), _native.get_thread_cpubind(tid),
+            out.append(ThreadInfo(tid, name, _native.get_thread_cpubind(tid),
                                   _native.last_cpu(tid)))
         except (BindError, OSError) as e:
             if getattr(e, "errno", None) not in (errno.ESRCH, errno.ENOENT):
                 raise
+    return out
+
+
+def task_ids(pid: int | None = None) -> list[int]:
+    """The TIDs of process ``pid`` (default: this one), in increasing order, from
+    ``/proc/PID/task``.  Raises ``FileNotFoundError`` for a process that does not exist."""
+    return sorted(int(t) for t in os.listdir(f"/proc/{'self' if pid is None else pid}/task"))
+
+
+def task_names(pid: int | None = None) -> dict[int, str]:
+    """``{tid: comm}`` of every thread of process ``pid`` (default: this one); threads
+    that exit while it reads are left out."""
+    where = "self" if pid is None else str(pid)
+    out = {}
+    for tid in task_ids(pid):
+        try:
+            with open(f"/proc/{where}/task/{tid}/comm") as fh:
+                out[tid] = fh.read().strip()
+        except OSError:
+            pass  # exited meanwhile
     return out

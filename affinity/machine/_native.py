@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..cpulist import format_list
 from ..errors import BindError, NativeUnavailableError, TopologyError, UnsupportedError
 
 _lock = threading.RLock()
@@ -65,7 +66,7 @@ def lib() -> Any:
         flags = sys.getdlopenflags()
         sys.setdlopenflags(flags | getattr(os, "RTLD_DEEPBIND", 0))
         try:
-            from . import _affinity_native as mod  # type: ignore[attr-defined]
+            from . import _affinity_native as mod  # type: ignore[attr-defined]  # lazy: the compiled core loads on first use
         except ImportError as e:
             raise NativeUnavailableError(f"{_explain_import_error(e)}: {e}") from e
         finally:
@@ -136,8 +137,6 @@ def _arg(a: object) -> str:
     if a is None:
         return ""
     if isinstance(a, (set, frozenset)):
-        from ..cpulist import format_list
-
         return "{" + format_list(a) + "}"
     return str(a)
 
@@ -337,24 +336,6 @@ def set_process_cpubind(cpus: Iterable[int]) -> None:
                         "whole-process bind undone: every thread keeps its previous mask")
 
 
-def list_threads() -> list[int]:
-    m = lib()
-    cap = 256
-    while True:
-        buf = m.ffi.new("int[]", cap)
-        n = check(m.lib.aff_list_threads(buf, cap), "opendir", "/proc/self/task")
-        if n <= cap:
-            return sorted(buf[i] for i in range(n))
-        cap = n * 2
-
-
-def thread_name(tid: int) -> str:
-    m = lib()
-    buf = m.ffi.new("char[]", 64)
-    check(m.lib.aff_thread_name(tid, buf, 64), "read", f"/proc/self/task/{tid}/comm")
-    return m.ffi.string(buf).decode(errors="replace")
-
-
 def last_cpu(tid: int = 0) -> int:
     s = system()
     return check(s._m.lib.aff_get_last_cpu(s.handle, tid), "hwloc_linux_get_tid_last_cpu_location",
@@ -468,8 +449,6 @@ def get_area_memlocation(addr: int, length: int) -> frozenset[int]:
 
 
 def _fmt(cpus: Iterable[int]) -> str:
-    from ..cpulist import format_list
-
     return format_list(cpus)
 
 

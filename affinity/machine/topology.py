@@ -32,6 +32,7 @@ from typing import Any
 
 from ..cpulist import format_list, parse_list
 from ..errors import TopologyError
+from . import _native
 
 __all__ = ["Cache", "Core", "Group", "NumaNode", "PU", "Package", "Topology"]
 
@@ -283,8 +284,6 @@ class Topology:
     @staticmethod
     def from_xml(path: str | os.PathLike[str]) -> Topology:
         """An hwloc XML file (as written by ``lstopo file.xml``)."""
-        from . import _native
-
         path = os.fspath(path)
         if not os.path.exists(path):
             raise TopologyError("no such file", path)
@@ -295,8 +294,6 @@ class Topology:
     def from_synthetic(description: str) -> Topology:
         """An hwloc synthetic description, e.g.
         ``"pack:2 core:28 pu:2(indexes=2*56:1*2)"`` (``[numa]`` attaches NUMA nodes)."""
-        from . import _native
-
         return _from_native(_native.load_topology("synthetic", description),
                             source=f"synthetic:{description}")
 
@@ -603,7 +600,5 @@ def _system_topology(refresh: bool) -> Topology:
     global _system_cache
     with _system_lock:
         if _system_cache is None or refresh:
-            from . import _native
-
             _system_cache = _from_native(_native.load_topology("system", None), source="system")
         return _system_cache

@@ -1,32 +1,43 @@
 """The environment a plan exports, for child processes and runtimes not yet loaded.
 
-One function, :func:`plan_environment`, used by :func:`affinity.apply` and by
-``affinity run``.  Every OpenMP runtime gets the same per-thread CPU sets in its
-own language, and TensorFlow gets the matching pool sizes:
+One translator, :func:`plan_environment`, used by :func:`affinity.apply` and by
+``affinity run``.  It says what the plan says, thread for thread, in every
+runtime's language, so that a runtime started later binds thread ``i`` of its
+first team to ``plan.cpusets[i]`` -- exactly what the plan (and Intel's runtime
+given the original settings) does:
 
 =========================  ====================================================
-``OMP_NUM_THREADS``        one thread per worker slot
-``KMP_AFFINITY``           Intel/LLVM runtimes: ``granularity=fine,explicit,proclist=[...]``
-``OMP_PLACES``             OpenMP 4+ runtimes (libgomp): the slots as explicit places
+``OMP_NUM_THREADS``        the plan's team size (``plan.threads``)
+``KMP_AFFINITY``           Intel/LLVM runtimes: an explicit proclist with one set
+                           per thread (:meth:`~affinity.planning.planner.Plan.to_kmp_affinity`)
+``OMP_PLACES``             OpenMP 4+ runtimes (libgomp): one place per thread, in
+                           thread order (:meth:`~affinity.planning.planner.Plan.to_omp_places`)
 ``OMP_PROC_BIND``          ``close``: thread i on place i
-``GOMP_CPU_AFFINITY``      libgomp's own form, only when every slot is one CPU
+``GOMP_CPU_AFFINITY``      libgomp's own form, only when every thread has one CPU
 ``KMP_BLOCKTIME``          how long Intel/LLVM workers spin before sleeping (ms)
 ``KMP_WARNINGS``           ``0``: Intel/LLVM runtimes otherwise warn (#182) that
                            ``OMP_PLACES``/``OMP_PROC_BIND``/``GOMP_CPU_AFFINITY`` are
                            ignored because ``KMP_AFFINITY`` is set, though all say the
                            same thing; set it yourself to see the runtime's warnings
-``TF_NUM_INTRAOP_THREADS`` TensorFlow's intra-op pool size
-``TF_NUM_INTEROP_THREADS`` TensorFlow's inter-op pool size
+``TF_NUM_INTRAOP_THREADS`` TensorFlow's intra-op pool size (``plan.intra_op_threads``)
+``TF_NUM_INTEROP_THREADS`` TensorFlow's inter-op pool size (``plan.inter_op_threads``)
 =========================  ====================================================
 
-A *worker slot* is one CPU set per intra-op/OpenMP worker: the plan's sets in
-thread order with duplicates removed (``granularity=core`` plans list each core
-once per hardware thread), as many as the plan's intra-op thread count.
+The place list has one place per thread, duplicates included, because that is
+the runtime's own place list for ``KMP_AFFINITY`` types: with
+``granularity=core`` on a 2-way SMT machine libiomp5 lists each core once per
+hardware thread and binds thread ``i`` to place ``i``.
+
+TensorFlow's intra-op pool is not an OpenMP team: its workers get the
+:func:`worker_slots`, the plan's distinct sets in thread order, one per
+intra-op thread.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from ..errors import PlanError
 
 __all__ = ["DEFAULT_BLOCKTIME", "EXPORTED_VARIABLES", "plan_environment", "worker_slots"]
 
@@ -37,9 +48,13 @@ EXPORTED_VARIABLES = ("OMP_NUM_THREADS", "KMP_AFFINITY", "OMP_PLACES", "OMP_PROC
 
 
 def worker_slots(plan: Any) -> list[frozenset[int]]:
-    """One CPU set per intra-op/OpenMP worker (see the module docstring); when the
-    plan has fewer distinct sets than workers (coarse granularity), the plan's own
-    sets are used in thread order, cycling."""
+    """One CPU set per TensorFlow intra-op worker.
+
+    The plan's distinct sets in thread order (a ``granularity=core`` plan lists
+    each core once per hardware thread; a worker pool wants each core once), as
+    many as ``plan.intra_op_threads``; when the plan has fewer distinct sets than
+    that, its sets are used in thread order, cycling.
+    """
     distinct: list[frozenset[int]] = []
     for s in plan.cpusets:
         if s not in distinct:
@@ -50,10 +65,6 @@ def worker_slots(plan: Any) -> list[frozenset[int]]:
     return [plan.cpusets[i % len(plan.cpusets)] for i in range(n)]
 
 
-def _set_text(s: frozenset[int]) -> str:
-    return str(next(iter(s))) if len(s) == 1 else "{" + ",".join(map(str, sorted(s))) + "}"
-
-
 #: the ``KMP_BLOCKTIME`` (ms) exported by default: workers sleep 1 ms after a region
 #: instead of spinning 200 ms (the runtime's default), which frees the cores between
 #: TensorFlow ops; ``blocktime=None`` everywhere means "export none"
@@ -61,19 +72,33 @@ DEFAULT_BLOCKTIME = "1"
 
 
 def plan_environment(plan: Any, *, blocktime: str | None = DEFAULT_BLOCKTIME) -> dict[str, str]:
-    """The variables (name -> value) that make runtimes started later follow ``plan``."""
-    slots = worker_slots(plan)
+    """The variables that make runtimes started later follow ``plan``.
+
+    Parameters
+    ----------
+    plan : Plan
+        What to reproduce.
+    blocktime : str or None
+        ``KMP_BLOCKTIME`` to export (ms or ``"infinite"``); ``None`` exports none.
+
+    Returns
+    -------
+    dict of str to str
+        Variable name -> value (see the module docstring for each variable).
+    """
     env = {
-        "OMP_NUM_THREADS": str(len(slots)),
-        "KMP_AFFINITY": "granularity=fine,explicit,proclist=[" + ",".join(_set_text(s) for s in slots) + "]",
-        "OMP_PLACES": ",".join("{" + ",".join(map(str, sorted(s))) + "}" for s in slots),
+        "OMP_NUM_THREADS": str(plan.threads),
+        "KMP_AFFINITY": plan.to_kmp_affinity(),
+        "OMP_PLACES": plan.to_omp_places(),
         "OMP_PROC_BIND": "close",
         "KMP_WARNINGS": "0",
         "TF_NUM_INTRAOP_THREADS": str(int(plan.intra_op_threads)),
         "TF_NUM_INTEROP_THREADS": str(int(plan.inter_op_threads)),
     }
-    if all(len(s) == 1 for s in slots):
-        env["GOMP_CPU_AFFINITY"] = " ".join(str(next(iter(s))) for s in slots)
+    try:
+        env["GOMP_CPU_AFFINITY"] = plan.translation_env("gomp")["GOMP_CPU_AFFINITY"]
+    except PlanError:
+        pass  # a thread with several CPUs, or CPUs outside the mask: libgomp's list cannot say it
     if blocktime is not None:
         env["KMP_BLOCKTIME"] = str(blocktime)
     return env

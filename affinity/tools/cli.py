@@ -25,7 +25,7 @@ def _add_topology_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _load_topology(args: argparse.Namespace):
-    from ..machine.topology import Topology
+    from ..machine.topology import Topology  # lazy: a command loads only its own layers
 
     return Topology.load(args.topology, numa_nodes=args.numa_nodes)
 
@@ -40,8 +40,8 @@ def cmd_topology(args: argparse.Namespace) -> int:
 
 
 def cmd_version(args: argparse.Namespace) -> int:
-    from .. import __version__
-    from ..machine import _native
+    from ..version import __version__  # lazy: a command loads only its own layers
+    from ..machine import _native  # lazy: a command loads only its own layers
 
     info = {"affinity": __version__, **_native.hwloc_info()}
     if args.json:
@@ -53,9 +53,9 @@ def cmd_version(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from ..cpulist import parse_list
-    from ..planning.planner import plan
-    from ..planning.spec import parse_assignments
+    from ..cpulist import parse_list  # lazy: a command loads only its own layers
+    from ..planning.planner import plan  # lazy: a command loads only its own layers
+    from ..planning.spec import parse_assignments  # lazy: a command loads only its own layers
 
     topo = _load_topology(args)
     mask = None
@@ -87,7 +87,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             for k, v in translations.items():
                 print(f"  {k}: {v if v is not None else 'not expressible: ' + untranslatable[k]}")
     if args.picture:
-        from .picture import save
+        from .picture import save  # lazy: a command loads only its own layers
 
         title = f"{args.spec or 'runtime defaults'}, {p.threads} threads"
         save(args.picture, topo, p.cpusets, title=title)
@@ -95,7 +95,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from ..binding.bindmap import report
+    from ..binding.bindmap import report  # lazy: a command loads only its own layers
 
     try:
         bmap = report(args.pid)
@@ -104,8 +104,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 1
     print(bmap.to_json(indent=2) if args.json else bmap.text())
     if args.picture:
-        from .picture import save
-        from ..machine.topology import Topology
+        from .picture import save  # lazy: a command loads only its own layers
+        from ..machine.topology import Topology  # lazy: a command loads only its own layers
 
         rows = list(bmap.rows)
         roles = [r.role if r.role in ("main", "tf-intra", "tf-inter", "tf-other", "openmp") else "other"
@@ -116,13 +116,13 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run
+    from .demo import run  # lazy: a command loads only its own layers
 
     return run(sys.stdout, model=args.model, batch_size=args.batch_size, num_batches=args.num_batches)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .workload import main_cli
+    from .workload import main_cli  # lazy: a command loads only its own layers
 
     return main_cli(args)
 
@@ -181,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-batches", type=int, default=10)
     p.set_defaults(func=cmd_demo)
 
-    from ..launcher.run import add_run_parser
+    from ..launcher.run import add_run_parser  # lazy: a command loads only its own layers
 
     add_run_parser(sub)
 

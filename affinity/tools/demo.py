@@ -18,6 +18,12 @@ import sys
 import threading
 from typing import TextIO
 
+from ..binding.threads import get_affinity, set_affinity
+from ..cpulist import format_list
+from ..machine.topology import Topology
+from ..planning.planner import plan
+from .workload import recommend
+
 XEON_2S28C2T = "pack:2 [numa] core:28 pu:2(indexes=2*56:1*2)"
 
 
@@ -33,11 +39,6 @@ def _bench(args: list[str]) -> dict:
 
 
 def run(out: TextIO, *, model: str = "resnet50", batch_size: int = 16, num_batches: int = 10) -> int:
-    from ..cpulist import format_list
-    from ..planning.planner import plan
-    from ..binding.threads import get_affinity, set_affinity
-    from ..machine.topology import Topology
-    from .workload import recommend
 
     def say(text: str = "") -> None:
         print(text, file=out, flush=True)

@@ -22,6 +22,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
+from ..binding import tf as _tf
+from ..binding.apply import apply
+from ..binding.bindmap import report
 from ..planning.spec import DEFAULT_SPEC
 
 MODELS = ("resnet50", "small_cnn", "matmul")
@@ -96,7 +99,6 @@ def run(model: str = "small_cnn", *, batch_size: int = 32, num_batches: int = 20
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     binding = None
     if pin is not None:
-        from ..binding.apply import apply
 
         binding = apply(pin, threads=threads, tensorflow=True)
     import tensorflow as tf
@@ -144,10 +146,7 @@ def run(model: str = "small_cnn", *, batch_size: int = 32, num_batches: int = 20
     say("-" * 64)
     say(f"total images/sec: {total:.2f}")
     say("-" * 64)
-    from ..binding.bindmap import report
-
     bmap = binding.report() if binding is not None else report()
-    from ..binding import tf as _tf
 
     pools = binding.tf_state if binding is not None else _tf.find_running_pools()
     res = BenchResult(model, batch_size, num_batches, forward_only, total, rates,

@@ -72,16 +72,16 @@ def programs(tmp_path_factory):
 @pytest.mark.parametrize("spec", ENV_SPECS)
 def test_exported_environment_binds_children_as_planned(programs, kind, spec):
     from affinity import plan
-    from affinity.planning.envvars import plan_environment, worker_slots
+    from affinity.planning.envvars import plan_environment
     from affinity.machine.topology import Topology
 
     p = plan(spec, threads=2, topology=Topology.from_system())
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "GOMP_"))}
     env.update(plan_environment(p))
     masks, err = run_program(programs[kind], env)
-    assert masks == worker_slots(p)
+    assert masks == list(p.cpusets)  # thread i on the plan's set i, as the runtime itself would
     assert "OMP:" not in err, err  # no warning, no error from the runtime
-    if all(len(s) == 1 for s in worker_slots(p)):
+    if all(len(s) == 1 for s in p.cpusets):
         assert "GOMP_CPU_AFFINITY" in env
     else:
         assert "GOMP_CPU_AFFINITY" not in env  # libgomp's list cannot say "a set per thread"
