@@ -1,10 +1,14 @@
-"""CPU-list strings as the kernel writes them (``0-3,8-11``) and back."""
+"""CPU-list strings as the kernel writes them (``0-3,8-11``) and back, and
+numactl's form of them (:class:`IdList`: ``all``, ``+`` relative, ``!`` inverted)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
-__all__ = ["format_list", "parse_list", "runs"]
+from .errors import PlanError
+
+__all__ = ["IdList", "format_list", "parse_list", "runs"]
 
 
 def runs(cpus: Iterable[int]) -> list[tuple[int, int]]:
@@ -58,3 +62,106 @@ def _int(s: str, text: str) -> int:
     if not s.isdigit():
         raise ValueError(f"bad cpu number {s!r} in cpu list {text!r}")
     return int(s)
+
+
+@dataclass(frozen=True)
+class IdList:
+    """A numactl CPU or node list: ``0-3,8``, ``all``, ``+0-1`` (relative to the
+    allowed set), ``!1`` (all but).
+
+    Parsed from the command line first (:meth:`parse`), resolved against what is
+    allowed once the machine is known (:meth:`resolve`).
+
+    Parameters
+    ----------
+    text : str
+        The list as given (kept for messages).
+    what : str
+        ``"CPU"`` or ``"node"``, for messages.
+    ids : frozenset of int
+        The ids written (indexes into the allowed set when ``relative``).
+    everything : bool
+        ``all``.
+    relative : bool
+        ``+``: the ids count within the allowed set.
+    inverted : bool
+        ``!``: every allowed id but these.
+    """
+
+    text: str
+    what: str  #: "CPU" or "node"
+    ids: frozenset[int] = frozenset()
+    everything: bool = False
+    relative: bool = False
+    inverted: bool = False
+
+    @classmethod
+    def parse(cls, text: str, what: str) -> IdList:
+        """Read a numactl list.
+
+        Parameters
+        ----------
+        text : str
+            ``[!][+]LIST`` or ``[!]all``, ``LIST`` in :func:`parse_list`'s syntax.
+        what : str
+            ``"CPU"`` or ``"node"``, for messages.
+
+        Returns
+        -------
+        IdList
+
+        Raises
+        ------
+        ValueError
+            A bad or empty list, or ``+all``.
+        """
+        t = text.strip()
+        inverted = t.startswith("!")
+        t = t[1:] if inverted else t
+        relative = t.startswith("+")
+        t = t[1:] if relative else t
+        if t == "all":
+            if relative:
+                raise ValueError(f"'+all' is not a {what} list")
+            return cls(text, what, frozenset(), True, False, inverted)
+        try:
+            ids = parse_list(t)
+        except ValueError as e:
+            raise ValueError(f"bad {what} list {text!r}: {e}") from None
+        if not ids:
+            raise ValueError(f"empty {what} list {text!r}")
+        return cls(text, what, ids, False, relative, inverted)
+
+    def resolve(self, allowed: frozenset[int], option: str) -> frozenset[int]:
+        """The OS indexes this list means for a process allowed ``allowed``.
+
+        Parameters
+        ----------
+        allowed : frozenset of int
+            The CPUs or nodes this process may use.
+        option : str
+            The option that gave the list (``--physcpubind``), for messages.
+
+        Returns
+        -------
+        frozenset of int
+            OS indexes; not checked against ``allowed`` except for relative lists.
+
+        Raises
+        ------
+        PlanError
+            A relative index past the end of ``allowed``.
+        """
+        order = sorted(allowed)
+        if self.everything:
+            ids = frozenset(allowed)
+        elif self.relative:
+            bad = sorted(i for i in self.ids if i >= len(order))
+            if bad:
+                raise PlanError(f"{option} {self.text}: relative {self.what} index "
+                                f"{format_list(bad)} is out of range: {len(order)} {self.what}s are "
+                                f"allowed ({format_list(allowed)})")
+            ids = frozenset(order[i] for i in self.ids)
+        else:
+            ids = self.ids
+        return frozenset(allowed) - ids if self.inverted else ids

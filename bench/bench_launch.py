@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from affinity.launcher.run import pin_library
+from affinity.launcher.preload import pin_library
 from affinity.planning.ranks import partition
 from affinity.machine.topology import Topology
 

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from affinity.cpulist import format_list, parse_list
-from affinity.launcher.run import pin_library
+from affinity.launcher.preload import pin_library
 
 from helpers.launch import (affinity_run, clean_env, comm_of, environ_of, probe_result, status_of,
                             task_policy_of, wait_for, write_probe)
@@ -52,7 +52,7 @@ def test_exec_replaces_the_launcher_with_mask_policy_and_environment(probe):
     assert got["policy"] == "default"  # memory untouched unless asked
     env = got["env"]
     assert env["OMP_NUM_THREADS"] == str(len(CPUS)) == env["TF_NUM_INTRAOP_THREADS"]
-    assert env["KMP_AFFINITY"] == f"granularity=fine,explicit,proclist=[{','.join(map(str, CPUS))}]"
+    assert env["KMP_AFFINITY"] == f"granularity=fine,proclist=[{','.join(map(str, CPUS))}],explicit"
     assert env["OMP_PLACES"] == ",".join(f"{{{c}}}" for c in CPUS) and env["OMP_PROC_BIND"] == "close"
     assert env["GOMP_CPU_AFFINITY"] == " ".join(map(str, CPUS))
     assert env["KMP_BLOCKTIME"] and env["TF_NUM_INTEROP_THREADS"] == "1"
@@ -70,7 +70,7 @@ def test_the_exec_d_process_read_from_outside(tmp_path):
         assert parse_list(st["Cpus_allowed_list"]) == {CPUS[1]}
         assert task_policy_of(p.pid) == f"bind:{NODE}"
         env = environ_of(p.pid)
-        assert env["KMP_AFFINITY"] == f"granularity=fine,explicit,proclist=[{CPUS[1]}]"
+        assert env["KMP_AFFINITY"] == f"granularity=fine,proclist=[{CPUS[1]}],explicit"
         assert env["OMP_NUM_THREADS"] == "1"
     finally:
         p.kill()
@@ -85,7 +85,7 @@ def test_exit_status_is_the_commands():
 @TWO
 def test_spec_threads_and_options_after_the_spec(probe):
     got = probe_result(affinity_run("granularity=fine,proclist=[1,0],explicit", "-t", "2", "--", *probe))
-    assert got["env"]["KMP_AFFINITY"] == "granularity=fine,explicit,proclist=[1,0]"
+    assert got["env"]["KMP_AFFINITY"] == "granularity=fine,proclist=[1,0],explicit"
     assert got["env"]["OMP_PLACES"] == "{1},{0}"
     got = probe_result(affinity_run("compact", "-C", str(CPUS[1]), "--blocktime", "200", "--", *probe))
     assert got["cpus"] == {CPUS[1]} and got["env"]["KMP_BLOCKTIME"] == "200"
@@ -151,7 +151,7 @@ def test_a_restricted_parent_mask_is_respected(probe):
     pre = ("taskset", "-c", str(CPUS[1]))
     got = probe_result(affinity_run("--", *probe, pre=pre))
     assert got["cpus"] == {CPUS[1]}
-    assert got["env"]["KMP_AFFINITY"] == f"granularity=fine,explicit,proclist=[{CPUS[1]}]"
+    assert got["env"]["KMP_AFFINITY"] == f"granularity=fine,proclist=[{CPUS[1]}],explicit"
     assert got["env"]["OMP_NUM_THREADS"] == "1"
     # relative CPU numbers count inside the mask; CPUs outside it are refused
     assert probe_result(affinity_run("-C", "+0", "--", *probe, pre=pre))["cpus"] == {CPUS[1]}
@@ -183,7 +183,7 @@ def test_two_instances_get_disjoint_cores_bound_memory_and_logs(tmp_path, probe)
     assert [o["env"]["AFFINITY_INSTANCE"] for o in outs] == ["0", "1"]
     assert all(o["env"]["AFFINITY_NUM_INSTANCES"] == "2" for o in outs)
     for o, m in zip(outs, masks):
-        assert o["env"]["KMP_AFFINITY"] == f"granularity=fine,explicit,proclist=[{','.join(map(str, sorted(m)))}]"
+        assert o["env"]["KMP_AFFINITY"] == f"granularity=fine,proclist=[{','.join(map(str, sorted(m)))}],explicit"
     assert outs[0]["pid"] != outs[1]["pid"]
 
 
@@ -474,7 +474,7 @@ def test_dry_run_on_another_machine():
     assert [i["cpus"] for i in d["instances"]] == ["0-27,56-83", "28-55,84-111"]
     assert [i["mem_nodes"] for i in d["instances"]] == ["0", "1"]
     assert [i["threads"] for i in d["instances"]] == [28, 28]
-    assert d["instances"][1]["env"]["KMP_AFFINITY"].startswith("granularity=fine,explicit,proclist=[28,29,")
+    assert d["instances"][1]["env"]["KMP_AFFINITY"].startswith("granularity=fine,proclist=[28,29,")
     r = affinity_run("--topology", xeon, "--", "prog")
     assert r.returncode == 2 and "--topology plans for another machine" in r.stderr
 

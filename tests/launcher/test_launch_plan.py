@@ -9,10 +9,13 @@ import argparse
 import pytest
 
 from affinity.machine.cgroup import CpuQuota
-from affinity.cpulist import format_list
+from affinity.cpulist import IdList, format_list
 from affinity.errors import PlanError, SpecError
-from affinity.launcher.run import (Context, IdList, RunOptions, add_run_parser, build_launch, hardware_text,
-                             options_from_args, shell_text, show_text)
+from affinity.launcher.build import Context, build_launch
+from affinity.launcher.numactl import hardware_text, shell_text, show_text
+from affinity.launcher.options import RunOptions, options_from_args
+from affinity.launcher.run import add_run_parser
+from affinity.planning.envvars import DEFAULT_BLOCKTIME
 from affinity.machine.topology import Topology
 
 XEON = Topology.from_synthetic("pack:2 [numa] core:28 pu:2(indexes=2*56:1*2)")
@@ -28,10 +31,10 @@ def launch(topology=XEON, ctx=None, **kw):
     return build_launch(RunOptions(**kw), topology, ctx or Context())
 
 
-def parse(*argv: str) -> RunOptions:
+def parse(*argv: str, environ=None) -> RunOptions:
     parser = argparse.ArgumentParser(prog="affinity")
     add_run_parser(parser.add_subparsers(dest="command"))
-    return options_from_args(parser.parse_args(["run", *argv]))
+    return options_from_args(parser.parse_args(["run", *argv]), {} if environ is None else environ)
 
 
 def test_one_instance_is_the_whole_allowed_machine_one_thread_per_core():
@@ -42,8 +45,8 @@ def test_one_instance_is_the_whole_allowed_machine_one_thread_per_core():
     assert inst.slots[:2] == ({0}, {1}) and inst.slots[28] == {28}  # first PU of each core
     assert inst.env["OMP_NUM_THREADS"] == "56" == inst.env["TF_NUM_INTRAOP_THREADS"]
     assert inst.env["TF_NUM_INTEROP_THREADS"] == "2"
-    assert inst.env["KMP_AFFINITY"] == "granularity=fine,explicit,proclist=[" + ",".join(
-        map(str, range(56))) + "]"
+    assert inst.env["KMP_AFFINITY"] == "granularity=fine,proclist=[" + ",".join(
+        map(str, range(56))) + "],explicit"
 
 
 def test_instances_one_socket_each_memory_on_their_node():
@@ -54,7 +57,7 @@ def test_instances_one_socket_each_memory_on_their_node():
     assert (a.mempolicy, a.mem_nodes, a.mem_required) == ("bind", {0}, False)
     assert (b.mempolicy, b.mem_nodes) == ("bind", {1})
     assert a.threads == b.threads == 28
-    assert b.env["KMP_AFFINITY"].startswith("granularity=fine,explicit,proclist=[28,29,30,")
+    assert b.env["KMP_AFFINITY"].startswith("granularity=fine,proclist=[28,29,30,")
     assert (a.env["AFFINITY_INSTANCE"], b.env["AFFINITY_INSTANCE"]) == ("0", "1")
     four = launch(instances=4, cores_per_instance=5, log_dir="logs")
     assert [len(i.cpus) for i in four.instances] == [10] * 4
@@ -127,7 +130,21 @@ def test_spec_and_environment_specs():
     with pytest.raises(SpecError):
         launch(spec="granularity=fine,sideways")
     assert launch(blocktime="7").instances[0].env["KMP_BLOCKTIME"] == "7"
-    assert launch(ctx=Context(environ={"KMP_BLOCKTIME": "30"})).instances[0].env["KMP_BLOCKTIME"] == "30"
+
+
+def test_blocktime_default_user_value_and_none():
+    # the default exports DEFAULT_BLOCKTIME; the command line's default is the user's KMP_BLOCKTIME
+    assert RunOptions().blocktime == DEFAULT_BLOCKTIME
+    assert launch().instances[0].env["KMP_BLOCKTIME"] == DEFAULT_BLOCKTIME
+    assert parse("--", "p").blocktime == DEFAULT_BLOCKTIME
+    assert parse("--", "p", environ={"KMP_BLOCKTIME": "30"}).blocktime == "30"
+    assert parse("--blocktime", "7", "--", "p", environ={"KMP_BLOCKTIME": "30"}).blocktime == "7"
+    # 'none' exports none (None means the same in affinity.binding.apply.apply)
+    opts = parse("--blocktime", "none", "--", "p", environ={"KMP_BLOCKTIME": "30"})
+    assert opts.blocktime is None
+    for inst in build_launch(opts, XEON, Context()).instances:
+        assert "KMP_BLOCKTIME" not in inst.env
+    assert all("KMP_BLOCKTIME" not in i.env for i in launch(blocktime=None, instances=2).instances)
 
 
 def test_pin_threads_environment_follows_the_slots():
@@ -164,7 +181,7 @@ def test_shell_text_quotes_and_chooses_the_tool():
     assert lines[0].startswith("numactl --physcpubind=0-27,56-83 --membind=0 -- env ")
     assert lines[0].endswith(" 'my prog' '$HOME' &") and lines[-1] == "wait"
     one = shell_text(launch(physcpubind=IdList.parse("3", "CPU")))
-    assert one.startswith("taskset -c 3 env ") and "'KMP_AFFINITY=granularity=fine,explicit,proclist=[3]'" in one
+    assert one.startswith("taskset -c 3 env ") and "'KMP_AFFINITY=granularity=fine,proclist=[3],explicit'" in one
 
 
 def test_hardware_text_like_numactl(tmp_path):

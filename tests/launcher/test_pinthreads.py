@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from affinity.cpulist import format_list, parse_list
-from affinity.launcher.run import pin_library
+from affinity.launcher.preload import pin_library
 from helpers.pinprog import LINE, PROGRAM
 
 CPUS = sorted(os.sched_getaffinity(0))

@@ -1,0 +1,420 @@
+"""The pure half of ``affinity run``: options, a :class:`~affinity.machine.topology.Topology`
+and a :class:`Context` in, a :class:`Launch` out (:func:`build_launch`).
+
+Per instance the launch holds the process CPU mask, the memory policy, the plan
+(one CPU set per thread) and the environment that exports it.  Nothing here
+touches the system but :meth:`Context.of_this_process`, which reads it once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..cpulist import IdList, format_list, parse_list
+from ..errors import PlanError
+from ..machine.cgroup import CpuQuota, cpu_quota, cpuset_cpus, default_thread_count
+from ..machine.topology import Topology
+from ..planning.envvars import plan_environment, worker_slots
+from ..planning.planner import plan, plan_env
+from ..planning.ranks import LocalRank, Share, parse_rank, partition
+from ..planning.spec import DEFAULT_SPEC, PLACEMENT_VARIABLES
+from .options import RunOptions
+from .preload import pin_environment
+
+__all__ = ["MEM_OPTION", "Context", "Instance", "Launch", "build_launch"]
+
+#: memory policy -> the numactl option that asks for it
+MEM_OPTION = {"bind": "membind", "interleave": "interleave", "preferred": "preferred", "local": "localalloc"}
+
+
+# --------------------------------------------------------------------- values
+
+@dataclass(frozen=True)
+class Context:
+    """What the process runs in, read once (:meth:`of_this_process`) so that
+    :func:`build_launch` stays pure.
+
+    Parameters
+    ----------
+    environ : mapping of str to str
+        The launcher's environment (``OMP_NUM_THREADS``, placement variables, rank variables).
+    quota : CpuQuota or None
+        The CFS quota (most restrictive ancestor); None: no quota.
+    cgroup_cpus : frozenset of int or None
+        The cgroup cpuset, for ``--norespect``.
+    mems_allowed : frozenset of int or None
+        ``Mems_allowed_list``; None: every node.
+    """
+
+    environ: Mapping[str, str] = field(default_factory=dict)
+    quota: CpuQuota | None = None  #: the CFS quota (most restrictive ancestor)
+    cgroup_cpus: frozenset[int] | None = None  #: the cgroup cpuset, for ``--norespect``
+    mems_allowed: frozenset[int] | None = None  #: ``Mems_allowed_list``; None: every node
+
+    @classmethod
+    def of_this_process(cls) -> Context:
+        """This process's environment, cgroup limits and allowed memory nodes.
+
+        Returns
+        -------
+        Context
+        """
+        mems = None
+        try:
+            with open("/proc/self/status") as fh:
+                for line in fh:
+                    if line.startswith("Mems_allowed_list:"):
+                        mems = parse_list(line.split(":", 1)[1])
+        except OSError:
+            pass
+        return cls(dict(os.environ), cpu_quota(), cpuset_cpus(), mems)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One process to start: where it runs, where its memory goes, what it is told.
+
+    Parameters
+    ----------
+    index : int
+        Its number, from 0.
+    argv : tuple of str
+        The command.
+    cpus : frozenset of int
+        The process mask.
+    mempolicy : str or None
+        ``"bind"``, ``"interleave"``, ``"preferred"``, ``"local"``; None: inherit the launcher's.
+    mem_nodes : frozenset of int
+        The policy's nodes.
+    mem_required : bool
+        Asked for explicitly (a refusal is an error, not a warning).
+    threads : int
+        The thread count.
+    slots : tuple of frozenset of int
+        One CPU set per worker thread, in order.
+    env : mapping of str to str
+        Set on top of the launcher's environment.
+    log : str or None
+        Where its stdout and stderr go; None: the launcher's.
+    share : Share or None
+        Its share of the node (``--instances``, ``--ranks``).
+    """
+
+    index: int
+    argv: tuple[str, ...]
+    cpus: frozenset[int]  #: the process mask
+    mempolicy: str | None  #: None: inherit the launcher's
+    mem_nodes: frozenset[int]
+    mem_required: bool  #: asked for explicitly (a refusal is an error, not a warning)
+    threads: int
+    slots: tuple[frozenset[int], ...]  #: one CPU set per worker thread, in order
+    env: Mapping[str, str]  #: set on top of the launcher's environment
+    log: str | None = None
+    share: Share | None = None
+
+    def describe(self) -> str:
+        """One line: the instance's CPUs, memory policy and thread count.
+
+        Returns
+        -------
+        str
+        """
+        mem = (f"memory {self.mempolicy}" + (f" {format_list(self.mem_nodes)}" if self.mem_nodes else "")
+               if self.mempolicy else "memory as inherited")
+        return (f"instance {self.index}: cpus {format_list(self.cpus)}, {mem}, {self.threads} "
+                f"thread{'s' if self.threads != 1 else ''}")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything ``affinity run`` will do (see :func:`build_launch`).
+
+    Parameters
+    ----------
+    instances : tuple of Instance
+        The processes to start.
+    warnings : tuple of str
+        To print before anything starts.
+    notes : tuple of str
+        How defaults were chosen (printed with ``--verbose``).
+    rank : LocalRank or None
+        This process's local rank (``--ranks``).
+    membind_optional : bool
+        A refused memory policy is a warning.
+    verbose : bool
+        Say what is applied.
+    """
+
+    instances: tuple[Instance, ...]
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  #: how defaults were chosen (printed with --verbose)
+    rank: LocalRank | None = None
+    membind_optional: bool = False
+    verbose: bool = False
+
+    @property
+    def spawn(self) -> bool:
+        """Several instances are started and waited for; one is exec'd."""
+        return len(self.instances) > 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """The launch as JSON-ready data (what ``--dry-run --json`` prints).
+
+        Returns
+        -------
+        dict
+            ``mode``, ``rank``, ``warnings``, ``notes`` and one dict per instance.
+        """
+        return {
+            "mode": "spawn" if self.spawn else "exec",
+            "rank": None if self.rank is None else {"rank": self.rank.rank, "size": self.rank.size,
+                                                     "source": self.rank.source},
+            "warnings": list(self.warnings),
+            "notes": list(self.notes),
+            "instances": [{
+                "index": i.index, "argv": list(i.argv), "cpus": format_list(i.cpus),
+                "mempolicy": i.mempolicy, "mem_nodes": format_list(i.mem_nodes),
+                "threads": i.threads, "slots": [format_list(s) for s in i.slots],
+                "env": dict(i.env), "log": i.log,
+            } for i in self.instances],
+        }
+
+
+@dataclass(frozen=True)
+class _Nodes:
+    """The NUMA nodes the topology knows, and those this process may allocate on."""
+
+    known: frozenset[int]
+    allowed: frozenset[int]
+
+    @classmethod
+    def of(cls, topology: Topology, ctx: Context) -> _Nodes:
+        known = frozenset(n.os_index for n in topology.numa_nodes)
+        return cls(known, ctx.mems_allowed & known if ctx.mems_allowed is not None else known)
+
+    def check_known(self, what: str, ids: frozenset[int]) -> None:
+        missing = ids - self.known
+        if missing:
+            raise PlanError(f"{what}: no NUMA node {format_list(missing)} on this machine "
+                            f"(nodes: {format_list(self.known) or 'none known'})")
+
+
+# ------------------------------------------------------------------- the build
+
+def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
+    """Everything ``affinity run`` will do, computed without touching the system.
+
+    Parameters
+    ----------
+    opts : RunOptions
+        What was asked.
+    topology : Topology
+        The machine, its ``allowed`` set being the inherited mask.
+    ctx : Context
+        The environment, cgroup limits and allowed memory nodes.
+
+    Returns
+    -------
+    Launch
+
+    Raises
+    ------
+    PlanError
+        What cannot be done, naming the option and the value.
+    SpecError
+        A bad SPEC or placement variable (from the planner).
+    """
+    warnings: list[str] = []
+    notes: list[str] = []
+    nodes = _Nodes.of(topology, ctx)
+    selected = _select_cpus(opts, topology, ctx, nodes, notes)
+    rank, rank_share = _rank_share(opts, topology, ctx, selected, notes)
+    work = topology.with_allowed(rank_share.cpus if rank_share is not None else selected)
+    shares = _instance_shares(opts, work, rank_share)
+    mem_nodes = _explicit_mem_nodes(opts, nodes)
+    sharing = opts.instances * (rank.size if rank else 1)
+    env_threads = _env_threads(ctx.environ, warnings)
+    instances = []
+    for i, share in enumerate(shares):
+        cpus = share.cpus if share is not None else work.allowed
+        threads = _thread_count(i, _cores_in(topology, cpus), opts, ctx, env_threads, sharing, notes)
+        p = _make_plan(opts.spec, threads, topology.with_allowed(cpus), ctx.environ)
+        warnings.extend(f"planner: {w}" for w in getattr(p, "warnings", ()))
+        slots = tuple(worker_slots(p))
+        env = _instance_env(i, len(shares), p, slots, opts, ctx.environ)
+        policy, policy_nodes, required = _memory_policy(i, share, opts, mem_nodes, nodes, warnings)
+        log = os.path.join(opts.log_dir, f"instance-{i}.log") if opts.log_dir else None
+        instances.append(Instance(i, tuple(opts.command), cpus, policy, frozenset(policy_nodes), required,
+                                  threads, slots, env, log, share))
+    return Launch(tuple(instances), tuple(warnings), tuple(notes), rank, opts.membind_optional,
+                  opts.verbose)
+
+
+# 1. the CPUs to work with
+
+def _select_cpus(opts: RunOptions, topology: Topology, ctx: Context, nodes: _Nodes,
+                 notes: list[str]) -> frozenset[int]:
+    """The inherited mask (respect) or the cgroup's cpuset (``--norespect``), narrowed
+    by ``--physcpubind`` or ``--cpunodebind``."""
+    if opts.norespect:
+        base = (ctx.cgroup_cpus if ctx.cgroup_cpus else topology.cpuset) & topology.cpuset
+        notes.append(f"--norespect: starting from the cgroup cpuset {format_list(base)} instead of "
+                     f"the inherited mask {format_list(topology.allowed)}")
+    else:
+        base = topology.allowed
+    if opts.physcpubind is not None:
+        return _physcpubind(opts.physcpubind, topology, base)
+    if opts.cpunodebind is not None:
+        return _cpunodebind(opts.cpunodebind, topology, base, nodes)
+    return base
+
+
+def _physcpubind(ids: IdList, topology: Topology, base: frozenset[int]) -> frozenset[int]:
+    sel = ids.resolve(base, "--physcpubind")
+    foreign = sel - topology.cpuset
+    if foreign:
+        raise PlanError(f"--physcpubind {ids.text}: CPU {format_list(foreign)} does not "
+                        f"exist on this machine (CPUs {format_list(topology.cpuset)})")
+    outside = sel - base
+    if outside:
+        raise PlanError(f"--physcpubind {ids.text}: CPU {format_list(outside)} is not "
+                        f"allowed to this process (allowed: {format_list(base)})")
+    return sel
+
+
+def _cpunodebind(ids: IdList, topology: Topology, base: frozenset[int], nodes: _Nodes) -> frozenset[int]:
+    chosen = ids.resolve(nodes.allowed, "--cpunodebind")
+    nodes.check_known(f"--cpunodebind {ids.text}", chosen)
+    sel = frozenset().union(*(n.cpuset for n in topology.numa_nodes if n.os_index in chosen)) & base
+    if not sel:
+        raise PlanError(f"--cpunodebind {ids.text}: none of the CPUs of node "
+                        f"{format_list(chosen)} is allowed (allowed: {format_list(base)})")
+    return sel
+
+
+# 2. ranks: this process's share of the node
+
+def _rank_share(opts: RunOptions, topology: Topology, ctx: Context, selected: frozenset[int],
+                notes: list[str]) -> tuple[LocalRank | None, Share | None]:
+    if opts.ranks is None:
+        return None, None
+    rank = parse_rank(opts.ranks, ctx.environ)
+    try:
+        share = partition(topology.with_allowed(selected), rank.size)[rank.rank]
+    except PlanError as e:
+        hint = ""
+        if ctx.cgroup_cpus and selected < (ctx.cgroup_cpus & topology.cpuset):
+            hint = (f"; this process may use only {format_list(selected)} of the cgroup's "
+                    f"{format_list(ctx.cgroup_cpus)}: if the launcher bound the ranks itself "
+                    f"(Open MPI does by default), start it with --bind-to none "
+                    f"(srun: --cpu-bind=none) or pass --norespect")
+        raise PlanError(f"--ranks: {rank.size} ranks on this node ({rank.source}): {e}{hint}") from e
+    notes.append(f"rank {rank.rank} of {rank.size} on this node ({rank.source}): {share.describe()}")
+    return rank, share
+
+
+# 3. instances
+
+def _instance_shares(opts: RunOptions, work: Topology, rank_share: Share | None) -> list[Share | None]:
+    if opts.instances < 1:
+        raise PlanError(f"--instances must be >= 1, got {opts.instances}")
+    if opts.instances == 1 and opts.cores_per_instance is None:
+        return [rank_share]
+    try:
+        return list(partition(work, opts.instances, opts.cores_per_instance))
+    except PlanError as e:
+        what = f"--instances {opts.instances}" + (f" --cores-per-instance {opts.cores_per_instance}"
+                                                   if opts.cores_per_instance else "")
+        raise PlanError(f"{what}: {e}") from e
+
+
+# 4. memory policy
+
+def _explicit_mem_nodes(opts: RunOptions, nodes: _Nodes) -> frozenset[int]:
+    """The nodes of ``--membind``/``--interleave``/``--preferred``, checked."""
+    if opts.mempolicy is None or opts.mempolicy == "local":
+        return frozenset()
+    assert opts.mem_nodes is not None
+    option = f"--{MEM_OPTION[opts.mempolicy]}"
+    what = f"{option} {opts.mem_nodes.text}"
+    chosen = opts.mem_nodes.resolve(nodes.allowed, option)
+    nodes.check_known(what, chosen)
+    forbidden = chosen - nodes.allowed
+    if forbidden:
+        raise PlanError(f"{what}: node {format_list(forbidden)} is not allowed to this process "
+                        f"(Mems_allowed: {format_list(nodes.allowed)})")
+    if not chosen:
+        raise PlanError(f"{what}: selects no node")
+    return chosen
+
+
+def _memory_policy(i: int, share: Share | None, opts: RunOptions, explicit: frozenset[int], nodes: _Nodes,
+                   warnings: list[str]) -> tuple[str | None, frozenset[int], bool]:
+    """(policy, nodes, required) of instance ``i``: the one asked for, else its
+    share's node(s), else none."""
+    if opts.mempolicy is not None:
+        return opts.mempolicy, explicit, True
+    if share is not None and share.numa_nodes:
+        return "bind", share.numa_nodes & nodes.allowed or share.numa_nodes, False
+    if share is not None and not nodes.known:
+        warnings.append(f"instance {i}: the topology knows no NUMA node: memory is not bound")
+    return None, frozenset(), False
+
+
+# 5. threads, plan and environment of each instance
+
+def _cores_in(topology: Topology, cpus: frozenset[int]) -> int:
+    return sum(1 for c in topology.cores if c.cpuset & cpus)
+
+
+def _env_threads(environ: Mapping[str, str], warnings: list[str]) -> int | None:
+    text = environ.get("OMP_NUM_THREADS")
+    if text is None:
+        return None
+    first = text.split(",")[0].strip()
+    if first.isdigit() and int(first) > 0:
+        return int(first)
+    warnings.append(f"ignoring OMP_NUM_THREADS={text!r}: not a positive thread count")
+    return None
+
+
+def _thread_count(i: int, cores: int, opts: RunOptions, ctx: Context, env_threads: int | None, sharing: int,
+                  notes: list[str]) -> int:
+    """``--threads``, else ``OMP_NUM_THREADS``, else one per core within the CFS
+    quota's share (``sharing`` processes)."""
+    if opts.threads is not None:
+        return opts.threads
+    if env_threads is not None:
+        return env_threads
+    threads = default_thread_count(cores, ctx.quota, share=sharing)
+    if threads < cores:
+        notes.append(f"instance {i}: {threads} threads for {cores} cores: CFS quota "
+                     f"{ctx.quota}" + (f" shared by {sharing} processes" if sharing > 1 else ""))
+    return threads
+
+
+def _make_plan(spec: str | None, threads: int, topology: Topology, environ: Mapping[str, str]) -> Any:
+    """SPEC, else the environment's placement variables, else the default spec."""
+    if spec is not None:
+        return plan(spec, threads, topology, strict=True)
+    if any(v in environ for v in PLACEMENT_VARIABLES):
+        env = {k: v for k, v in environ.items() if k.startswith(("KMP_", "OMP_"))}
+        env["OMP_NUM_THREADS"] = str(threads)
+        return plan_env(env, topology=topology, initial_mask=topology.allowed)
+    return plan(DEFAULT_SPEC, threads, topology, strict=True)
+
+
+def _instance_env(i: int, count: int, p: Any, slots: tuple[frozenset[int], ...], opts: RunOptions,
+                  environ: Mapping[str, str]) -> dict[str, str]:
+    """The plan's variables, the instance number (several), the preload's (``--pin-threads``)."""
+    env = plan_environment(p, blocktime=opts.blocktime)
+    if count > 1:
+        env["AFFINITY_INSTANCE"] = str(i)
+        env["AFFINITY_NUM_INSTANCES"] = str(count)
+    if opts.pin_threads:
+        env.update(pin_environment(slots, environ, skip=opts.pin_skip, main=opts.pin_main,
+                                   verbose=opts.verbose))
+    return env

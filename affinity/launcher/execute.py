@@ -1,0 +1,329 @@
+"""The side-effect half of ``affinity run``: put a :class:`~affinity.launcher.build.Launch`
+into effect.
+
+:func:`execute` validates everything that can fail (the command exists, the mask
+and memory policy can be set -- tried on this thread and read back) *before*
+anything starts, then replaces this process with the command (``exec``, one
+instance) or starts every instance, forwards signals to them and waits (several).
+Each instance is started from this thread set to its mask and memory policy, so
+the child inherits them; the thread is put back after each start.
+
+This module loads the binding layer and the compiled core: ``affinity run``
+imports it only when a command really runs (not for ``--dry-run``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn
+
+from ..binding import threads
+from ..cpulist import format_list
+from ..errors import BindError, PlanError, UnsupportedError
+from ..machine import _native
+from ..machine.topology import Topology
+from .build import Instance, Launch
+from .numactl import show_text
+from .options import say
+
+__all__ = ["CommandError", "apply_instance", "execute", "show_current"]
+
+_PR_SET_PDEATHSIG = 1
+#: what the launcher forwards to the instances it started
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_State = tuple[frozenset[int], tuple[str, frozenset[int]]]
+
+
+class CommandError(Exception):
+    """The command cannot be executed; ``status`` is the shell's exit status for it.
+
+    Parameters
+    ----------
+    status : int
+        ``127``: not found; ``126``: found but not executable.
+    message : str
+        What is wrong, naming the command.
+    """
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def _mempolicy_arg(policy: str, nodes: frozenset[int]) -> str:
+    return policy if policy == "local" else f"{policy}:{format_list(nodes)}"
+
+
+def apply_instance(inst: Instance, *, membind_optional: bool = False) -> list[str]:
+    """Set the calling thread's memory policy and CPU mask to ``inst``'s, each read back.
+
+    A child started (or exec'd) from this thread then has them.
+
+    Parameters
+    ----------
+    inst : Instance
+        Where to run and where memory goes.
+    membind_optional : bool
+        A memory policy the system refuses (``EPERM``, ``ENOSYS``) is a warning even
+        when it was asked for explicitly.
+
+    Returns
+    -------
+    list of str
+        Warnings (a memory policy the container refused, when that is allowed).
+
+    Raises
+    ------
+    BindError
+        The memory policy was refused and required, or the mask could not be set.
+    UnsupportedError
+        The kernel reports another policy than the one set.
+    """
+    warnings = []
+    if inst.mempolicy is not None:
+        try:
+            _native.set_mempolicy(inst.mempolicy, inst.mem_nodes)
+        except (BindError, UnsupportedError) as e:
+            if e.errno not in (errno.EPERM, errno.ENOSYS):
+                raise
+            why = ("this container forbids NUMA memory policies (Docker's default seccomp profile "
+                   "allows set_mempolicy only with CAP_SYS_NICE)" if e.errno == errno.EPERM
+                   else "this kernel has no NUMA memory policies")
+            if membind_optional or not inst.mem_required:
+                warnings.append(f"memory policy {_mempolicy_arg(inst.mempolicy, inst.mem_nodes)} not "
+                                f"applied: {e} ({why}); running without it")
+            else:
+                raise BindError(e.errno, "set_mempolicy", getattr(e, "argument", None) or
+                                _mempolicy_arg(inst.mempolicy, inst.mem_nodes),
+                                f"{why}; start the container with --cap-add SYS_NICE, or pass "
+                                f"--membind-optional to run without memory binding; nothing was "
+                                f"started") from e
+        else:
+            pol, nodes = _native.get_mempolicy()
+            want_nodes = inst.mem_nodes if inst.mempolicy != "local" else frozenset()
+            if pol != inst.mempolicy or (want_nodes and nodes != want_nodes):
+                raise UnsupportedError(
+                    f"set_mempolicy({_mempolicy_arg(inst.mempolicy, inst.mem_nodes)}) read back as "
+                    f"{pol}:{format_list(nodes)}", call="set_mempolicy", err=errno.EXDEV)
+    threads.set_affinity(inst.cpus, strict=True)
+    return warnings
+
+
+def _apply_and_warn(launch: Launch, inst: Instance, prefix: str = "") -> None:
+    for w in apply_instance(inst, membind_optional=launch.membind_optional):
+        say(f"warning: {prefix}{w}")
+
+
+def show_current(launch: Launch, topology: Topology, mems_allowed: frozenset[int]) -> str:
+    """Apply the launch's first instance to this thread and report, like ``numactl --show``,
+    what the kernel then says this thread has.
+
+    Parameters
+    ----------
+    launch : Launch
+        Its first instance is applied (warnings go to stderr).
+    topology : Topology
+        This machine.
+    mems_allowed : frozenset of int
+        The nodes this process may allocate on.
+
+    Returns
+    -------
+    str
+        :func:`~affinity.launcher.numactl.show_text` of the mask and policy read back.
+
+    Raises
+    ------
+    BindError, UnsupportedError
+        As :func:`apply_instance`.
+    """
+    _apply_and_warn(launch, launch.instances[0])
+    pol, nodes = _native.get_mempolicy()
+    return show_text(topology, threads.get_affinity(), pol, nodes, mems_allowed)
+
+
+def _save_state() -> _State:
+    return threads.get_affinity(), _native.get_mempolicy()
+
+
+def _restore_state(state: _State) -> None:
+    mask, (pol, nodes) = state
+    threads.set_affinity(mask)
+    try:
+        _native.set_mempolicy(pol if pol in ("default", "local", "bind", "interleave", "preferred")
+                              else "default", nodes)
+    except (BindError, UnsupportedError):
+        pass  # it could not be changed in the first place
+
+
+def _resolve_command(argv: Sequence[str], env: Mapping[str, str]) -> str:
+    if not argv:
+        raise PlanError("no command to run (put it after '--')")
+    cmd = argv[0]
+    if "/" in cmd:
+        if not os.path.exists(cmd):
+            raise CommandError(127, f"{cmd}: no such file")
+        if os.path.isdir(cmd) or not os.access(cmd, os.X_OK):
+            raise CommandError(126, f"{cmd}: not an executable file")
+        return cmd
+    found = shutil.which(cmd, path=env.get("PATH", os.defpath))
+    if found is None:
+        raise CommandError(127, f"{cmd}: command not found (PATH={env.get('PATH', os.defpath)})")
+    return found
+
+
+def execute(launch: Launch, environ: Mapping[str, str] | None = None) -> int:
+    """Start ``launch``: exec its single instance, or start every instance and wait.
+
+    Nothing is started unless every instance's command exists and its mask and
+    memory policy could be applied.
+
+    Parameters
+    ----------
+    launch : Launch
+        What to start.
+    environ : mapping of str to str, optional
+        The environment the instances' variables are set on; default ``os.environ``.
+
+    Returns
+    -------
+    int
+        Several instances: the worst exit status (a signal ``N`` counts as ``128+N``).
+        One instance is exec'd: no return on success.
+
+    Raises
+    ------
+    CommandError
+        A command is not found (127) or not executable (126).
+    PlanError
+        Nothing to run.
+    BindError, UnsupportedError
+        A mask or memory policy cannot be applied (see :func:`apply_instance`).
+    """
+    base_env = dict(os.environ if environ is None else environ)
+    if not launch.instances:
+        raise PlanError("nothing to run")
+    envs = [{**base_env, **inst.env} for inst in launch.instances]
+    exes = [_resolve_command(inst.argv, env) for inst, env in zip(launch.instances, envs)]
+    for d in {os.path.dirname(i.log) for i in launch.instances if i.log}:
+        os.makedirs(d or ".", exist_ok=True)
+    if not launch.spawn:
+        _exec(launch, envs[0], exes[0])  # no return
+    return _spawn(launch, envs, exes)
+
+
+def _exec(launch: Launch, env: dict[str, str], exe: str) -> NoReturn:
+    """Apply the single instance to this process and replace it with the command."""
+    inst = launch.instances[0]
+    _apply_and_warn(launch, inst)
+    if launch.verbose:
+        say(f"pid {os.getpid()}: {inst.describe()}; exec {shlex.join(inst.argv)}")
+    if inst.log:
+        fd = os.open(inst.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(exe, list(inst.argv), env)
+    except OSError as e:
+        raise CommandError(126 if e.errno != errno.ENOENT else 127,
+                           f"execve({exe}) failed: {e.strerror}") from e
+
+
+def _die_with_launcher(launcher: int) -> Callable[[], None]:
+    """``preexec_fn`` of an instance: the kernel sends it SIGTERM when the launcher
+    dies, even by SIGKILL (which cannot be forwarded), so no instance is orphaned.
+    Set between fork and exec; a launcher already gone by then is caught by the
+    parent-PID check."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def pre() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != launcher:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return pre
+
+
+def _spawn(launch: Launch, envs: list[dict[str, str]], exes: list[str]) -> int:
+    """Try every instance, start them all, forward signals, wait; the worst status."""
+    saved = _save_state()
+    _try_instances(launch, saved)
+    procs, handlers = _start_instances(launch, envs, exes, saved)
+    try:
+        codes = [p.wait() for p in procs]
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    statuses = [128 - c if c < 0 else c for c in codes]
+    if launch.verbose:
+        for inst, p, st in zip(launch.instances, procs, statuses):
+            say(f"instance {inst.index} (pid {p.pid}) exited with status {st}")
+    return max(statuses)
+
+
+def _try_instances(launch: Launch, saved: _State) -> None:
+    """Apply every instance once (each warning said once), so that a refusal stops
+    the launch before anything starts; this thread is put back after each."""
+    said: set[str] = set()
+    try:
+        for inst in launch.instances:
+            for w in apply_instance(inst, membind_optional=launch.membind_optional):
+                if w not in said:
+                    said.add(w)
+                    say(f"warning: instance {inst.index}: {w}")
+            _restore_state(saved)
+    finally:
+        _restore_state(saved)
+
+
+def _start_instances(launch: Launch, envs: list[dict[str, str]], exes: list[str],
+                     saved: _State) -> tuple[list[subprocess.Popen], dict[int, Any]]:
+    """Start every instance from this thread set to its mask and policy, then forward
+    the usual signals to them; on any failure the ones started are ended."""
+    procs: list[subprocess.Popen] = []
+
+    def forward(signum: int, _frame: Any) -> None:
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signum)
+                except ProcessLookupError:
+                    pass
+
+    try:
+        for inst, env, exe in zip(launch.instances, envs, exes):
+            apply_instance(inst, membind_optional=launch.membind_optional)  # warned when tried
+            out = open(inst.log, "wb") if inst.log else None  # noqa: SIM115
+            try:
+                p = subprocess.Popen(list(inst.argv), executable=exe, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=out, stderr=subprocess.STDOUT if out else None,
+                                     start_new_session=True, preexec_fn=_die_with_launcher(os.getpid()))
+            finally:
+                if out is not None:
+                    out.close()
+                _restore_state(saved)
+            procs.append(p)
+            if launch.verbose:
+                say(f"pid {p.pid}: {inst.describe()}" + (f", log {inst.log}" if inst.log else ""))
+        handlers = {s: signal.signal(s, forward) for s in _FORWARDED}
+    except BaseException:
+        for p in procs:  # never leave a partial launch behind
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            p.wait()
+        raise
+    return procs, handlers

@@ -1,0 +1,272 @@
+"""What ``affinity run`` was asked: :class:`RunOptions`, the ``run`` parser
+(:func:`run_parser`) and :func:`options_from_args`, which finishes parsing (the
+SPEC, the command after ``--``); plus :func:`say`, the command's voice on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..cpulist import IdList
+from ..planning.envvars import DEFAULT_BLOCKTIME
+from ..planning.spec import DEFAULT_SPEC
+
+__all__ = ["RunOptions", "options_from_args", "run_parser", "say"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What the command line asked for (see :func:`run_parser` for each option).
+
+    Parameters
+    ----------
+    command : tuple of str
+        The command and its arguments.
+    spec : str or None
+        ``KMP_AFFINITY`` string to plan; None: the environment's, else the default spec.
+    threads : int or None
+        Thread count; None: ``OMP_NUM_THREADS``, else one per core within the CFS quota.
+    physcpubind, cpunodebind : IdList or None
+        numactl's CPU selections (at most one).
+    norespect : bool
+        Start from the cgroup's cpuset instead of the inherited mask.
+    mempolicy : str or None
+        ``"bind"``, ``"interleave"``, ``"preferred"``, ``"local"``; None: none asked.
+    mem_nodes : IdList or None
+        The nodes of ``mempolicy`` (not for ``"local"``).
+    membind_optional : bool
+        A refused memory policy is a warning, not an error.
+    pin_threads : bool
+        Preload the pinning library (:mod:`affinity.launcher.preload`).
+    pin_skip : int
+        Threads the library leaves alone: bit *i* = the *i*-th ``pthread_create``.
+    pin_main : bool
+        The library pins the main thread to the first slot.
+    instances : int
+        Copies to start on disjoint shares.
+    cores_per_instance : int or None
+        Exactly this many cores per copy.
+    log_dir : str or None
+        Each instance's output goes to ``log_dir/instance-I.log``.
+    ranks : str or None
+        ``"auto"`` or ``"R/N"``: take local rank R's share of the node.
+    verbose : bool
+        Say what is applied.
+    blocktime : str or None
+        ``KMP_BLOCKTIME`` to export; None exports none.
+    """
+
+    command: tuple[str, ...] = ()
+    spec: str | None = None
+    threads: int | None = None
+    physcpubind: IdList | None = None
+    cpunodebind: IdList | None = None
+    norespect: bool = False
+    mempolicy: str | None = None  #: "bind", "interleave", "preferred", "local"
+    mem_nodes: IdList | None = None
+    membind_optional: bool = False
+    pin_threads: bool = False
+    pin_skip: int = 0
+    pin_main: bool = True
+    instances: int = 1
+    cores_per_instance: int | None = None
+    log_dir: str | None = None
+    ranks: str | None = None
+    verbose: bool = False
+    blocktime: str | None = DEFAULT_BLOCKTIME  #: None: export no KMP_BLOCKTIME
+
+
+def say(text: str) -> None:
+    """Write ``affinity run: TEXT`` to stderr, in one write.
+
+    Parameters
+    ----------
+    text : str
+        One line (ranks under one ``mpirun`` share its stderr: one write keeps it whole).
+    """
+    sys.stderr.write(f"affinity run: {text}\n")
+    sys.stderr.flush()
+
+
+def run_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``run`` sub-command's parser, without its function.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The ``affinity`` command line's sub-commands.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The ``run`` parser; :func:`options_from_args` finishes what it parses.
+    """
+    p = subparsers.add_parser(
+        "run", help="run a command with its threads and memory placed (numactl, taskset, likwid-pin, "
+                    "multi-instance, MPI ranks)",
+        usage="affinity run [SPEC] [options] -- CMD [ARGS...]",
+        description="Plan SPEC (a KMP_AFFINITY string; default: KMP_AFFINITY/OMP_PLACES from the "
+                    f"environment, else '{DEFAULT_SPEC}', one thread per core) on the selected CPUs, "
+                    "set the process mask and memory policy, export the plan's environment "
+                    "(KMP_AFFINITY, OMP_PLACES, OMP_PROC_BIND, GOMP_CPU_AFFINITY, OMP_NUM_THREADS, "
+                    "KMP_BLOCKTIME, KMP_WARNINGS, TF_NUM_INTRAOP_THREADS, TF_NUM_INTEROP_THREADS) and exec CMD "
+                    "(no shell). Exit status: CMD's; 1 for affinity errors; 2 for usage errors; "
+                    "126/127 when CMD cannot be executed / is not found.")
+    g = p.add_argument_group("threads")
+    g.add_argument("-t", "--threads", type=_positive, metavar="N",
+                   help="thread count (default: OMP_NUM_THREADS, else one per core of the selected "
+                        "CPUs, capped by the cgroup's CFS quota)")
+    g.add_argument("--blocktime", metavar="MS|none",
+                   help=f"KMP_BLOCKTIME to export (default: the user's KMP_BLOCKTIME, else "
+                        f"{DEFAULT_BLOCKTIME}); 'none' exports none")
+    g = p.add_argument_group("CPUs (numactl's options; '+' counts within the allowed set)")
+    cpu = g.add_mutually_exclusive_group()
+    cpu.add_argument("-C", "--physcpubind", type=_id_list("CPU"), metavar="CPUS",
+                     help="run on these OS CPU ids: 0-3,8 | all | +0-1 (relative) | !2 (all but)")
+    cpu.add_argument("-N", "--cpunodebind", type=_id_list("node"), metavar="NODES",
+                     help="run on the allowed CPUs of these NUMA nodes")
+    g.add_argument("--norespect", action="store_true",
+                   help="start from the cgroup's cpuset instead of the inherited mask (KMP's "
+                        "'norespect'; overrides an MPI launcher's own binding)")
+    g = p.add_argument_group("memory (numactl's options; one of)")
+    mem = g.add_mutually_exclusive_group()
+    mem.add_argument("-m", "--membind", type=_id_list("node"), metavar="NODES", help="allocate only on NODES")
+    mem.add_argument("-i", "--interleave", type=_id_list("node"), metavar="NODES",
+                     help="interleave pages over NODES")
+    mem.add_argument("-p", "--preferred", type=_id_list("node"), metavar="NODES",
+                     help="prefer NODES, fall back elsewhere")
+    mem.add_argument("-l", "--localalloc", action="store_true", help="allocate on the local node")
+    g.add_argument("--membind-optional", action="store_true",
+                   help="if the memory policy is refused (EPERM in unprivileged containers), warn and "
+                        "run without it instead of failing")
+    g = p.add_argument_group("threads created later (likwid-pin's model)")
+    g.add_argument("--pin-threads", action="store_true",
+                   help="preload a library that pins the main thread to the plan's first slot and "
+                        "each new pthread, in creation order, to the next one")
+    g.add_argument("--pin-skip", type=_hexmask, default=0, metavar="HEX",
+                   help="threads to leave unpinned: bit i = the i-th pthread_create (e.g. 0x1 for "
+                        "Intel OpenMP's monitor thread)")
+    g.add_argument("--no-pin-main", dest="pin_main", action="store_false",
+                   help="leave the main thread alone; created threads start at the first slot")
+    g = p.add_argument_group("several processes")
+    g.add_argument("--instances", type=_positive, default=1, metavar="K",
+                   help="start K copies on disjoint sets of whole cores, spread over NUMA nodes, "
+                        "memory bound to each one's node(s); exit status: the worst copy's")
+    g.add_argument("--cores-per-instance", type=_positive, metavar="C", help="exactly C cores each")
+    g.add_argument("--log-dir", metavar="DIR", help="write each instance's output to DIR/instance-I.log")
+    g.add_argument("--ranks", metavar="auto|R/N",
+                   help="take local rank R's disjoint share of the node, R and N from Open MPI, "
+                        "MPICH/Intel MPI, MVAPICH2, torchrun or Slurm variables ('auto')")
+    g = p.add_argument_group("inspection")
+    g.add_argument("-s", "--show", action="store_true",
+                   help="show the CPU and memory policy the options give (numactl --show) and exit")
+    g.add_argument("-H", "--hardware", action="store_true",
+                   help="show the NUMA nodes (numactl --hardware) and exit")
+    g.add_argument("--dry-run", action="store_true", help="print what would be done and exit")
+    g.add_argument("--json", action="store_true", help="with --dry-run: JSON instead of shell lines")
+    g.add_argument("--topology", metavar="SRC",
+                   help="plan for another machine (hwloc XML, cpuinfo file, 'synthetic:...'); only "
+                        "with --dry-run or --hardware")
+    g.add_argument("-v", "--verbose", action="store_true",
+                   help="say what is applied, and have --pin-threads report every pin")
+    p.add_argument("words", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    p.set_defaults(_run_parser=p)
+    return p
+
+
+def _positive(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
+def _hexmask(text: str) -> int:
+    try:
+        v = int(text, 16)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a hex mask such as 0x1, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative hex mask, got {text!r}")
+    return v
+
+
+def _id_list(what: str) -> Callable[[str], IdList]:
+    """The argparse type of a numactl ``what`` (CPU or node) list."""
+
+    def parse(text: str) -> IdList:
+        try:
+            return IdList.parse(text, what)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return parse
+
+
+def _blocktime(text: str | None, environ: Mapping[str, str]) -> str | None:
+    """``--blocktime``'s value: as given, None for ``none``; not given: the user's
+    ``KMP_BLOCKTIME``, else :data:`~affinity.planning.envvars.DEFAULT_BLOCKTIME`."""
+    if text is None:
+        return environ.get("KMP_BLOCKTIME", DEFAULT_BLOCKTIME)
+    return None if text.strip().lower() == "none" else text
+
+
+def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> RunOptions:
+    """Finish parsing (the SPEC, the command after ``--``) and return the options.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        What the ``run`` parser (:func:`run_parser`) parsed.
+    environ : mapping of str to str, optional
+        The environment the defaults come from (``KMP_BLOCKTIME``); default ``os.environ``.
+
+    Returns
+    -------
+    RunOptions
+
+    Raises
+    ------
+    SystemExit
+        A usage error (status 2, through the parser).
+    """
+    parser: argparse.ArgumentParser = args._run_parser
+    words = list(args.words or [])
+    spec = None
+    if words and words[0] != "--":
+        spec = words[0]
+        # options may follow the SPEC: parse them into the same namespace
+        args.words = []
+        _, extra = parser.parse_known_args(words[1:], namespace=args)
+        words = list(args.words or [])
+        if extra or (words and words[0] != "--"):
+            rest = " ".join(extra + words)
+            parser.error(f"unexpected {rest!r}: the command goes after '--' "
+                         f"(affinity run [SPEC] [options] -- CMD [ARGS...])")
+    command = tuple(words[1:]) if words and words[0] == "--" else ()
+    if not command and not (args.show or args.hardware):
+        parser.error("no command: give it after '--' (affinity run [SPEC] [options] -- CMD [ARGS...])")
+    if command and (args.show or args.hardware):
+        parser.error("--show and --hardware take no command")
+    if args.topology and not (args.dry_run or args.hardware):
+        parser.error("--topology plans for another machine: use it with --dry-run or --hardware")
+    if args.json and not args.dry_run:
+        parser.error("--json goes with --dry-run")
+    if args.show and (args.instances > 1 or args.cores_per_instance):
+        parser.error("--show describes one process: it does not go with --instances")
+    mempolicy, mem_nodes = None, None
+    for name in ("membind", "interleave", "preferred"):
+        if getattr(args, name) is not None:
+            mempolicy, mem_nodes = {"membind": "bind"}.get(name, name), getattr(args, name)
+    if args.localalloc:
+        mempolicy = "local"
+    return RunOptions(command=command, spec=spec, threads=args.threads, physcpubind=args.physcpubind,
+                      cpunodebind=args.cpunodebind, norespect=args.norespect, mempolicy=mempolicy,
+                      mem_nodes=mem_nodes, membind_optional=args.membind_optional,
+                      pin_threads=args.pin_threads, pin_skip=args.pin_skip, pin_main=args.pin_main,
+                      instances=args.instances, cores_per_instance=args.cores_per_instance,
+                      log_dir=args.log_dir, ranks=args.ranks, verbose=args.verbose,
+                      blocktime=_blocktime(args.blocktime, os.environ if environ is None else environ))
