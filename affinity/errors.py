@@ -8,7 +8,6 @@ naturally catch: a bad spec string is a ``ValueError``, a failed system call an
 
 from __future__ import annotations
 
-import errno as _errno
 import os as _os
 
 __all__ = [
@@ -98,10 +97,6 @@ class UnsupportedError(AffinityError, NotImplementedError):
 
 class NativeUnavailableError(AffinityError, ImportError):
     """The compiled core (hwloc binding) cannot be loaded; the reason says why."""
-
-
-def errno_name(err: int) -> str:
-    return _errno.errorcode.get(err, str(err))
 
 
 class PlanError(AffinityError, ValueError):

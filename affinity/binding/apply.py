@@ -75,7 +75,23 @@ class _Snapshot:
 @dataclass
 class Binding:
     """The result of :func:`apply`: what was planned, pinned and exported, and how
-    to undo it (:meth:`restore`, or leave a ``with`` block)."""
+    to undo it (:meth:`restore`, or leave a ``with`` block).
+
+    Attributes
+    ----------
+    plan : Plan
+        What the runtime would do; the per-thread sets pinned come from it.
+    pins : dict of int to Pin
+        What each thread (by TID) was asked to do, with its role.
+    env_set : dict of str to str
+        The variables exported.
+    env_kept : dict of str to str
+        Values the user had set and that were kept (``env=True``).
+    notes : list of str
+        What was applied differently from the plan, and why (also warned).
+    active : bool
+        False once restored.
+    """
 
     plan: Any
     pins: dict[int, Pin] = field(default_factory=dict)
@@ -284,25 +300,58 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
           rank: Any = None, strict: bool = False) -> Binding:
     """Plan ``spec`` on this machine and apply it to this process.
 
-    ``spec``      a ``KMP_AFFINITY`` string (or spec value); ``threads`` the team size
-                  (default: what the runtime would use).
-    ``tensorflow`` ``"auto"``: handle TensorFlow if it is imported (start its runtime
-                  with the planned pool sizes if it has not started, else pin its
-                  existing pools); ``True``: import it; ``False``: leave it alone
-                  (its ``TF_NUM_*`` variables are still exported).
-    ``openmp``    ``"auto"``/``True``: size and pin the team of every loaded OpenMP runtime.
-    ``blas``      ``"auto"``: limit BLAS pools to the intra-op count (threadpoolctl).
-    ``membind``   ``None`` (leave memory alone), ``"auto"`` (bind to the NUMA nodes of
-                  the plan's CPUs), ``"interleave:all"``, ``("preferred", {0})``, ...
-                  Set on the calling thread before pools start, so they inherit it.
-    ``env``       ``True``: export the plan's variables, keeping values the user set
-                  (listed in ``Binding.env_kept``); ``"override"``: replace them too;
-                  ``False``: export nothing.
-    ``inter``     ``"union"`` or ``"package"``: where inter-op workers go.
-    ``rank``      ``"auto"`` (MPI/Slurm/torchrun variables), ``"R/N"`` or a
-                  :class:`~affinity.planning.ranks.LocalRank`: plan inside this local rank's
-                  disjoint share of the node (:func:`affinity.planning.ranks.rank_topology`).
-    ``strict``    parse the spec strictly (``SpecError``) instead of like the runtime.
+    Parameters
+    ----------
+    spec : str or spec value
+        A ``KMP_AFFINITY`` string, ``KEY=VALUE`` settings or a spec value (what
+        :func:`affinity.plan` takes); default :data:`~affinity.planning.spec.DEFAULT_SPEC`.
+    threads : int, optional
+        The team size (default: what the runtime would use).
+    topology : Topology, optional
+        Must describe this machine (default: :meth:`Topology.from_system`).
+    tensorflow : {"auto", True, False}
+        ``"auto"``: handle TensorFlow if it is imported (start its runtime with the
+        planned pool sizes if it has not started, else pin its existing pools);
+        ``True``: import it; ``False``: leave it alone (its ``TF_NUM_*`` variables
+        are still exported).
+    openmp : {"auto", True, False}
+        Size and pin the team of every OpenMP runtime already loaded.
+    blas : {"auto", True, False}
+        Limit BLAS pools to the intra-op count (threadpoolctl).
+    membind : None, "auto", str or (policy, nodes)
+        ``None`` leaves memory alone; ``"auto"`` binds to the NUMA nodes of the
+        plan's CPUs; ``"interleave:all"``, ``"bind:0-1"``, ``("preferred", {0})``...
+        Set on the calling thread before pools start, so they inherit it.
+    env : {True, "override", False}
+        ``True``: export the plan's variables, keeping values the user set (listed
+        in ``Binding.env_kept``); ``"override"``: replace them too; ``False``:
+        export nothing.
+    inter : {"union", "package"}
+        Where inter-op workers go: anywhere in the plan, or worker ``j`` on the
+        ``j``-th package used.
+    blocktime : str or None
+        ``KMP_BLOCKTIME`` to export (default
+        :data:`~affinity.planning.envvars.DEFAULT_BLOCKTIME`); ``None`` exports none.
+    rank : None, "auto", "R/N" or LocalRank
+        Plan inside this local rank's disjoint share of the node
+        (:func:`affinity.planning.ranks.rank_topology`); ``"auto"`` reads the
+        MPI/Slurm/torchrun variables.
+    strict : bool
+        Parse the spec strictly (:class:`SpecError`) instead of like the runtime.
+
+    Returns
+    -------
+    Binding
+        What was planned, pinned and exported; :meth:`Binding.restore` undoes it.
+
+    Raises
+    ------
+    SpecError
+        A malformed spec with ``strict=True``.
+    PlanError
+        A plan the runtime itself would refuse.
+    BindError, UnsupportedError
+        A system call failed; everything already changed is restored first.
     """
     topo = topology if topology is not None else Topology.from_system()
     _threads.require_system(topo)
@@ -407,17 +456,26 @@ def _apply_all(b: Binding, p: Any, snap: _Snapshot, tensorflow: Any, openmp: Any
 
 
 class pinned:
-    """:func:`apply` as a context manager and a decorator::
+    """:func:`apply` as a context manager and a decorator.
 
-        with affinity.pinned("compact", threads=8) as b:
-            model.fit(...)
-        # every thread, the memory policy and the environment are as before
+    Parameters
+    ----------
+    spec : str or spec value
+        As for :func:`apply`.
+    **kwargs
+        The keyword arguments of :func:`apply`.
 
-        @affinity.pinned("scatter")
-        def infer(batch): ...
+    Notes
+    -----
+    Restores on exceptions too; nested blocks restore in order; as a decorator
+    each call gets a fresh binding.
 
-    Arguments are those of :func:`apply`.  Restores on exceptions too; nested
-    blocks restore in order.
+    Examples
+    --------
+    >>> with affinity.pinned("compact", threads=8) as b:    # doctest: +SKIP
+    ...     model.fit(...)
+    >>> @affinity.pinned("scatter")                         # doctest: +SKIP
+    ... def infer(batch): ...
     """
 
     def __init__(self, spec: Any = DEFAULT_SPEC, **kwargs: Any):

@@ -115,10 +115,26 @@ def _guess_role(pid: int, tid: int, name: str) -> str:
 
 
 def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
-    """The bind map of process ``pid`` (default: this one).
+    """The bind map of a process: every thread, where it is bound and where it runs.
 
-    For this process, roles and requested sets come from ``binding`` or, when
-    none is given, from every active binding (newest wins).
+    Parameters
+    ----------
+    pid : int, optional
+        The process (default: this one); any process of this user can be read.
+    binding : Binding, optional
+        For this process: whose requested sets and roles to show (default: every
+        active binding, newest wins).
+
+    Returns
+    -------
+    BindMap
+        One row per thread; ``str()`` is the text users grep for
+        (``... bound to OS proc set {...}``), ``to_json()`` the same as JSON.
+
+    Raises
+    ------
+    FileNotFoundError
+        No process ``pid``.
     """
     me = os.getpid()
     pid = me if pid is None else int(pid)

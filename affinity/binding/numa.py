@@ -69,12 +69,35 @@ def set_membind(nodes: Iterable[int] = (), policy: str = "bind", *, scope: str =
                 strict: bool = False, topology: Topology | None = None) -> MemPolicy:
     """Set the memory policy and return it read back.
 
-    ``scope="thread"`` sets the calling thread's policy (threads it creates later
-    inherit it).  ``scope="process"`` is the same call, accepted only while the
-    process has a single thread: Linux cannot change the policy of other running
-    threads, so a multi-threaded process gets :class:`UnsupportedError` (set the
-    policy before starting threads, or launch with ``affinity run --membind``).
-    ``strict=True`` fails (``EXDEV``) where the policy could only be approximated.
+    Parameters
+    ----------
+    nodes : iterable of int
+        NUMA node OS indexes (none for ``local``).
+    policy : {"bind", "preferred", "interleave", "local"}
+        As numactl's ``--membind``, ``--preferred``, ``--interleave``, ``--localalloc``.
+    scope : {"thread", "process"}
+        ``"thread"`` sets the calling thread's policy (threads it creates later
+        inherit it).  ``"process"`` is the same call, accepted only while the
+        process has a single thread: Linux cannot change the policy of other
+        running threads.
+    strict : bool
+        Fail (``EXDEV``) where the policy could only be approximated.
+    topology : Topology, optional
+        Must be this system's.
+
+    Returns
+    -------
+    MemPolicy
+        The calling thread's policy read back.
+
+    Raises
+    ------
+    UnsupportedError
+        ``scope="process"`` in a multi-threaded process (set the policy before
+        starting threads, or launch with ``affinity run --membind``).
+    BindError
+        The kernel refused (EPERM in containers without CAP_SYS_NICE, EINVAL for
+        a node that does not exist).
     """
     require_system(topology, "memory binding")
     pol = _policy(policy)

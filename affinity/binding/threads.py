@@ -91,8 +91,29 @@ def set_affinity(cpus: Iterable[int], tid: int | None = None, *, topology: Topol
                  strict: bool = False) -> frozenset[int]:
     """Bind the calling thread (or thread ``tid``) to ``cpus``; return the set read back.
 
-    The kernel drops CPUs the process may not use; ``strict=True`` turns such a
-    silent change into :class:`UnsupportedError` (``errno.EXDEV``).
+    Parameters
+    ----------
+    cpus : iterable of int
+        OS CPU ids (non-empty).
+    tid : int, optional
+        A Linux TID of this process (default: the calling thread).
+    topology : Topology, optional
+        Must be this system's (binding through a file's topology is refused).
+    strict : bool
+        The kernel drops CPUs the process may not use; ``True`` turns such a silent
+        change into :class:`UnsupportedError` (``errno.EXDEV``).
+
+    Returns
+    -------
+    frozenset of int
+        The mask read back from the kernel.
+
+    Raises
+    ------
+    BindError
+        The system call failed (named, with its argument).
+    UnsupportedError
+        ``strict`` and the kernel applied another set, or a foreign topology.
     """
     require_system(topology)
     want = _cpus(cpus, "set_affinity")
@@ -116,9 +137,23 @@ def get_process_affinity() -> dict[int, frozenset[int]]:
 
 def set_process_affinity(cpus: Iterable[int], *, topology: Topology | None = None,
                          strict: bool = False) -> dict[int, frozenset[int]]:
-    """Bind every thread of the process to ``cpus``, all or nothing; return
-    ``{tid: cpus}`` read back.  Threads created afterwards inherit from their
-    creator as usual."""
+    """Bind every thread of the process to ``cpus``, all or nothing.
+
+    Parameters
+    ----------
+    cpus : iterable of int
+        OS CPU ids (non-empty).
+    topology : Topology, optional
+        Must be this system's.
+    strict : bool
+        Fail (:class:`UnsupportedError`) where the kernel applied another set.
+
+    Returns
+    -------
+    dict of int to frozenset of int
+        ``{tid: mask}`` read back.  Threads created afterwards inherit from their
+        creator as usual.
+    """
     require_system(topology)
     want = _cpus(cpus, "set_process_affinity")
     _native.set_process_cpubind(want)
@@ -132,8 +167,18 @@ def set_threads_affinity(masks: Mapping[int, Iterable[int]], *, topology: Topolo
                          ) -> dict[int, frozenset[int]]:
     """Bind each thread ``tid`` to ``masks[tid]``, all or nothing.
 
-    Returns the previous mask of every thread that was changed (a thread that
-    exited meanwhile is left out), which is what a restore needs.
+    Parameters
+    ----------
+    masks : mapping of int to iterable of int
+        TID -> OS CPU ids.
+    topology : Topology, optional
+        Must be this system's.
+
+    Returns
+    -------
+    dict of int to frozenset of int
+        The previous mask of every thread that was changed (a thread that exited
+        meanwhile is left out): what a restore needs.
     """
     require_system(topology)
     pairs = [(int(t), _cpus(c, f"set_threads_affinity[tid={t}]")) for t, c in masks.items()]

@@ -300,14 +300,28 @@ class Topology:
     @staticmethod
     def from_cpuinfo(path: str | os.PathLike[str], numa_nodes: Any = None) -> Topology:
         """A file in ``/proc/cpuinfo`` format, read the way Intel's OpenMP runtime
-        reads ``KMP_CPUINFO_FILE``: records of ``processor``, ``physical id``,
-        ``core id``, optional ``thread id`` and ``node_N id`` (levels above the
-        package); other fields are ignored.
+        reads ``KMP_CPUINFO_FILE``.
 
-        ``numa_nodes`` gives the NUMA nodes the runtime would read from sysfs:
-        ``None`` (none known), a path to a ``.../node`` directory holding
-        ``nodeN/cpulist`` files, or a mapping/sequence ``{node_id: cpus}`` /
-        ``[cpus_of_node0, ...]`` (cpus as an iterable or a cpulist string).
+        Parameters
+        ----------
+        path : str or path-like
+            Records of ``processor``, ``physical id``, ``core id``, optional
+            ``thread id`` and ``node_N id`` (levels above the package); other fields
+            are ignored.
+        numa_nodes : None, path, mapping or sequence
+            The NUMA nodes the runtime would read from sysfs: ``None`` (none known),
+            a path to a ``.../node`` directory holding ``nodeN/cpulist`` files, or
+            ``{node_id: cpus}`` / ``[cpus_of_node0, ...]`` (cpus as an iterable or a
+            cpulist string).
+
+        Returns
+        -------
+        Topology
+
+        Raises
+        ------
+        TopologyError
+            An unreadable or malformed file, naming the file and the line.
         """
         path = os.fspath(path)
         try:
@@ -319,10 +333,26 @@ class Topology:
 
     @staticmethod
     def load(src: str | os.PathLike[str] | Topology | None, numa_nodes: Any = None) -> Topology:
-        """Interpret a topology source as the CLI does: ``None``/``"system"`` for this
-        machine, ``"synthetic:<description>"``, a ``.xml`` file, or a cpuinfo file
-        (recognised by its ``processor`` records).  A cpuinfo file may be followed by
-        ``numa_nodes`` as in :meth:`from_cpuinfo`."""
+        """Interpret a topology source as the CLI does.
+
+        Parameters
+        ----------
+        src : None, "system", str, path-like or Topology
+            ``None``/``"system"`` for this machine, ``"synthetic:<description>"``,
+            an hwloc XML file, or a cpuinfo file (recognised by its ``processor``
+            records); a Topology is returned as it is.
+        numa_nodes : optional
+            With a cpuinfo file, as in :meth:`from_cpuinfo`.
+
+        Returns
+        -------
+        Topology
+
+        Raises
+        ------
+        TopologyError
+            A source that does not exist or cannot be read.
+        """
         if isinstance(src, Topology):
             return src
         if src is None or src == "system":
