@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar, Union
+from typing import Any, Callable, TypeVar
 
 from ..errors import SpecError
 
@@ -90,10 +90,6 @@ def catalog(layer: str, plural: bool = False) -> str:
     return CATALOG[layer][1 if plural else 0]
 
 
-def plural_keyword(layer: str) -> str:
-    return _PLURAL[layer]
-
-
 # ---------------------------------------------------------------------------
 # Diagnostics
 # ---------------------------------------------------------------------------
@@ -102,10 +98,19 @@ def plural_keyword(layer: str) -> str:
 class Diagnostic:
     """One message a parser produced.
 
-    ``text`` is what the runtime prints (without ``OMP: Warning #NNN:``);
-    ``error`` tells whether the input was malformed (strict parsing raises)
-    or the message is a notice about well-formed input (e.g. balanced
-    affinity defaulting its granularity to core).
+    Attributes
+    ----------
+    text : str
+        What the runtime prints (without ``OMP: Warning #NNN:``).
+    error : bool
+        Whether the input was malformed (strict parsing raises), rather than a
+        notice about well-formed input (e.g. balanced affinity defaulting its
+        granularity to core).
+    pos : int or None
+        Index in the value of the offending token, where known.
+    detail : str or None
+        A short explanation added to the runtime's text (strict mode shows it in
+        parentheses), where there is one.
     """
 
     text: str
@@ -132,6 +137,16 @@ class _Diag:
                 msg = f"{msg} ({detail})"
             raise SpecError(msg, self.value, pos if pos is not None else 0, what=self.what)
         self.items.append(Diagnostic(text, error, pos, detail))
+
+
+class _Malformed(Exception):
+    """A malformed value found inside a helper: where (``pos``), why (``detail``)
+    and what kind of error; the parser that catches it issues the runtime's warning."""
+
+    def __init__(self, pos: int, detail: str | None, what: str = "syntax error"):
+        self.pos = pos
+        self.detail = detail
+        self.what = what
 
 
 def _q(s: str) -> str:
@@ -262,13 +277,17 @@ class ProcRange:
         return f"{self.start}-{self.end}:{self.stride}"
 
 
-ProcItem = Union[int, ProcRange, "tuple[int, ...]"]
-
-
 @dataclass(frozen=True)
 class ProcList:
-    """An explicit proc list: each item is one place (an OS proc id, a range
-    expanding to one place per id, or a set ``{a,b,...}`` forming one place)."""
+    """An explicit proc list (``KMP_AFFINITY``'s ``proclist=[...]``, ``GOMP_CPU_AFFINITY``).
+
+    Attributes
+    ----------
+    items : tuple
+        Each item is one place: an OS proc id (``int``), a :class:`ProcRange`
+        expanding to one place per id, or a set ``{a,b,...}`` (a ``tuple`` of
+        ids) forming one place.
+    """
 
     items: tuple[Any, ...]
 
@@ -310,106 +329,87 @@ def _parse_proc_id_list(var: str, s: str, i: int, diag: _Diag) -> tuple[ProcList
     first character that cannot continue the list.  Returns (list, end) or
     (None, i) after a warning."""
     items: list[Any] = []
-    scan = i
-    empty = True
-    n = len(s)
-    while True:
-        scan = _skip_ws(s, scan)
-        nxt = scan
-        if nxt >= n:
-            break
-        if s[nxt] == "{":
-            nxt = _skip_ws(s, nxt + 1)
-            scan = nxt
-            if not _isdigit(_ch(s, nxt)):
-                diag.warn(f"{var}: syntax error, not using affinity.", nxt,
-                          detail="syntax error: expected a proc id after '{'")
-                return None, i
-            nxt = _skip_digits(s, nxt)
-            members = [_str_to_int(s, scan, nxt)]
-            while True:
-                nxt = _skip_ws(s, nxt)
-                if _ch(s, nxt) == "}":
-                    nxt += 1
-                    break
-                if _ch(s, nxt) == ",":
-                    nxt += 1
-                nxt = _skip_ws(s, nxt)
-                scan = nxt
-                if not _isdigit(_ch(s, nxt)):
-                    diag.warn(f"{var}: syntax error, not using affinity.", nxt,
-                              detail="syntax error: expected a proc id or '}'")
-                    return None, i
-                nxt = _skip_digits(s, nxt)
-                members.append(_str_to_int(s, scan, nxt))
-            items.append(tuple(sorted(set(members))))
-            empty = False
+    nxt = i
+    try:
+        while True:
+            nxt = _skip_ws(s, nxt)
+            c = _ch(s, nxt)
+            if c == "{":
+                item, nxt = _parse_proc_set(s, nxt + 1)
+            elif _isdigit(c):
+                item, nxt = _parse_proc_range(s, nxt)
+            elif c == "" or items:
+                break
+            else:
+                raise _Malformed(nxt, "expected a proc id, a range or a set")
+            items.append(item)
             nxt = _skip_ws(s, nxt)
             if _ch(s, nxt) == ",":
                 nxt += 1
-            scan = nxt
-            continue
-        item = nxt
-        if not _isdigit(s[nxt]):
-            if empty:
-                diag.warn(f"{var}: syntax error, not using affinity.", nxt,
-                          detail="syntax error: expected a proc id, a range or a set")
-                return None, i
-            break
-        nxt = _skip_digits(s, nxt)
-        start = _str_to_int(s, scan, nxt)
+    except _Malformed as err:
+        detail = None if err.detail is None else f"{err.what}: {err.detail}"
+        diag.warn(f"{var}: {err.what}, not using affinity.", err.pos, detail=detail)
+        return None, i
+    return ProcList(tuple(items)), nxt
+
+
+def _proc_id(s: str, i: int, expected: str) -> tuple[int, int]:
+    """One proc id of a proc list, blanks before it skipped: (id, end)."""
+    i = _skip_ws(s, i)
+    if not _isdigit(_ch(s, i)):
+        raise _Malformed(i, expected)
+    j = _skip_digits(s, i)
+    return _str_to_int(s, i, j), j
+
+
+def _parse_proc_set(s: str, i: int) -> tuple[tuple[int, ...], int]:
+    """The ``{a,b,...}`` branch of ``__kmp_parse_affinity_proc_id_list`` (from
+    after the ``{``; commas optional): one place, ids sorted.  Returns (ids, end)."""
+    first, nxt = _proc_id(s, i, "expected a proc id after '{'")
+    members = [first]
+    while True:
         nxt = _skip_ws(s, nxt)
-        if _ch(s, nxt) != "-":
-            items.append(start)
-            empty = False
-            if _ch(s, nxt) == ",":
-                nxt += 1
-            scan = nxt
-            continue
-        nxt = _skip_ws(s, nxt + 1)
-        scan = nxt
-        if not _isdigit(_ch(s, nxt)):
-            diag.warn(f"{var}: syntax error, not using affinity.", nxt,
-                      detail="syntax error: expected the end of the range")
-            return None, i
-        nxt = _skip_digits(s, nxt)
-        end = _str_to_int(s, scan, nxt)
-        stride = 1
-        rpos = item
-        nxt = _skip_ws(s, nxt)
-        if _ch(s, nxt) == ":":
-            sign = 1
-            nxt = _skip_ws(s, nxt + 1)
-            scan = nxt
-            if _ch(s, nxt) == "-":
-                sign = -1
-                nxt = _skip_ws(s, nxt + 1)
-                scan = nxt
-            if not _isdigit(_ch(s, nxt)):
-                diag.warn(f"{var}: syntax error, not using affinity.", nxt,
-                          detail="syntax error: expected the stride")
-                return None, i
-            nxt = _skip_digits(s, nxt)
-            stride = _str_to_int(s, scan, nxt) * sign
-        if stride == 0:
-            diag.warn(f"{var}: range error (zero stride), not using affinity.", rpos)
-            return None, i
-        if stride > 0 and start > end:
-            diag.warn(f"{var}: range error ({start} > {end}), not using affinity.", rpos)
-            return None, i
-        if stride < 0 and start < end:
-            diag.warn(f"{var}: range error ({start} < {end} & stride < 0), not using affinity.", rpos)
-            return None, i
-        if _cdiv(end - start, stride) > 65536:
-            diag.warn(f"{var}: range error (({end}-{start})/{stride} too big), not using affinity.", rpos)
-            return None, i
-        items.append(ProcRange(start, end, stride))
-        empty = False
-        nxt = _skip_ws(s, nxt)
+        if _ch(s, nxt) == "}":
+            return tuple(sorted(set(members))), nxt + 1
         if _ch(s, nxt) == ",":
             nxt += 1
-        scan = nxt
-    return ProcList(tuple(items)), nxt
+        member, nxt = _proc_id(s, nxt, "expected a proc id or '}'")
+        members.append(member)
+
+
+def _parse_proc_range(s: str, i: int) -> tuple[int | ProcRange, int]:
+    """The ``start[-end[:stride]]`` branch of ``__kmp_parse_affinity_proc_id_list``
+    (``s[i]`` is a digit): a proc id, or a range checked as the runtime checks it."""
+    j = _skip_digits(s, i)
+    start = _str_to_int(s, i, j)
+    nxt = _skip_ws(s, j)
+    if _ch(s, nxt) != "-":
+        return start, nxt
+    end, nxt = _proc_id(s, nxt + 1, "expected the end of the range")
+    stride = 1
+    nxt = _skip_ws(s, nxt)
+    if _ch(s, nxt) == ":":
+        nxt = _skip_ws(s, nxt + 1)
+        sign = 1
+        if _ch(s, nxt) == "-":
+            sign, nxt = -1, nxt + 1
+        stride, nxt = _proc_id(s, nxt, "expected the stride")
+        stride *= sign
+    _check_proc_range(start, end, stride, i)
+    return ProcRange(start, end, stride), nxt
+
+
+def _check_proc_range(start: int, end: int, stride: int, pos: int) -> None:
+    """The range checks of ``__kmp_parse_affinity_proc_id_list`` (zero stride,
+    bounds against the stride's sign, at most 65536 steps)."""
+    if stride == 0:
+        raise _Malformed(pos, None, "range error (zero stride)")
+    if stride > 0 and start > end:
+        raise _Malformed(pos, None, f"range error ({start} > {end})")
+    if stride < 0 and start < end:
+        raise _Malformed(pos, None, f"range error ({start} < {end} & stride < 0)")
+    if _cdiv(end - start, stride) > 65536:
+        raise _Malformed(pos, None, f"range error (({end}-{start})/{stride} too big)")
 
 
 # ---------------------------------------------------------------------------
@@ -424,13 +424,33 @@ _GRAN_PRINT = {"thread": "fine"}
 class KmpAffinity:
     """A ``KMP_AFFINITY`` setting.
 
-    ``type`` is one of ``none, compact, scatter, balanced, explicit, disabled,
-    logical, physical`` or ``None`` (no type given);  ``granularity`` a layer
-    keyword (``thread`` for ``fine``, ``core``, ``socket``, ``numa_domain``,
-    ``die``, ``tile``, ``l2_cache``, ..., or ``core_type`` /
-    ``core_efficiency`` on hybrid CPUs) or ``None`` for the default;
-    ``granularity_levels`` the numeric form ``granularity=<n>``.  Boolean
-    modifiers are ``None`` when not given.
+    Attributes
+    ----------
+    type : str or None
+        One of ``none, compact, scatter, balanced, explicit, disabled, logical,
+        physical``, or ``None`` (no type given).
+    granularity : str or None
+        A layer keyword (``thread`` for ``fine``, ``core``, ``socket``,
+        ``numa_domain``, ``die``, ``tile``, ``l2_cache``, ..., or ``core_type`` /
+        ``core_efficiency`` on hybrid CPUs), or ``None`` for the default.
+    granularity_levels : int or None
+        The numeric form ``granularity=<n>``.
+    permute : int or None
+        The first integer parameter of ``compact``, ``scatter``, ``balanced``.
+    offset : int or None
+        The second integer parameter (the only one of ``logical``, ``physical``).
+    proclist : ProcList or None
+        ``proclist=[...]``, for the ``explicit`` type.
+    verbose : bool or None
+        ``verbose`` / ``noverbose``; like all boolean modifiers, ``None`` when not given.
+    warnings : bool or None
+        ``warnings`` / ``nowarnings``.
+    respect : bool or None
+        ``respect`` / ``norespect``.
+    reset : bool or None
+        ``reset`` / ``noreset``.
+    dups : bool or None
+        ``dups`` / ``duplicates`` / ``nodups`` / ``noduplicates``.
     """
 
     type: str | None = None
@@ -483,12 +503,29 @@ def kmp_affinity_has_type_name(value: str) -> bool:
     return any(t in low for t in AFFINITY_TYPES)
 
 
+_AFF_TYPES = (("none", "false"), ("scatter", "intel"), ("compact", "intel"), ("logical", "intel"),
+              ("physical", "intel"), ("explicit", "intel"), ("balanced", "intel"), ("disabled", "false"))
+_AFF_FLAGS = (("verbose", "verbose", True), ("noverbose", "verbose", False),
+              ("warnings", "warnings", True), ("nowarnings", "warnings", False),
+              ("respect", "respect", True), ("norespect", "respect", False),
+              ("reset", "reset", True), ("noreset", "reset", False),
+              ("duplicates", "dups", True), ("dups", "dups", True),
+              ("noduplicates", "dups", False), ("nodups", "dups", False))
+_CORE_GRANS = (("core_type", "types"), ("core_efficiency", "effs"), ("core_eff", "effs"))
+
+
 @dataclass
 class _AffState:
+    """What ``__kmp_parse_affinity_env`` reads and keeps while it walks the tokens."""
+
+    s: str
+    name: str
+    diag: _Diag
     type: str | None = None
     bind: str | None = None  # proc-bind implied by the last type keyword
     gran: str | None = None
     gran_levels: int | None = None
+    gran_set: bool = False  # the runtime keeps this across tokens (see docs/semantics.md)
     core_types_gran: bool = False
     core_effs_gran: bool = False
     proclist: ProcList | None = None
@@ -498,242 +535,214 @@ class _AffState:
     reset: bool | None = None
     dups: bool | None = None
     numbers: list[int] = field(default_factory=list)
+    guards: dict[str, int] = field(default_factory=dict)
 
-
-def _parse_kmp_affinity(value: str, diag: _Diag, name: str = "KMP_AFFINITY") -> KmpAffinity:
-    st = _AffState()
-    guards: dict[str, int] = {}
-    s = value
-    n = len(s)
-    buf = _skip_ws(s, 0)
-    gran_set = False  # the runtime keeps this across tokens (see docs/semantics.md)
-
-    def emit_skip(start: int, nxt: int, text: Callable[[str], str], detail: str | None = None) -> int:
-        end = _skip_to(s, nxt, ",")
-        diag.warn(text(s[start:end]), start, detail=detail and detail)
-        return end + 1 if end < n else end
-
-    def invalid(t: str) -> str:
-        return f"{name}: parameter invalid, ignoring {_q(t)}."
-
-    def guard(key: str, start: int, nxt: int) -> bool:
-        c = guards.get(key, 0)
-        guards[key] = c + 1
-        if c:
-            diag.warn(f"{name}: parameter has been specified already, ignoring {_q(s[start:nxt])}.", start)
+    def guard(self, key: str, start: int, nxt: int) -> bool:
+        """The runtime's ``set_*`` guards: False (with a warning) when ``key`` was given already."""
+        count = self.guards.get(key, 0)
+        self.guards[key] = count + 1
+        if count:
+            self.diag.warn(f"{self.name}: parameter has been specified already, "
+                           f"ignoring {_q(self.s[start:nxt])}.", start)
             return False
         return True
 
-    types = [("none", "none", "false"), ("scatter", "scatter", "intel"),
-             ("compact", "compact", "intel"), ("logical", "logical", "intel"),
-             ("physical", "physical", "intel"), ("explicit", "explicit", "intel"),
-             ("balanced", "balanced", "intel"), ("disabled", "disabled", "false")]
-    flags = [("verbose", "verbose", True), ("noverbose", "verbose", False),
-             ("warnings", "warnings", True), ("nowarnings", "warnings", False),
-             ("respect", "respect", True), ("norespect", "respect", False),
-             ("reset", "reset", True), ("noreset", "reset", False),
-             ("duplicates", "dups", True), ("dups", "dups", True),
-             ("noduplicates", "dups", False), ("nodups", "dups", False)]
+    def skip_invalid(self, start: int, nxt: int, detail: str | None = None) -> int:
+        """Report the token from ``start`` to the next comma as invalid; the index after that comma."""
+        end = _skip_to(self.s, nxt, ",")
+        self.diag.warn(f"{self.name}: parameter invalid, ignoring {_q(self.s[start:end])}.", start,
+                       detail=detail)
+        return min(end + 1, len(self.s))
 
-    while buf < n:
-        start = buf
-        nxt: int | None = None
-        handled = False
-        for tok, typ, bind in types:
-            nxt = _match(tok, s, buf)
-            if nxt is not None:
-                if guard("type", start, nxt):
-                    st.type = typ
-                st.bind = bind
-                handled = True
-                break
-        if not handled:
-            for tok, attr, val in flags:
-                nxt = _match(tok, s, buf)
-                if nxt is not None:
-                    if guard(attr, start, nxt):
-                        setattr(st, attr, val)
-                    handled = True
-                    break
-        if not handled:
-            nxt = _match("granularity", s, buf)
-            if nxt is None:
-                nxt = _match("gran", s, buf)
-            if nxt is not None:
-                handled = True
-                nxt = _skip_ws(s, nxt)
-                if _ch(s, nxt) != "=":
-                    buf = emit_skip(start, nxt, invalid,
-                                    "granularity needs '=<layer>'")
-                    continue
-                nxt = _skip_ws(s, nxt + 1)
-                buf = nxt
-                gtype: str | None = None
-                gflag = ""
-                glevels: int | None = None
-                if not gran_set:
-                    for tok, flag in (("core_type", "types"), ("core_efficiency", "effs"),
-                                      ("core_eff", "effs")):
-                        e = _match(tok, s, buf)
-                        if e is not None:
-                            gtype, gflag, nxt = "core", flag, e
-                            break
-                    if gtype is None:
-                        for layer in HW_LAYERS:
-                            e = _match(layer, s, buf)
-                            if e is not None:
-                                gtype, nxt = layer, e
-                                break
-                    if gtype is None:
-                        for alias, layer in _GRAN_ALIASES.items():
-                            e = _match(alias, s, buf)
-                            if e is not None:
-                                gtype, nxt = layer, e
-                                break
-                    if gtype is None and _isdigit(_ch(s, buf)):
-                        e = _skip_digits(s, buf)
-                        glevels, nxt = _str_to_int(s, buf, e), e
-                    if gtype is None and glevels is None:
-                        buf = emit_skip(start, buf, invalid,
-                                        "unknown granularity")
-                        continue
-                    gran_set = True
-                    if guard("gran", start, nxt):
-                        st.gran, st.gran_levels = gtype, glevels
-                    if gflag == "types":
-                        st.core_types_gran = True
-                    elif gflag == "effs":
-                        st.core_effs_gran = True
-                else:
-                    # A granularity was already set: the runtime's parser leaves
-                    # the value unconsumed (reported below as trailing characters),
-                    # except for core_type/core_eff which it always tries.
-                    for tok, flag in (("core_type", "types"), ("core_efficiency", "effs"),
-                                      ("core_eff", "effs")):
-                        e = _match(tok, s, buf)
-                        if e is not None:
-                            guard("gran", start, e)
-                            if flag == "types":
-                                st.core_types_gran = True
-                            else:
-                                st.core_effs_gran = True
-                            nxt = e
-                            break
-        if not handled:
-            nxt = _match("proclist", s, buf)
-            if nxt is not None:
-                handled = True
-                nxt = _skip_ws(s, nxt)
-                if _ch(s, nxt) != "=":
-                    buf = emit_skip(start, nxt, invalid,
-                                    "proclist needs '=[...]'")
-                    continue
-                nxt = _skip_ws(s, nxt + 1)
-                if _ch(s, nxt) != "[":
-                    buf = emit_skip(start, nxt, invalid,
-                                    "proclist needs '[' after '='")
-                    continue
-                nxt += 1
-                buf = nxt
-                pl, e = _parse_proc_id_list(name, s, buf, diag)
-                if pl is None:
-                    nxt = _skip_to(s, buf, "]")
-                    if nxt < n:
-                        nxt += 1
-                    nxt = _skip_to(s, nxt, ",")
-                    if nxt < n:
-                        nxt += 1
-                    buf = nxt
-                    continue
-                nxt = e
-                if _ch(s, nxt) != "]":
-                    buf = emit_skip(start, nxt, invalid,
-                                    "proclist is not closed by ']'")
-                    continue
-                nxt += 1
-                if guard("proclist", start, nxt):
-                    st.proclist = pl
-        if not handled and _isdigit(_ch(s, buf)):
-            handled = True
-            nxt = _skip_digits(s, buf)
-            v = _str_to_int(s, buf, nxt)
-            if len(st.numbers) < 2:
-                st.numbers.append(v)
-            else:
-                diag.warn(f"{name}: too many integer parameters specified, ignoring {_q(s[start:])}.", start,
-                          detail=f"too many integer parameters, ignoring {_q(s[start:nxt])}")
-                st.numbers.append(v)
-            buf = nxt
-        if not handled:
-            buf = emit_skip(start, buf, invalid)
-            continue
-        assert nxt is not None
+    def after_token(self, nxt: int) -> int:
+        """The end of each token: a comma (blanks around it skipped) or the end of the
+        string; anything else is reported up to the next comma.  The next token's index."""
+        s = self.s
         nxt = _skip_ws(s, nxt)
         if _ch(s, nxt) == ",":
-            nxt = _skip_ws(s, nxt + 1)
-        elif nxt < n:
-            temp = nxt
+            return _skip_ws(s, nxt + 1)
+        if nxt < len(s):
             end = _skip_to(s, nxt, ",")
-            diag.warn(f"{name}: extra trailing characters ignored: {_q(s[temp:end])}.", temp)
-            buf = end + 1 if end < n else end
-            continue
-        buf = nxt
+            self.diag.warn(f"{self.name}: extra trailing characters ignored: {_q(s[nxt:end])}.", nxt)
+            return min(end + 1, len(s))
+        return nxt
 
-    count = len(st.numbers)
-    numbers = st.numbers
-    typ = st.type
-    proclist = st.proclist
-    permute: int | None = None
-    offset: int | None = None
-    if proclist is not None:
-        if typ is None:
-            diag.warn(f'{name}: proclist specified, setting affinity type to "explicit".',
-                      0, detail='proclist given without the "explicit" type')
-            typ = "explicit"
-            st.bind = "intel"
-        elif typ != "explicit":
-            diag.warn(f'{name}: proclist specified without "explicit" affinity type, proclist ignored.',
-                      0, detail=f'proclist given with the "{typ}" type (it needs "explicit")')
-            proclist = None
-    gran = st.gran
-    if typ in ("logical", "physical"):
-        if count > 0:
-            offset = numbers[0]
-        if count > 1:
-            diag.warn(f"{name}: too many integer parameters specified for logical or physical type, "
-                      f"ignoring {_q(str(numbers[1]))}.", 0)
-    elif typ == "balanced":
-        if count > 0:
-            permute = numbers[0]
-        if count > 1:
-            offset = numbers[1]
-        if gran is None and not (st.core_types_gran or st.core_effs_gran) and \
-                (st.verbose or st.warnings is not False):
-            diag.warn(f"{name}: granularity=core will be used.", error=False)
-    elif typ in ("scatter", "compact"):
-        if count > 0:
-            permute = numbers[0]
-        if count > 1:
-            offset = numbers[1]
-    elif typ == "explicit":
-        if proclist is None:
-            diag.warn(f'{name}: proclist not specified with explicit affinity type, using "none".', 0)
-            typ = "none"
-        if count > 0:
-            diag.warn(f"{name}: 'explicit' type does not take any integer parameters, ignoring them.", 0)
-    elif typ in ("none", "disabled"):
-        if count > 0:
-            diag.warn(f"{name}: '{typ}' type does not take any integer parameters, ignoring them.", 0)
+    def mark_core_gran(self, flag: str) -> None:
+        """Record ``granularity=core_type`` (``types``) or ``core_eff[iciency]`` (``effs``)."""
+        if flag == "types":
+            self.core_types_gran = True
+        else:
+            self.core_effs_gran = True
+
+
+def _parse_kmp_affinity(value: str, diag: _Diag, name: str = "KMP_AFFINITY") -> KmpAffinity:
+    """``__kmp_parse_affinity_env``: the token loop (each token a keyword, a
+    ``granularity=``, a ``proclist=`` or an integer), then the end-of-parse resolution."""
+    st = _AffState(value, name, diag)
+    buf = _skip_ws(value, 0)
+    while buf < len(value):
+        for clause in (_aff_keyword, _aff_assignment, _aff_integer):
+            nxt = clause(st, buf)
+            if nxt is not None:
+                buf = nxt
+                break
+        else:
+            buf = st.skip_invalid(buf, buf)
+    return _aff_finish(st)
+
+
+def _aff_keyword(st: _AffState, start: int) -> int | None:
+    """The type keywords (each also sets proc-bind) and the boolean modifiers of
+    ``__kmp_parse_affinity_env``.  The next token's index, or None if no keyword."""
+    for typ, bind in _AFF_TYPES:
+        nxt = _match(typ, st.s, start)
+        if nxt is not None:
+            if st.guard("type", start, nxt):
+                st.type = typ
+            st.bind = bind
+            return st.after_token(nxt)
+    for tok, attr, val in _AFF_FLAGS:
+        nxt = _match(tok, st.s, start)
+        if nxt is not None:
+            if st.guard(attr, start, nxt):
+                setattr(st, attr, val)
+            return st.after_token(nxt)
+    return None
+
+
+def _aff_assignment(st: _AffState, start: int) -> int | None:
+    """The ``keyword=value`` clauses of ``__kmp_parse_affinity_env`` (``granularity=``
+    or ``gran=``, ``proclist=``): the ``=`` they share, then the clause's own value.
+    The next token's index, or None if the token is none of them."""
+    s = st.s
+    for keyword, clause, missing in _AFF_ASSIGNMENTS:
+        nxt = _match(keyword, s, start)
+        if nxt is not None:
+            nxt = _skip_ws(s, nxt)
+            if _ch(s, nxt) != "=":
+                return st.skip_invalid(start, nxt, missing)
+            return clause(st, start, _skip_ws(s, nxt + 1))
+    return None
+
+
+def _aff_granularity(st: _AffState, start: int, i: int) -> int:
+    """The value of ``granularity=`` in ``__kmp_parse_affinity_env`` (``s[i]``, after
+    the ``=``).  The next token's index."""
+    if not st.gran_set:
+        return _aff_gran_value(st, start, i)
+    # A granularity was already set: the runtime's parser leaves the value
+    # unconsumed (reported as trailing characters), except for core_type/core_eff
+    # which it always tries.
+    core = _core_gran(st.s, i)
+    if core is None:
+        return st.after_token(i)
+    flag, nxt = core
+    st.guard("gran", start, nxt)
+    st.mark_core_gran(flag)
+    return st.after_token(nxt)
+
+
+def _aff_gran_value(st: _AffState, start: int, i: int) -> int:
+    """The first granularity value of ``__kmp_parse_affinity_env``: ``core_type`` /
+    ``core_eff[iciency]``, a layer, an alias (``fine``, ``package``, ``node``) or a
+    number of levels at ``s[i]``.  The next token's index."""
+    core = _core_gran(st.s, i)
+    if core is not None:
+        flag, nxt = core
+        layer, levels = "core", None
     else:
-        if count > 0:
-            diag.warn(f"{name}: 'default' type does not take any integer parameters, ignoring them.", 0,
-                      detail="integer parameters need an affinity type")
+        found = _layer_gran(st.s, i)
+        if found is None:
+            return st.skip_invalid(start, i, "unknown granularity")
+        layer, levels, nxt = found
+        flag = ""
+    st.gran_set = True
+    if st.guard("gran", start, nxt):
+        st.gran, st.gran_levels = layer, levels
+    if flag:
+        st.mark_core_gran(flag)
+    return st.after_token(nxt)
+
+
+def _core_gran(s: str, i: int) -> tuple[str, int] | None:
+    """``core_type`` / ``core_eff[iciency]`` at ``s[i]``: (flag, end), or None."""
+    for tok, flag in _CORE_GRANS:
+        e = _match(tok, s, i)
+        if e is not None:
+            return flag, e
+    return None
+
+
+def _layer_gran(s: str, i: int) -> tuple[str | None, int | None, int] | None:
+    """A layer keyword, an alias or a number of levels at ``s[i]``: (layer, levels, end), or None."""
+    for layer in HW_LAYERS:
+        e = _match(layer, s, i)
+        if e is not None:
+            return layer, None, e
+    for alias, layer in _GRAN_ALIASES.items():
+        e = _match(alias, s, i)
+        if e is not None:
+            return layer, None, e
+    if _isdigit(_ch(s, i)):
+        e = _skip_digits(s, i)
+        return None, _str_to_int(s, i, e), e
+    return None
+
+
+def _aff_proclist(st: _AffState, start: int, i: int) -> int:
+    """The value of ``proclist=[...]`` in ``__kmp_parse_affinity_env`` (``s[i]``,
+    after the ``=``).  The next token's index."""
+    s = st.s
+    if _ch(s, i) != "[":
+        return st.skip_invalid(start, i, "proclist needs '[' after '='")
+    pl, end = _parse_proc_id_list(st.name, s, i + 1, st.diag)
+    if pl is None:
+        # resume after the closing ']' and the comma after it
+        close = min(_skip_to(s, i + 1, "]") + 1, len(s))
+        return min(_skip_to(s, close, ",") + 1, len(s))
+    if _ch(s, end) != "]":
+        return st.skip_invalid(start, end, "proclist is not closed by ']'")
+    if st.guard("proclist", start, end + 1):
+        st.proclist = pl
+    return st.after_token(end + 1)
+
+
+#: The ``keyword=`` clauses, in the order the runtime tries them: (keyword, value
+#: parser, detail when the ``=`` is missing).
+_AFF_ASSIGNMENTS: tuple[tuple[str, Callable[[_AffState, int, int], int], str], ...] = (
+    ("granularity", _aff_granularity, "granularity needs '=<layer>'"),
+    ("gran", _aff_granularity, "granularity needs '=<layer>'"),
+    ("proclist", _aff_proclist, "proclist needs '=[...]'"),
+)
+
+
+def _aff_integer(st: _AffState, start: int) -> int | None:
+    """An integer parameter of ``__kmp_parse_affinity_env`` (permute, then offset;
+    a third one is reported).  The next token's index, or None if not a number."""
+    s = st.s
+    if not _isdigit(_ch(s, start)):
+        return None
+    nxt = _skip_digits(s, start)
+    if len(st.numbers) >= 2:
+        st.diag.warn(f"{st.name}: too many integer parameters specified, ignoring {_q(s[start:])}.", start,
+                     detail=f"too many integer parameters, ignoring {_q(s[start:nxt])}")
+    st.numbers.append(_str_to_int(s, start, nxt))
+    return st.after_token(nxt)
+
+
+def _aff_finish(st: _AffState) -> KmpAffinity:
+    """The end of ``__kmp_parse_affinity_env``: resolves the type against the
+    proclist and the integer parameters, then proc-bind and the hybrid granularities."""
+    _aff_resolve_proclist(st)
+    permute, offset = _aff_integer_params(st)
+    typ, proclist = st.type, st.proclist
     # A later 'none'/'disabled' keyword (rejected as a repeated type) still
     # switches proc-bind off in the runtime, which then behaves as 'none'.
     if typ not in (None, "none", "disabled") and st.bind == "false":
         typ = "none"
         permute = offset = None
         proclist = None
+    gran = st.gran
     if st.core_types_gran:
         gran = "core_type"
     elif st.core_effs_gran:
@@ -742,6 +751,53 @@ def _parse_kmp_affinity(value: str, diag: _Diag, name: str = "KMP_AFFINITY") -> 
                        permute=permute, offset=offset, proclist=proclist, verbose=st.verbose,
                        warnings=st.warnings, respect=st.respect, reset=st.reset, dups=st.dups)
 
+
+def _aff_resolve_proclist(st: _AffState) -> None:
+    """``__kmp_parse_affinity_env``'s proclist check: a proclist without a type makes
+    it ``explicit``; one with another type is dropped."""
+    if st.proclist is None:
+        return
+    if st.type is None:
+        st.diag.warn(f'{st.name}: proclist specified, setting affinity type to "explicit".',
+                     0, detail='proclist given without the "explicit" type')
+        st.type = "explicit"
+        st.bind = "intel"
+    elif st.type != "explicit":
+        st.diag.warn(f'{st.name}: proclist specified without "explicit" affinity type, proclist ignored.',
+                     0, detail=f'proclist given with the "{st.type}" type (it needs "explicit")')
+        st.proclist = None
+
+
+def _aff_integer_params(st: _AffState) -> tuple[int | None, int | None]:
+    """``__kmp_parse_affinity_env``'s per-type use of the integer parameters:
+    (permute, offset); ``explicit`` without a proclist becomes ``none``."""
+    name, numbers, typ = st.name, st.numbers, st.type
+    count = len(numbers)
+    permute: int | None = None
+    offset: int | None = None
+    if typ in ("logical", "physical"):
+        if count > 0:
+            offset = numbers[0]
+        if count > 1:
+            st.diag.warn(f"{name}: too many integer parameters specified for logical or physical type, "
+                         f"ignoring {_q(str(numbers[1]))}.", 0)
+    elif typ in ("balanced", "scatter", "compact"):
+        if count > 0:
+            permute = numbers[0]
+        if count > 1:
+            offset = numbers[1]
+        if typ == "balanced" and st.gran is None and not (st.core_types_gran or st.core_effs_gran) and \
+                (st.verbose or st.warnings is not False):
+            st.diag.warn(f"{name}: granularity=core will be used.", error=False)
+    else:
+        label = typ or "default"
+        if typ == "explicit" and st.proclist is None:
+            st.diag.warn(f'{name}: proclist not specified with explicit affinity type, using "none".', 0)
+            st.type = "none"
+        if count > 0:
+            st.diag.warn(f"{name}: '{label}' type does not take any integer parameters, ignoring them.", 0,
+                         detail="integer parameters need an affinity type" if typ is None else None)
+    return permute, offset
 
 # ---------------------------------------------------------------------------
 # OMP_PLACES
@@ -793,11 +849,23 @@ class Place:
 
 @dataclass(frozen=True)
 class OmpPlaces:
-    """An ``OMP_PLACES`` setting: an abstract name (``threads``, ``cores``,
-    ``sockets``, ``numa_domains``, ``ll_caches`` and the runtime's other layer
-    names such as ``tiles``, ``l2_caches``, ``dice``; ``core_types`` /
-    ``core_effs`` on hybrid CPUs) with an optional count and core attribute,
-    or an explicit list of places."""
+    """An ``OMP_PLACES`` setting: an abstract name with an optional count and
+    core attribute, or an explicit list of places.
+
+    Attributes
+    ----------
+    kind : str or None
+        The abstract name (``threads``, ``cores``, ``sockets``, ``numa_domains``,
+        ``ll_caches`` and the runtime's other layer names such as ``tiles``,
+        ``l2_caches``, ``dice``; ``core_types`` / ``core_effs`` on hybrid CPUs),
+        or ``None`` for an explicit list.
+    count : int or None
+        The ``(count)`` after the name.
+    attribute : str or None
+        The core attribute of ``cores:<attr>`` (``intel_atom``, ``intel_core``, ``eff<N>``).
+    places : tuple of Place or None
+        The explicit list of places.
+    """
 
     kind: str | None = None
     count: int | None = None
@@ -828,12 +896,6 @@ class OmpPlaces:
 _STD_PLACES = ("threads", "cores", "numa_domains", "ll_caches", "sockets")
 
 
-class _PlacesSyntax(Exception):
-    def __init__(self, pos: int, detail: str):
-        self.pos = pos
-        self.detail = detail
-
-
 def _parse_signed(s: str, i: int) -> tuple[int, int]:
     sign = 1
     while True:
@@ -849,7 +911,7 @@ def _parse_signed(s: str, i: int) -> tuple[int, int]:
         break
     i = _skip_ws(s, i)
     if not _isdigit(_ch(s, i)):
-        raise _PlacesSyntax(i, "expected a stride")
+        raise _Malformed(i, "expected a stride")
     j = _skip_digits(s, i)
     return sign * _str_to_int(s, i, j), j
 
@@ -857,7 +919,7 @@ def _parse_signed(s: str, i: int) -> tuple[int, int]:
 def _parse_number(s: str, i: int, what: str) -> tuple[int, int]:
     i = _skip_ws(s, i)
     if not _isdigit(_ch(s, i)):
-        raise _PlacesSyntax(i, f"expected {what}")
+        raise _Malformed(i, f"expected {what}")
     j = _skip_digits(s, i)
     return _str_to_int(s, i, j), j
 
@@ -875,7 +937,7 @@ def _parse_subplaces(s: str, i: int) -> tuple[tuple[SubPlace, ...], int]:
             i += 1
             continue
         if _ch(s, i) != ":":
-            raise _PlacesSyntax(i, "expected ',', ':' or '}'")
+            raise _Malformed(i, "expected ',', ':' or '}'")
         count, i = _parse_number(s, i + 1, "a count")
         i = _skip_ws(s, i)
         if _ch(s, i) in ("}", ","):
@@ -885,7 +947,7 @@ def _parse_subplaces(s: str, i: int) -> tuple[tuple[SubPlace, ...], int]:
             i += 1
             continue
         if _ch(s, i) != ":":
-            raise _PlacesSyntax(i, "expected ',', ':' or '}'")
+            raise _Malformed(i, "expected ',', ':' or '}'")
         stride, i = _parse_signed(s, i + 1)
         i = _skip_ws(s, i)
         subs.append(SubPlace(start, count, stride))
@@ -894,7 +956,7 @@ def _parse_subplaces(s: str, i: int) -> tuple[tuple[SubPlace, ...], int]:
         if _ch(s, i) == ",":
             i += 1
             continue
-        raise _PlacesSyntax(i, "expected ',' or '}'")
+        raise _Malformed(i, "expected ',' or '}'")
 
 
 def _parse_place(s: str, i: int) -> tuple[Place, int]:
@@ -903,7 +965,7 @@ def _parse_place(s: str, i: int) -> tuple[Place, int]:
     if c == "{":
         subs, i = _parse_subplaces(s, i + 1)
         if _ch(s, i) != "}":
-            raise _PlacesSyntax(i, "expected '}'")
+            raise _Malformed(i, "expected '}'")
         return Place(members=subs), i + 1
     if c == "!":
         inner, i = _parse_place(s, i + 1)
@@ -911,7 +973,7 @@ def _parse_place(s: str, i: int) -> tuple[Place, int]:
     if _isdigit(c):
         j = _skip_digits(s, i)
         return Place(proc=_str_to_int(s, i, j)), j
-    raise _PlacesSyntax(i, "expected a place ('{...}', '!place' or a proc id)")
+    raise _Malformed(i, "expected a place ('{...}', '!place' or a proc id)")
 
 
 def _parse_place_list(s: str) -> tuple[Place, ...]:
@@ -928,7 +990,7 @@ def _parse_place_list(s: str) -> tuple[Place, ...]:
             i += 1
             continue
         if s[i] != ":":
-            raise _PlacesSyntax(i, "expected ',' or ':'")
+            raise _Malformed(i, "expected ',' or ':'")
         count, i = _parse_number(s, i + 1, "a count")
         i = _skip_ws(s, i)
         if i >= len(s) or s[i] == ",":
@@ -938,7 +1000,7 @@ def _parse_place_list(s: str) -> tuple[Place, ...]:
             i += 1
             continue
         if s[i] != ":":
-            raise _PlacesSyntax(i, "expected ',' or ':'")
+            raise _Malformed(i, "expected ',' or ':'")
         stride, i = _parse_signed(s, i + 1)
         i = _skip_ws(s, i)
         places.append(Place(p.members, p.proc, p.exclude, count, stride))
@@ -947,7 +1009,7 @@ def _parse_place_list(s: str) -> tuple[Place, ...]:
         if s[i] == ",":
             i += 1
             continue
-        raise _PlacesSyntax(i, "expected ',' or the end")
+        raise _Malformed(i, "expected ',' or the end")
     return tuple(places)
 
 
@@ -979,7 +1041,7 @@ def _parse_omp_places(value: str, diag: _Diag, name: str = "OMP_PLACES") -> OmpP
     if kind is None:
         try:
             return OmpPlaces(places=_parse_place_list(s))
-        except _PlacesSyntax as err:
+        except _Malformed as err:
             # Intel's libiomp5 falls back to "threads" (LLVM's libomp to "cores").
             diag.warn(f"{name}: syntax error, using threads.", err.pos, detail=f"syntax error: {err.detail}")
             return OmpPlaces(kind="threads")
@@ -1037,9 +1099,15 @@ _BIND_WORDS = ("false", "true", "primary", "close", "spread", "disabled")
 
 @dataclass(frozen=True)
 class OmpProcBind:
-    """An ``OMP_PROC_BIND`` setting: one policy per nesting level
-    (``false``, ``true``, ``primary`` (``master`` is read as ``primary``),
-    ``close``, ``spread``; or Intel's ``disabled``)."""
+    """An ``OMP_PROC_BIND`` setting.
+
+    Attributes
+    ----------
+    policies : tuple of str
+        One policy per nesting level: ``false``, ``true``, ``primary``
+        (``master`` is read as ``primary``), ``close``, ``spread``; or Intel's
+        ``disabled``.
+    """
 
     policies: tuple[str, ...]
 
@@ -1128,7 +1196,15 @@ class HwSubsetItem:
 
 @dataclass(frozen=True)
 class KmpHwSubset:
-    """A ``KMP_HW_SUBSET`` setting; ``absolute`` is the ``:`` prefix."""
+    """A ``KMP_HW_SUBSET`` setting.
+
+    Attributes
+    ----------
+    items : tuple of HwSubsetItem
+        The layers kept, in the order given.
+    absolute : bool
+        The ``:`` prefix.
+    """
 
     items: tuple[HwSubsetItem, ...]
     absolute: bool = False
@@ -1159,9 +1235,28 @@ def _subset_layer(token: str) -> str | None:
 
 
 def _parse_kmp_hw_subset(value: str, diag: _Diag, name: str = "KMP_HW_SUBSET") -> KmpHwSubset | None:
+    """``__kmp_stg_parse_hw_subset``: canonicalizes the string, then reads its
+    items; any error makes the runtime ignore the whole setting (None)."""
     invalid = (f'{name}: invalid value {_q(value)}, valid format is "N<item>[@N][,...][,Nt] '
                '(<item> can be S, N, L2, C, T  for Socket, NUMA Node, L2 Cache, Core, Thread)".')
-    # canonicalize: drop spaces, upper-case, 'x' separates levels, 'o<digit>' is '@'
+    canonical = _subset_canonical(value)
+    if canonical is None:
+        diag.warn(invalid, 0, detail="empty or too long")
+        return None
+    text, posmap, absolute = canonical
+    try:
+        items = _subset_items(text)
+    except _Malformed as err:
+        diag.warn(invalid, posmap[min(err.pos, len(posmap) - 1)], detail=err.detail)
+        return None
+    return KmpHwSubset(items, absolute)
+
+
+def _subset_canonical(value: str) -> tuple[str, list[int], bool] | None:
+    """The copy loop of ``__kmp_stg_parse_hw_subset``: drops spaces and a leading
+    ``:`` (absolute), upper-cases, ``x`` separates levels, ``o<digit>`` is ``@``.
+    Returns (text, index in ``value`` of each character, absolute), or None
+    when nothing is left or the string is too long."""
     chars: list[str] = []
     posmap: list[int] = []
     absolute = False
@@ -1184,83 +1279,78 @@ def _parse_kmp_hw_subset(value: str, diag: _Diag, name: str = "KMP_HW_SUBSET") -
         chars.append(c)
         posmap.append(i)
     if not chars or mlen == 0:
-        diag.warn(invalid, 0, detail="empty or too long")
         return None
-    text = "".join(chars)
+    return "".join(chars), posmap, absolute
 
-    def bad(off: int, why: str) -> None:
-        diag.warn(invalid, posmap[min(off, len(posmap) - 1)] if posmap else 0, detail=why)
 
+def _subset_items(text: str) -> tuple[HwSubsetItem, ...]:
+    """The component loop of ``__kmp_stg_parse_hw_subset`` over the canonical text
+    (``,`` between levels, ``&`` between core kinds); each layer at most once
+    (cores excepted).  Raises :class:`_Malformed` with an index into ``text``."""
     comps = text.split(",")
     if len(comps) > len(HW_LAYERS):
-        bad(0, "too many components")
-        return None
+        raise _Malformed(0, "too many components")
     items: list[HwSubsetItem] = []
     seen: set[str] = set()
     base = 0
     for comp in comps:
-        cores = comp.split("&")
-        cbase = base
-        for cc in cores:
-            off = cbase
-            if _isdigit(cc[:1]):
-                num: int | None = _atoi(cc)
-                if num <= 0:
-                    bad(off, "counts must be positive")
-                    return None
-                j = 0
-                while j < len(cc) and _isdigit(cc[j]):
-                    j += 1
-                pos = cc[j:]
-            elif cc[:1] == "*":
-                num, pos = None, cc[1:]
-            else:
-                num, pos = None, cc
-            offset = 0
-            at = cc.find("@")
-            colon = cc.find(":")
-            attr: str | None = None
-            if at >= 0:
-                offset = _atoi(cc, at + 1)
-            if colon >= 0:
-                a = cc[colon + 1:]
-                if at > colon:
-                    a = cc[colon + 1:at]
-                al = _low(a)
-                if al in _CORE_ATTRS:
-                    attr = al
-                elif al[:3] == "eff":
-                    k = 3
-                    while k < len(a) and _isalpha(a[k]):
-                        k += 1
-                    if k >= len(a) or not _isdigit(a[k]):
-                        bad(off + colon, "bad core attribute")
-                        return None
-                    attr = "eff" + str(_atoi(a, k))
-                else:
-                    bad(off + colon, "unknown core attribute")
-                    return None
-            # the layer name is what is left before '@' and ':'
-            cut = len(pos)
-            for mark in ("@", ":"):
-                k = pos.find(mark)
-                if k >= 0:
-                    cut = min(cut, k)
-            layer = _subset_layer(pos[:cut])
-            if layer is None:
-                bad(off, "unknown layer")
-                return None
-            if attr and layer != "core":
-                bad(off, "only cores take an attribute")
-                return None
-            if layer != "core" and layer in seen:
-                bad(off, f"{layer} given twice")
-                return None
-            seen.add(layer)
-            items.append(HwSubsetItem(layer, num, offset, attr))
-            cbase += len(cc) + 1
+        off = base
+        for cc in comp.split("&"):
+            item = _subset_item(cc, off)
+            if item.layer != "core" and item.layer in seen:
+                raise _Malformed(off, f"{item.layer} given twice")
+            seen.add(item.layer)
+            items.append(item)
+            off += len(cc) + 1
         base += len(comp) + 1
-    return KmpHwSubset(tuple(items), absolute)
+    return tuple(items)
+
+
+def _subset_item(cc: str, off: int) -> HwSubsetItem:
+    """One ``[n|*]ID[@offset][:attr]`` item of ``__kmp_stg_parse_hw_subset`` (``off``:
+    its index in the canonical text, for errors)."""
+    if _isdigit(cc[:1]):
+        num: int | None = _atoi(cc)
+        if num <= 0:
+            raise _Malformed(off, "counts must be positive")
+        pos = cc[_skip_digits(cc, 0):]
+    elif cc[:1] == "*":
+        num, pos = None, cc[1:]
+    else:
+        num, pos = None, cc
+    at = cc.find("@")
+    colon = cc.find(":")
+    offset = _atoi(cc, at + 1) if at >= 0 else 0
+    attr = _subset_attr(cc, colon, at, off) if colon >= 0 else None
+    # the layer name is what is left before '@' and ':'
+    cut = len(pos)
+    for mark in ("@", ":"):
+        k = pos.find(mark)
+        if k >= 0:
+            cut = min(cut, k)
+    layer = _subset_layer(pos[:cut])
+    if layer is None:
+        raise _Malformed(off, "unknown layer")
+    if attr and layer != "core":
+        raise _Malformed(off, "only cores take an attribute")
+    return HwSubsetItem(layer, num, offset, attr)
+
+
+def _subset_attr(cc: str, colon: int, at: int, off: int) -> str:
+    """The ``:attr`` of an item (``intel_atom``, ``intel_core`` or ``eff<N>``), as
+    ``__kmp_stg_parse_hw_subset`` reads it."""
+    a = cc[colon + 1:at] if at > colon else cc[colon + 1:]
+    al = _low(a)
+    if al in _CORE_ATTRS:
+        return al
+    if al[:3] != "eff":
+        raise _Malformed(off + colon, "unknown core attribute")
+    k = 3
+    while k < len(a) and _isalpha(a[k]):
+        k += 1
+    if k >= len(a) or not _isdigit(a[k]):
+        raise _Malformed(off + colon, "bad core attribute")
+    return "eff" + str(_atoi(a, k))
 
 
 # ---------------------------------------------------------------------------
@@ -1269,9 +1359,16 @@ def _parse_kmp_hw_subset(value: str, diag: _Diag, name: str = "KMP_HW_SUBSET") -
 
 @dataclass(frozen=True)
 class NumThreads:
-    """An ``OMP_NUM_THREADS`` setting: one team size per nesting level
-    (``None`` where a level is left empty, e.g. ``,4``), or ``all`` (every
-    processor of the machine)."""
+    """An ``OMP_NUM_THREADS`` setting.
+
+    Attributes
+    ----------
+    values : tuple of (int or None)
+        One team size per nesting level (``None`` where a level is left empty,
+        e.g. ``,4``).
+    all : bool
+        ``all``: one thread per processor of the machine.
+    """
 
     values: tuple[int | None, ...] = ()
     all: bool = False
@@ -1387,34 +1484,147 @@ def _run(fn: Callable[[str, _Diag, str], T], value: str, strict: bool, what: str
 
 
 def parse_kmp_affinity(value: str, *, strict: bool = True) -> KmpAffinity:
-    """Parse a ``KMP_AFFINITY`` string (``granularity=fine,compact,1,0``)."""
+    """Parse a ``KMP_AFFINITY`` string (``granularity=fine,compact,1,0``).
+
+    Parameters
+    ----------
+    value : str
+        Keywords, ``granularity=<layer>``, ``proclist=[...]`` and up to two
+        integers, separated by commas.
+    strict : bool
+        Raise on anything the runtime would warn about and correct; with
+        ``False``, return the setting the runtime ends up with.
+
+    Returns
+    -------
+    KmpAffinity
+        The setting; what was not given is ``None``.
+
+    Raises
+    ------
+    SpecError
+        In strict mode, where the value is malformed.
+    """
     return _run(_parse_kmp_affinity, value, strict, "KMP_AFFINITY")[0]
 
 
 def parse_omp_places(value: str, *, strict: bool = True) -> OmpPlaces:
-    """Parse an ``OMP_PLACES`` string (``cores(4)``, ``{0:4}:4:4``, ``!{0}``)."""
+    """Parse an ``OMP_PLACES`` string (``cores(4)``, ``{0:4}:4:4``, ``!{0}``).
+
+    Parameters
+    ----------
+    value : str
+        An abstract name with an optional ``(count)``, or a list of places.
+    strict : bool
+        Raise where the runtime warns; lenient parsing falls back as the
+        runtime does (to ``threads`` for a malformed list).
+
+    Returns
+    -------
+    OmpPlaces
+        Either an abstract ``kind`` or explicit ``places``.
+
+    Raises
+    ------
+    SpecError
+        In strict mode, on a syntax error or trailing characters.
+    """
     return _run(_parse_omp_places, value, strict, "OMP_PLACES")[0]
 
 
 def parse_omp_proc_bind(value: str, *, strict: bool = True) -> OmpProcBind:
-    """Parse an ``OMP_PROC_BIND`` string (``spread,close``)."""
+    """Parse an ``OMP_PROC_BIND`` string (``spread,close``).
+
+    Parameters
+    ----------
+    value : str
+        ``true``, ``false``, ``disabled``, or a list of policies.
+    strict : bool
+        With ``False``, an invalid value gives ``false`` (as in the runtime)
+        instead of an error.
+
+    Returns
+    -------
+    OmpProcBind
+
+    Raises
+    ------
+    SpecError
+        In strict mode, on an invalid policy or trailing characters.
+    """
     return _run(_parse_omp_proc_bind, value, strict, "OMP_PROC_BIND")[0]
 
 
 def parse_kmp_hw_subset(value: str, *, strict: bool = True) -> KmpHwSubset | None:
-    """Parse a ``KMP_HW_SUBSET`` string (``2s,4c@2,1t``); lenient mode returns
-    ``None`` where the runtime ignores the whole setting."""
+    """Parse a ``KMP_HW_SUBSET`` string (``2s,4c@2,1t``).
+
+    Parameters
+    ----------
+    value : str
+        The value of ``KMP_HW_SUBSET`` (or of its old name ``KMP_PLACE_THREADS``).
+    strict : bool
+        Raise on an invalid value; ``False`` returns ``None`` instead.
+
+    Returns
+    -------
+    KmpHwSubset or None
+        ``None`` (lenient mode only) where the runtime ignores the whole setting.
+
+    Raises
+    ------
+    SpecError
+        In strict mode, on an invalid value.
+    """
     return _run(_parse_kmp_hw_subset, value, strict, "KMP_HW_SUBSET")[0]
 
 
 def parse_num_threads(value: str, *, strict: bool = True) -> NumThreads | None:
-    """Parse an ``OMP_NUM_THREADS`` string (``8`` or ``8,2``); lenient mode
-    returns ``None`` where the runtime ignores it."""
+    """Parse an ``OMP_NUM_THREADS`` string (``8`` or ``8,2``).
+
+    Parameters
+    ----------
+    value : str
+        Team sizes separated by commas, or ``all``.
+    strict : bool
+        Raise on a malformed list; ``False`` returns ``None`` where the runtime
+        ignores it.
+
+    Returns
+    -------
+    NumThreads or None
+        ``None`` for a value without any team size, and in lenient mode where the
+        runtime ignores the value.
+
+    Raises
+    ------
+    SpecError
+        In strict mode, on a malformed list or a team size below 1.
+    """
     return _run(_parse_num_threads, value, strict, "OMP_NUM_THREADS")[0]
 
 
 def parse_gomp_cpu_affinity(value: str, *, strict: bool = True) -> ProcList | None:
-    """Parse a ``GOMP_CPU_AFFINITY`` list (``0 3 1-2 4-15:2``)."""
+    """Parse a ``GOMP_CPU_AFFINITY`` list (``0 3 1-2 4-15:2``).
+
+    Parameters
+    ----------
+    value : str
+        OS proc ids, ranges ``a-b[:stride]`` and sets ``{a,b}``, separated by
+        blanks or commas.
+    strict : bool
+        Raise on a malformed list; ``False`` returns ``None`` where the runtime
+        does not use it.
+
+    Returns
+    -------
+    ProcList or None
+        The places in order, or (lenient mode) ``None``: not used.
+
+    Raises
+    ------
+    SpecError
+        In strict mode, on a syntax or range error.
+    """
     return _run(_parse_gomp, value, strict, "GOMP_CPU_AFFINITY")[0]
 
 
@@ -1431,23 +1641,65 @@ _PARSERS: dict[str, Callable[[str, _Diag, str], Any]] = {
 
 def parse_lenient(variable: str, value: str) -> tuple[Any, list[Diagnostic]]:
     """Parse ``value`` of environment variable ``variable`` the way the runtime
-    does: never raises for bad input; returns the effective value (``None``
-    where the runtime ignores the variable) and the messages it prints."""
-    try:
-        fn = _PARSERS[variable]
-    except KeyError:
-        raise ValueError(f"not an affinity variable: {variable!r}") from None
-    return _run(fn, value, False, variable)
+    does: never raises for bad input.
+
+    Parameters
+    ----------
+    variable : str
+        ``KMP_AFFINITY``, ``OMP_PLACES``, ``OMP_PROC_BIND``, ``KMP_HW_SUBSET``,
+        ``KMP_PLACE_THREADS``, ``OMP_NUM_THREADS`` or ``GOMP_CPU_AFFINITY``.
+    value : str
+        Its value.
+
+    Returns
+    -------
+    value : object
+        The effective value (``None`` where the runtime ignores the variable).
+    diagnostics : list of Diagnostic
+        The messages the runtime prints.
+
+    Raises
+    ------
+    ValueError
+        ``variable`` is not one of the above.
+    """
+    return _run(_parser(variable), value, False, variable)
 
 
 def parse_strict(variable: str, value: str) -> tuple[Any, list[Diagnostic]]:
     """Like :func:`parse_lenient` but raises :class:`SpecError` on malformed
-    input; notices about well-formed input are returned."""
+    input; notices about well-formed input are returned.
+
+    Parameters
+    ----------
+    variable : str
+        An affinity variable, as for :func:`parse_lenient`.
+    value : str
+        Its value.
+
+    Returns
+    -------
+    value : object
+        The parsed value (``None`` for an ``OMP_NUM_THREADS`` without a team size).
+    diagnostics : list of Diagnostic
+        The notices (never errors).
+
+    Raises
+    ------
+    SpecError
+        The value is malformed.
+    ValueError
+        ``variable`` is not an affinity variable.
+    """
+    return _run(_parser(variable), value, True, variable)
+
+
+def _parser(variable: str) -> Callable[[str, _Diag, str], Any]:
+    """The parser of an affinity variable; ValueError for any other name."""
     try:
-        fn = _PARSERS[variable]
+        return _PARSERS[variable]
     except KeyError:
         raise ValueError(f"not an affinity variable: {variable!r}") from None
-    return _run(fn, value, True, variable)
 
 
 # ---------------------------------------------------------------------------
@@ -1517,6 +1769,21 @@ class Settings:
 
     ``str()`` renders it as ``KEY=VALUE`` pairs separated by spaces, in the
     runtime's processing order; :meth:`parse` reads that form back.
+
+    Attributes
+    ----------
+    kmp_affinity : KmpAffinity or None
+        ``KMP_AFFINITY``.
+    omp_places : OmpPlaces or None
+        ``OMP_PLACES``.
+    omp_proc_bind : OmpProcBind or None
+        ``OMP_PROC_BIND``.
+    kmp_hw_subset : KmpHwSubset or None
+        ``KMP_HW_SUBSET``.
+    num_threads : NumThreads or None
+        ``OMP_NUM_THREADS``.
+    gomp_cpu_affinity : ProcList or None
+        ``GOMP_CPU_AFFINITY``.
     """
 
     kmp_affinity: KmpAffinity | None = None
@@ -1527,7 +1794,13 @@ class Settings:
     gomp_cpu_affinity: ProcList | None = None
 
     def to_env(self) -> dict[str, str]:
-        """The environment variables (canonical strings), in sorted order."""
+        """The environment variables (canonical strings), in sorted order.
+
+        Returns
+        -------
+        dict of str to str
+            One entry per variable set.
+        """
         env: dict[str, str] = {}
         if self.gomp_cpu_affinity is not None:
             env["GOMP_CPU_AFFINITY"] = str(self.gomp_cpu_affinity)
@@ -1548,7 +1821,23 @@ class Settings:
 
     @staticmethod
     def from_env(env: "dict[str, str] | Any") -> "Settings":
-        """Strictly parse the affinity variables of a mapping (others ignored)."""
+        """Strictly parse the affinity variables of a mapping (others ignored).
+
+        Parameters
+        ----------
+        env : mapping of str to str
+            An environment, e.g. ``os.environ``.
+
+        Returns
+        -------
+        Settings
+            The variables found; the others stay ``None``.
+
+        Raises
+        ------
+        SpecError
+            A variable's value is malformed.
+        """
         kw: dict[str, Any] = {}
         for key, attr, fn in (("KMP_AFFINITY", "kmp_affinity", parse_kmp_affinity),
                               ("OMP_PLACES", "omp_places", parse_omp_places),
@@ -1562,5 +1851,21 @@ class Settings:
 
     @staticmethod
     def parse(text: str) -> "Settings":
-        """Read ``KEY=VALUE KEY=VALUE ...`` (values must not contain spaces)."""
+        """Read ``KEY=VALUE KEY=VALUE ...`` (values must not contain spaces).
+
+        Parameters
+        ----------
+        text : str
+            The assignments, as ``str()`` of a :class:`Settings` writes them.
+
+        Returns
+        -------
+        Settings
+            Equal to the one whose ``str()`` gave ``text``.
+
+        Raises
+        ------
+        SpecError
+            An item is not an assignment to an affinity variable, or a value is malformed.
+        """
         return Settings.from_env(parse_assignments(text))
