@@ -26,9 +26,8 @@ planner per (topology, mask, subset).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from .spec import CATALOG, HW_LAYERS, KmpHwSubset
 
@@ -49,13 +48,12 @@ def cat(t: int, plural: bool = False) -> str:
     return CATALOG[KEYWORDS[t]][1 if plural else 0]
 
 
-@dataclass
-class Warn:
-    """A runtime message produced while building/using the topology; ``gated``
-    messages are printed only when affinity warnings are enabled (the
-    runtime's ``KMP_AFF_WARNING``)."""
+#: core type indexer values (``kmp_hw_core_type_t``) of a hybrid machine's cores; 0 is unknown
+CORE_TYPE_ATOM, CORE_TYPE_CORE = 1, 2
+#: how many values :meth:`KTopo.memo` keeps before it starts over
+MEMO_LIMIT = 256
 
-    text: str
+_T = TypeVar("_T")
 
 
 class KTopo:
@@ -63,7 +61,7 @@ class KTopo:
 
     __slots__ = ("depth", "types", "os", "ids", "sub_ids", "core_type", "core_eff", "equivalent",
                  "ratio", "count", "uniform", "n_threads_per_core", "n_cores_per_pkg", "n_packages",
-                 "n_cores", "hybrid", "num_core_effs", "_cache", "subset_warnings", "filtered",
+                 "n_cores", "hybrid", "num_core_effs", "_memo", "subset_warnings", "filtered",
                  "machine_procs")
 
     def __init__(self) -> None:
@@ -84,10 +82,24 @@ class KTopo:
         self.n_cores = 1
         self.hybrid = False
         self.num_core_effs = 0
-        self._cache: dict[Any, Any] = {}
+        self._memo: dict[Any, Any] = {}
         self.subset_warnings: list[str] = []
         self.filtered = False
         self.machine_procs = 0
+
+    # ---------------------------------------------------------------- memo
+    def memo(self, key: Any, make: Callable[[], _T]) -> _T:
+        """The value memoized for ``key`` on this instance, made by ``make()``
+        on first use (``make`` must not return ``None``).  At most
+        :data:`MEMO_LIMIT` values are kept: beyond that the memo starts over.
+        Not copied by :meth:`copy`."""
+        value = self._memo.get(key)
+        if value is None:
+            value = make()
+            if len(self._memo) > MEMO_LIMIT:
+                self._memo.clear()
+            self._memo[key] = value
+        return value
 
     # ------------------------------------------------------------- queries
     @property
@@ -368,17 +380,14 @@ class KTopo:
 # Building from a Topology
 # ---------------------------------------------------------------------------
 
-_ATOM, _CORE_T = 1, 2  # core type indexer values
-
-
 def _core_kind(kind: str | None) -> int:
     if not kind:
         return 0
     k = kind.lower()
     if "atom" in k:
-        return _ATOM
+        return CORE_TYPE_ATOM
     if "core" in k:
-        return _CORE_T
+        return CORE_TYPE_CORE
     return 0
 
 
@@ -466,32 +475,46 @@ def build(topology: Any, procs: frozenset[int], numa: bool = True) -> KTopo:
 # KMP_HW_SUBSET
 # ---------------------------------------------------------------------------
 
-
-
 def filter_hw_subset(k: KTopo, subset: KmpHwSubset) -> tuple[bool, list[str]]:
-    """``filter_hw_subset`` of the runtime, applied to ``k`` in place.
+    """``kmp_topology_t::filter_hw_subset`` (``kmp_affinity.cpp``), applied to ``k`` in place.
 
     Returns (filtered, messages); messages are gated affinity warnings.
     Non-absolute subsets are first completed with ``*`` items for socket,
     core and thread and treated as absolute (the runtime's
     ``kmp_hw_subset_t::canonicalize``)."""
     msgs: list[str] = []
-    # items: [type, [(num, offset, attr)...]]
+    items, absolute = _subset_items(k, subset)
+    checked = _check_subset_items(k, items, absolute, msgs)
+    if checked is None:
+        return False, msgs
+    levels, using_types, using_effs = checked
+    abs_sub = _absolute_sub_ids(k, levels) if absolute else None
+    attr_sub = _attribute_sub_ids(k, using_types) if using_types or using_effs else None
+    keep = _kept_procs(k, items, levels, abs_sub, attr_sub, using_types)
+    if not keep:
+        msgs.append("KMP_HW_SUBSET ignored: all hardware resources would be filtered, please reduce the filter.")
+        return False, msgs
+    k.restrict(frozenset(keep))
+    return True, msgs
+
+
+def _subset_items(k: KTopo, subset: KmpHwSubset) -> tuple[list[list[Any]], bool]:
+    """The start of ``filter_hw_subset``: the items, one per layer type as
+    ``[type, [(num, offset, attr), ...]]``, sorted by topology level
+    (``kmp_hw_subset_t::sort``), and ``kmp_hw_subset_t::canonicalize``: a
+    non-absolute subset on a machine with socket, core and thread levels gets
+    ``*`` items for the missing ones and becomes absolute.  Returns (items,
+    absolute)."""
     items: list[list[Any]] = []
     for it in subset.items:
         t = TYPE_OF[it.layer]
-        num = None if it.count is None else it.count
         for entry in items:
             if entry[0] == t:
-                entry[1].append((num, it.offset, it.attr))
+                entry[1].append((it.count, it.offset, it.attr))
                 break
         else:
-            items.append([t, [(num, it.offset, it.attr)]])
-
-    def level_of(t: int) -> int:
-        return k.get_level(t)
-
-    items.sort(key=lambda e: level_of(e[0]))
+            items.append([t, [(it.count, it.offset, it.attr)]])
+    items.sort(key=lambda e: k.get_level(e[0]))
     absolute = subset.absolute
     if not absolute:
         targeted = (SOCKET, CORE, THREAD)
@@ -499,8 +522,19 @@ def filter_hw_subset(k: KTopo, subset: KmpHwSubset) -> tuple[bool, list[str]]:
             for t in targeted:
                 if not any(k.equivalent[e[0]] == t for e in items):
                     items.append([t, [(None, 0, None)]])
-            items.sort(key=lambda e: level_of(e[0]))
+            items.sort(key=lambda e: k.get_level(e[0]))
             absolute = True
+    return items, absolute
+
+
+def _check_subset_items(k: KTopo, items: list[list[Any]], absolute: bool,
+                        msgs: list[str]) -> tuple[list[int], bool, bool] | None:
+    """``filter_hw_subset``'s check that ``KMP_HW_SUBSET`` is a valid subset of
+    the detected topology: every layer detected, no two equivalent layers,
+    counts within the ratios (non-absolute subsets), core attributes valid.
+    Replaces each item's type by its equivalent.  Returns (the items' levels,
+    using core types, using core efficiencies), or None (the subset is
+    ignored; the reason is in ``msgs``)."""
     specified: dict[int, int] = {}
     levels: list[int] = []
     using_types = using_effs = False
@@ -512,66 +546,84 @@ def filter_hw_subset(k: KTopo, subset: KmpHwSubset) -> tuple[bool, list[str]]:
         levels.append(level)
         if eq == UNKNOWN:
             msgs.append(f"KMP_HW_SUBSET ignored: {cat(t)}: level not detected in machine topology.")
-            return False, msgs
+            return None
         e[0] = eq
         if eq in specified:
             msgs.append(f"KMP_HW_SUBSET ignored: {cat(t)}, {cat(specified[eq])}: layers are equivalent, "
                         "please only specify one.")
-            return False, msgs
+            return None
         specified[eq] = t
         num, offset, _ = e[1][0]
         max_count = k.ratio[level]
         if not absolute:
             if max_count < 0 or (num is not None and num + offset > max_count):
                 msgs.append(f"KMP_HW_SUBSET ignored: {cat(t, (num or 0) > 1)}: too many requested.")
-                return False, msgs
+                return None
         if level == core_level:
-            for (_n, _o, attr) in e[1]:
-                if attr:
-                    if attr.startswith("eff"):
-                        using_effs = True
-                    else:
-                        using_types = True
-            if (using_effs or using_types) and not k.hybrid:
-                if len(e[1]) == 1:
-                    msgs.append("KMP_HW_SUBSET: ignoring %s attribute. This machine is not a hybrid "
-                                "architecutre." % ("efficiency" if using_effs else "core_type"))
-                    using_effs = using_types = False
-                else:
-                    msgs.append("KMP_HW_SUBSET ignored: Too many attributes specified. This machine is not "
-                                "a hybrid architecutre.")
-                    return False, msgs
-            if using_types and using_effs:
-                msgs.append("KMP_HW_SUBSET ignored: core_type, efficiency: attributes are ambiguous, "
-                            "please only specify one.")
-                return False, msgs
-            if using_effs:
-                for (_n, _o, attr) in e[1]:
-                    if attr and attr.startswith("eff"):
-                        eff = int(attr[3:])
-                        if eff < 0 or eff >= k.num_core_effs:
-                            msgs.append(f"KMP_HW_SUBSET ignored: efficiency: attribute value {eff} is invalid.")
-                            return False, msgs
-            if (using_types or using_effs) and len(e[1]) > 1:
-                attrs = [a for (_n, _o, a) in e[1]]
-                if any(a is None for a in attrs):
-                    other = next(a for a in attrs if a is not None)
-                    msgs.append(f"KMP_HW_SUBSET ignored: core, {_attr_name(other, True)}: attributes are "
-                                "ambiguous, please only specify one.")
-                    return False, msgs
-                if len(set(attrs)) != len(attrs):
-                    dup = next(a for a in attrs if attrs.count(a) > 1)
-                    msgs.append(f"KMP_HW_SUBSET ignored: {_attr_name(dup, True)}: attribute specified more "
-                                "than once.")
-                    return False, msgs
-    # Absolute sub-ids: the index of a thread's object at each targeted level
-    # within its nearest targeted ancestor (or the whole machine).
+            attrs = _check_core_attributes(k, e[1], using_types, using_effs, msgs)
+            if attrs is None:
+                return None
+            using_types, using_effs = attrs
+    return levels, using_types, using_effs
+
+
+def _check_core_attributes(k: KTopo, entries: list[tuple[Any, ...]], using_types: bool, using_effs: bool,
+                           msgs: list[str]) -> tuple[bool, bool] | None:
+    """``filter_hw_subset``'s check of the core item's attributes (core type
+    or efficiency): only on a hybrid machine (a single attributed item is
+    ignored elsewhere), not both kinds, efficiencies in range, no item without
+    an attribute beside attributed ones, no attribute twice.  Returns (using
+    core types, using core efficiencies), or None (the subset is ignored)."""
+    for (_n, _o, attr) in entries:
+        if attr:
+            if attr.startswith("eff"):
+                using_effs = True
+            else:
+                using_types = True
+    if (using_effs or using_types) and not k.hybrid:
+        if len(entries) == 1:
+            msgs.append("KMP_HW_SUBSET: ignoring %s attribute. This machine is not a hybrid "
+                        "architecutre." % ("efficiency" if using_effs else "core_type"))
+            using_effs = using_types = False
+        else:
+            msgs.append("KMP_HW_SUBSET ignored: Too many attributes specified. This machine is not "
+                        "a hybrid architecutre.")
+            return None
+    if using_types and using_effs:
+        msgs.append("KMP_HW_SUBSET ignored: core_type, efficiency: attributes are ambiguous, "
+                    "please only specify one.")
+        return None
+    if using_effs:
+        for (_n, _o, attr) in entries:
+            if attr and attr.startswith("eff"):
+                eff = int(attr[3:])
+                if eff < 0 or eff >= k.num_core_effs:
+                    msgs.append(f"KMP_HW_SUBSET ignored: efficiency: attribute value {eff} is invalid.")
+                    return None
+    if (using_types or using_effs) and len(entries) > 1:
+        attrs = [a for (_n, _o, a) in entries]
+        if any(a is None for a in attrs):
+            other = next(a for a in attrs if a is not None)
+            msgs.append(f"KMP_HW_SUBSET ignored: core, {_attr_name(other, True)}: attributes are "
+                        "ambiguous, please only specify one.")
+            return None
+        if len(set(attrs)) != len(attrs):
+            dup = next(a for a in attrs if attrs.count(a) > 1)
+            msgs.append(f"KMP_HW_SUBSET ignored: {_attr_name(dup, True)}: attribute specified more "
+                        "than once.")
+            return None
+    return using_types, using_effs
+
+
+def _absolute_sub_ids(k: KTopo, levels: Sequence[int]) -> list[dict[int, int]]:
+    """``filter_hw_subset``'s ``abs_sub_ids`` of an absolute subset: per
+    hardware thread, the index of its object at each targeted level within
+    its nearest targeted ancestor (or the whole machine)."""
     targeted = sorted({lv for lv in levels if lv >= 0})
-    n = k.num_threads
     abs_sub: list[dict[int, int]] = []
     prev_row: Any = None
     counters = {lv: -1 for lv in targeted}
-    for i in range(n):
+    for i in range(k.num_threads):
         sub = k.sub_ids[i]
         if prev_row is None:
             for lv in targeted:
@@ -591,31 +643,50 @@ def filter_hw_subset(k: KTopo, subset: KmpHwSubset) -> tuple[bool, list[str]]:
                         counters[lv] = 0
         prev_row = sub
         abs_sub.append(dict(counters))
-    # core attributes: running sub-id per attribute value within the level above cores
-    type_sub: list[int] = []
-    if using_types or using_effs:
-        run: dict[int, int] = {}
-        prev = None
-        for i in range(n):
-            key = k.core_type[i] if using_types else k.core_eff[i]
-            sub = k.sub_ids[i]
-            if prev is not None:
-                changed = next((lv for lv in range(core_level + 1) if sub[lv] != prev[lv]), None)
-                if changed is not None:
-                    if changed < core_level:
-                        run[key] = -1
-                    run[key] = run.get(key, -1) + 1
-            else:
-                run[key] = 0
-            prev = sub
-            type_sub.append(run[key])
+    return abs_sub
+
+
+def _attribute_sub_ids(k: KTopo, using_types: bool) -> list[int]:
+    """``filter_hw_subset``'s per-attribute core sub-ids (``core_type_sub_ids``
+    / ``core_eff_sub_ids``): per hardware thread, the running index of its
+    core among the cores of the same type (efficiency) within the level above
+    cores."""
+    core_level = k.get_level(CORE)
+    attr_sub: list[int] = []
+    run: dict[int, int] = {}
+    prev = None
+    for i in range(k.num_threads):
+        key = k.core_type[i] if using_types else k.core_eff[i]
+        sub = k.sub_ids[i]
+        if prev is not None:
+            changed = next((lv for lv in range(core_level + 1) if sub[lv] != prev[lv]), None)
+            if changed is not None:
+                if changed < core_level:
+                    run[key] = -1
+                run[key] = run.get(key, -1) + 1
+        else:
+            run[key] = 0
+        prev = sub
+        attr_sub.append(run[key])
+    return attr_sub
+
+
+def _kept_procs(k: KTopo, items: list[list[Any]], levels: Sequence[int], abs_sub: list[dict[int, int]] | None,
+                attr_sub: list[int] | None, using_types: bool) -> set[int]:
+    """``filter_hw_subset``'s ``should_be_filtered`` over every hardware
+    thread: the OS procs whose object at each item's level lies within the
+    item's offset and count (the sub-ids of ``abs_sub`` for an absolute
+    subset, else the topology's; at the core level, the per-attribute sub-ids
+    ``attr_sub`` of the item with the core's attribute, when attributes are
+    used)."""
+    core_level = k.get_level(CORE)
     keep = set()
-    for i in range(n):
+    for i in range(k.num_threads):
         drop = False
         for e, level in zip(items, levels):
             if level == -1:
                 continue
-            if (using_types or using_effs) and level == core_level:
+            if attr_sub is not None and level == core_level:
                 val = k.core_type[i] if using_types else k.core_eff[i]
                 match = None
                 for (num, offset, attr) in e[1]:
@@ -629,25 +700,21 @@ def filter_hw_subset(k: KTopo, subset: KmpHwSubset) -> tuple[bool, list[str]]:
                     drop = True
                     break
                 num, offset = match
-                sid = type_sub[i]
+                sid = attr_sub[i]
             else:
                 num, offset, _ = e[1][0]
-                sid = abs_sub[i][level] if absolute else k.sub_ids[i][level]
+                sid = abs_sub[i][level] if abs_sub is not None else k.sub_ids[i][level]
             if sid < offset or (num is not None and sid >= offset + num):
                 drop = True
                 break
         if not drop:
             keep.add(k.os[i])
-    if not keep:
-        msgs.append("KMP_HW_SUBSET ignored: all hardware resources would be filtered, please reduce the filter.")
-        return False, msgs
-    k.restrict(frozenset(keep))
-    return True, msgs
+    return keep
 
 
 def _attr_value(attr: str, types: bool) -> int:
     if types:
-        return _ATOM if attr == "intel_atom" else _CORE_T
+        return CORE_TYPE_ATOM if attr == "intel_atom" else CORE_TYPE_CORE
     return int(attr[3:])
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import functools
 import json
 import re
+import threading
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,21 +62,43 @@ def kmp_mask_str(cpus: Iterable[int]) -> str:
 class Plan:
     """Where the runtime binds the threads of the first parallel region.
 
-    ``cpusets[i]`` is the OS-proc set of thread ``i``; ``places`` the
-    runtime's place list (``None`` when affinity is disabled);
-    ``place_nums[i]`` the place of thread ``i`` (``omp_get_place_num()``,
-    ``-1`` when disabled); ``warnings`` the messages the runtime prints, in
-    order, without their ``OMP: Warning #NNN:`` prefix (a message printed
-    twice appears twice).
+    Made by :func:`plan` and :func:`plan_env`; immutable.
 
-    ``affinity_type`` is the effective type (``compact``, ``scatter``,
-    ``balanced``, ``explicit``, ``logical``, ``physical``, ``none``,
-    ``disabled``); ``granularity`` the effective granularity layer
-    (``thread``, ``core``, ``socket``, ...; ``None`` when no place list is
-    built from the topology); ``proc_bind`` the binding policy of the team
-    (``intel`` for ``KMP_AFFINITY`` types, ``close``/``spread``/``primary``
-    for ``OMP_PROC_BIND``/``OMP_PLACES``, ``false``); ``num_procs`` what
-    ``omp_get_num_procs()`` returns.
+    Attributes
+    ----------
+    threads : int
+        The team size.
+    cpusets : tuple of frozenset of int
+        ``cpusets[i]`` is the OS-proc set of thread ``i``.
+    places : tuple of frozenset of int or None
+        The runtime's place list (``None`` when affinity is disabled).
+    place_nums : tuple of int
+        ``place_nums[i]`` is the place of thread ``i`` (``omp_get_place_num()``,
+        ``-1`` when disabled).
+    warnings : tuple of str
+        The messages the runtime prints, in order, without their
+        ``OMP: Warning #NNN:`` prefix (a message printed twice appears twice).
+    affinity_type : str
+        The effective type (``compact``, ``scatter``, ``balanced``,
+        ``explicit``, ``logical``, ``physical``, ``none``, ``disabled``).
+    granularity : str or None
+        The effective granularity layer (``thread``, ``core``, ``socket``, ...;
+        ``None`` when no place list is built from the topology).
+    proc_bind : str
+        The binding policy of the team (``intel`` for ``KMP_AFFINITY`` types,
+        ``close``/``spread``/``primary`` for ``OMP_PROC_BIND``/``OMP_PLACES``,
+        ``false``).
+    num_procs : int
+        What ``omp_get_num_procs()`` returns.
+    env : tuple of (str, str)
+        The settings variables planned, as sorted ``(name, value)`` pairs.
+    initial_mask : frozenset of int
+        The process affinity mask the runtime starts with.
+    topology : Topology
+        The machine planned for.
+    settings : Settings or None
+        The parsed settings (:class:`~affinity.planning.spec.Settings`) of a
+        strict plan; ``None`` otherwise.
     """
 
     threads: int
@@ -94,6 +118,7 @@ class Plan:
 
     # ------------------------------------------------------------ equality
     def _key(self) -> tuple[Any, ...]:
+        """The values equality and hashing compare (the topology aside)."""
         return (self.threads, self.cpusets, self.places, self.place_nums, self.warnings,
                 self.affinity_type, self.granularity, self.proc_bind, self.num_procs, self.env,
                 self.initial_mask)
@@ -154,9 +179,15 @@ class Plan:
 
     # -------------------------------------------------------------- reports
     def explain(self) -> str:
-        """The runtime's view, as its ``verbose`` output shows it: topology
-        summary, the OS proc -> (socket, core, thread) map and one
-        ``thread N bound to OS proc set {...}`` line per thread."""
+        """The runtime's view, as its ``verbose`` output shows it.
+
+        Returns
+        -------
+        str
+            The warnings, the topology summary, the OS proc -> (socket, core,
+            thread) map and one ``thread N bound to OS proc set {...}`` line
+            per thread, one per line.
+        """
         var = "KMP_AFFINITY"
         if self.proc_bind in ("close", "spread", "primary"):
             var = "OMP_PROC_BIND"
@@ -182,8 +213,15 @@ class Plan:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready summary (``threads``, ``cpusets``, ``places``,
-        ``warnings`` and the effective settings)."""
+        """A JSON-ready summary of the plan.
+
+        Returns
+        -------
+        dict
+            ``threads``, ``cpusets``, ``places``, ``warnings``, the effective
+            settings and the derived counts (pool sizes, packages, cores, NUMA
+            nodes in use).
+        """
         return {
             "threads": self.threads,
             "cpusets": [sorted(s) for s in self.cpusets],
@@ -206,31 +244,68 @@ class Plan:
         }
 
     def to_json(self, **kw: Any) -> str:
+        """:meth:`to_dict` as JSON.
+
+        Parameters
+        ----------
+        **kw
+            Passed to :func:`json.dumps` (``indent=2``, ...).
+
+        Returns
+        -------
+        str
+            The JSON text.
+        """
         return json.dumps(self.to_dict(), **kw)
 
     # ---------------------------------------------------------- translations
     def _needs_norespect(self) -> bool:
+        """Whether some thread runs outside the initial process mask."""
         return not self.union <= self.initial_mask
 
     def to_kmp_affinity(self) -> str:
-        """An explicit ``KMP_AFFINITY`` giving every thread its set
-        (``granularity=fine,proclist=[...],explicit``); use it with
-        ``OMP_NUM_THREADS=<threads>`` (:meth:`translation_env`)."""
+        """An explicit ``KMP_AFFINITY`` giving every thread its set.
+
+        Use it with ``OMP_NUM_THREADS=<threads>`` (:meth:`translation_env`).
+
+        Returns
+        -------
+        str
+            ``granularity=fine,proclist=[...],explicit`` (with ``norespect``
+            when a set lies outside the initial mask).
+        """
         pl = ProcList.of(self.cpusets)
         spec = KmpAffinity(type="explicit", granularity="thread", proclist=pl,
                            respect=False if self._needs_norespect() else None)
         return str(spec)
 
     def to_omp_places(self) -> str:
-        """An ``OMP_PLACES`` list with one place per thread, in thread order;
-        with ``OMP_PROC_BIND=close`` and ``OMP_NUM_THREADS=<threads>`` thread
-        ``i`` gets place ``i`` (:meth:`translation_env`)."""
+        """An ``OMP_PLACES`` list with one place per thread, in thread order.
+
+        With ``OMP_PROC_BIND=close`` and ``OMP_NUM_THREADS=<threads>`` thread
+        ``i`` gets place ``i`` (:meth:`translation_env`).
+
+        Returns
+        -------
+        str
+            The place list, e.g. ``{0:2},{2:2}``.
+        """
         return ",".join("{" + _place_members(s) + "}" for s in self.cpusets)
 
     def to_gomp_cpu_affinity(self) -> str:
-        """A ``GOMP_CPU_AFFINITY`` list (libgomp binds thread ``i`` to the
-        ``i``-th CPU).  Only plans where every thread has a single CPU can be
-        expressed; :class:`PlanError` otherwise."""
+        """A ``GOMP_CPU_AFFINITY`` list (libgomp binds thread ``i`` to the ``i``-th CPU).
+
+        Returns
+        -------
+        str
+            The CPUs of the threads, in thread order, separated by spaces.
+
+        Raises
+        ------
+        PlanError
+            Some thread has more than one CPU: only plans where every thread
+            has a single CPU can be expressed.
+        """
         out = []
         for i, s in enumerate(self.cpusets):
             if len(s) != 1:
@@ -240,18 +315,50 @@ class Plan:
         return " ".join(out)
 
     def to_taskset(self) -> str:
-        """The ``taskset -c`` list: the union of the threads' sets (taskset
-        sets one mask for the whole process, so only plans where every thread
-        has that same set round-trip)."""
+        """The ``taskset -c`` list.
+
+        taskset sets one mask for the whole process, so only plans where every
+        thread has that same set round-trip.
+
+        Returns
+        -------
+        str
+            The union of the threads' sets, as a cpulist (``0-3,8``).
+        """
         return format_list(self.union)
 
     def to_numactl(self) -> str:
-        """``numactl --physcpubind=`` argument; same limits as :meth:`to_taskset`."""
+        """The ``numactl --physcpubind=`` argument; same limits as :meth:`to_taskset`.
+
+        Returns
+        -------
+        str
+            ``--physcpubind=`` followed by the union of the threads' sets.
+        """
         return "--physcpubind=" + format_list(self.union)
 
     def translation_env(self, target: str) -> dict[str, str]:
-        """The environment that reproduces this plan with ``target``
-        (``kmp_affinity``, ``omp_places`` or ``gomp``), team size included."""
+        """The environment that reproduces this plan with ``target``, team size included.
+
+        Parameters
+        ----------
+        target : {"kmp_affinity", "omp_places", "gomp"}
+            The variables to use: ``KMP_AFFINITY``, ``OMP_PLACES`` with
+            ``OMP_PROC_BIND=close``, or ``GOMP_CPU_AFFINITY``.
+
+        Returns
+        -------
+        dict of str to str
+            The variables to export, ``OMP_NUM_THREADS`` included.
+
+        Raises
+        ------
+        PlanError
+            ``gomp``: the plan cannot be expressed (a thread with several
+            CPUs, or CPUs outside the process mask).
+        ValueError
+            An unknown ``target``.
+        """
         n = str(self.threads)
         if target == "kmp_affinity":
             return {"KMP_AFFINITY": self.to_kmp_affinity(), "OMP_NUM_THREADS": n}
@@ -281,34 +388,66 @@ def _place_members(s: frozenset[int]) -> str:
 # Caches
 # ---------------------------------------------------------------------------
 
-_CACHE_ATTR = "_affinity_planner_cache"
+#: the most topologies whose runtime tables are kept (the oldest goes first)
+_MAX_TOPOLOGIES = 128
+#: the most full masks per topology whose runtime table is kept (then it starts over)
+_MAX_MASKS = 64
+#: id(topology) -> (weak reference to it, {full mask: canonical runtime topology}).
+#: Keyed by identity (hashing a Topology walks all its PUs); the reference checks
+#: the id was not reused and its callback drops the entry when the topology dies.
+_BASES: dict[int, tuple[weakref.ref[Topology], dict[frozenset[int], kt.KTopo]]] = {}
+_BASES_LOCK = threading.Lock()  # serializes the making of entries; lookups are single dict reads
 
 
 def _base_topology(topology: Topology, procs: frozenset[int]) -> kt.KTopo:
-    """The runtime's canonical topology for a full mask, cached on the
-    (immutable) Topology instance."""
-    cache = topology.__dict__.get(_CACHE_ATTR)
-    if cache is None:
-        # Topology is frozen but not slotted: a private per-instance cache that
-        # does not take part in equality or hashing.
-        cache = topology.__dict__.setdefault(_CACHE_ATTR, {})
-    k = cache.get(procs)
+    """The runtime's canonical topology for a full mask, cached per Topology instance."""
+    entry = _BASES.get(id(topology))
+    if entry is None or entry[0]() is not topology:
+        entry = _bases_entry(topology)
+    bases = entry[1]
+    k = bases.get(procs)
     if k is None:
         k = kt.build(topology, procs)
-        if len(cache) > 64:
-            cache.clear()
-        cache[procs] = k
+        if len(bases) > _MAX_MASKS:
+            bases.clear()
+        bases[procs] = k
     return k
 
 
+def _bases_entry(topology: Topology) -> tuple[weakref.ref[Topology], dict[frozenset[int], kt.KTopo]]:
+    """The cache entry of ``topology`` in :data:`_BASES`, made if missing."""
+    key = id(topology)
+    with _BASES_LOCK:
+        entry = _BASES.get(key)
+        if entry is None or entry[0]() is not topology:
+            for old in list(_BASES)[:max(0, len(_BASES) + 1 - _MAX_TOPOLOGIES)]:
+                _BASES.pop(old, None)
+            entry = (weakref.ref(topology, functools.partial(_forget_topology, key)), {})
+            _BASES[key] = entry
+    return entry
+
+
+def _forget_topology(key: int, ref: weakref.ref[Topology]) -> None:
+    """Weak-reference callback: drop the cache entry of a collected topology.
+
+    Takes no lock (it may run inside :func:`_bases_entry`, in a garbage
+    collection); the entry is dropped only if it is still this reference's."""
+    entry = _BASES.get(key)
+    if entry is not None and entry[0] is ref:
+        _BASES.pop(key, None)
+
+
 @functools.lru_cache(maxsize=4096)
-def _settings(items: tuple[tuple[str, str], ...], strict: bool) -> tuple[rt.Settings, tuple[str, ...], tuple[Any, ...]]:
+def _settings(items: tuple[tuple[str, str], ...],
+              strict: bool) -> tuple[rt.RuntimeSettings, tuple[str, ...], tuple[Any, ...]]:
+    """The runtime's settings for sorted variables, with its messages (memoized)."""
     st, texts, diags = rt.process_env(dict(items), strict)
     return st, tuple(texts), tuple(diags)
 
 
 @functools.lru_cache(maxsize=1024)
 def _spec_settings(items: tuple[tuple[str, str], ...]) -> Settings | None:
+    """The spec-level settings of (strictly validated) sorted variables (memoized)."""
     try:
         return Settings.from_env(dict(items))
     except SpecError:  # pragma: no cover - strict settings were validated before
@@ -320,6 +459,7 @@ def _spec_settings(items: tuple[tuple[str, str], ...]) -> Settings | None:
 # ---------------------------------------------------------------------------
 
 def _mask(topology: Topology, initial_mask: Any) -> frozenset[int]:
+    """The initial process mask (default: the topology's allowed procs), checked."""
     if initial_mask is None:
         m = topology.allowed or topology.cpuset
     elif isinstance(initial_mask, str):
@@ -338,6 +478,7 @@ def _mask(topology: Topology, initial_mask: Any) -> frozenset[int]:
 
 def _run(env_items: tuple[tuple[str, str], ...], topology: Topology | None, initial_mask: Any,
          strict: bool, threads: int | None) -> Plan:
+    """Plan sorted settings variables on ``topology`` (default: this machine)."""
     if topology is None:
         topology = Topology.from_system()
     if not isinstance(topology, Topology):
@@ -361,6 +502,7 @@ def _run(env_items: tuple[tuple[str, str], ...], topology: Topology | None, init
 
 
 def _env_items(env: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The settings variables of ``env``, sorted, as ``(name, value)`` pairs."""
     items = []
     for k, v in env.items():
         if k in SETTINGS_VARIABLES and v is not None:
@@ -372,13 +514,37 @@ def _env_items(env: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
 def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,
              initial_mask: Iterable[int] | str | None = None) -> Plan:
-    """Plan from environment variables, read exactly as the runtime reads
-    them: malformed values produce the runtime's warnings and fallbacks (never
+    """Plan from environment variables, read exactly as the runtime reads them.
+
+    Malformed values produce the runtime's warnings and fallbacks (never
     :class:`SpecError`).
 
-    ``initial_mask`` is the process affinity mask (OS proc ids or a cpulist
-    string); by default ``topology.allowed``.  Raises :class:`PlanError` where
-    the runtime itself would abort (e.g. ``OMP_NUM_THREADS`` too large).
+    Parameters
+    ----------
+    env : mapping of str to str
+        The environment; only ``KMP_AFFINITY``, ``OMP_NUM_THREADS``,
+        ``KMP_HW_SUBSET`` (``KMP_PLACE_THREADS``), ``OMP_PLACES``,
+        ``OMP_PROC_BIND`` and ``GOMP_CPU_AFFINITY`` are read; anything else
+        is ignored.
+    topology : Topology, optional
+        The machine (default: this machine's, loaded once through hwloc).
+    initial_mask : iterable of int or str, optional
+        The process affinity mask (OS proc ids or a cpulist string); by
+        default ``topology.allowed``.
+
+    Returns
+    -------
+    Plan
+        What the runtime would do for the first parallel region.
+
+    Raises
+    ------
+    PlanError
+        Where the runtime itself would abort (e.g. ``OMP_NUM_THREADS`` too
+        large), or ``initial_mask`` selects no processor of ``topology``.
+    TypeError
+        A value of ``env`` is not a string, or ``topology`` is not a
+        :class:`~affinity.machine.topology.Topology`.
     """
     return _run(_env_items(env), topology, initial_mask, False, None)
 
@@ -392,6 +558,7 @@ _SPEC_VARS = ((KmpAffinity, "KMP_AFFINITY"), (OmpPlaces, "OMP_PLACES"), (OmpProc
 
 
 def _spec_env(spec: Any) -> dict[str, str]:
+    """The variables a :func:`plan` spec stands for."""
     if spec is None:
         return {}
     if isinstance(spec, str):
@@ -413,16 +580,44 @@ def plan(spec: Any = None, threads: int | None = None, topology: Topology | None
          initial_mask: Iterable[int] | str | None = None) -> Plan:
     """Plan the binding of ``threads`` OpenMP threads.
 
-    ``spec`` is a ``KMP_AFFINITY`` string (``"granularity=fine,compact"``),
-    ``KEY=VALUE`` assignments (``"OMP_PLACES=cores OMP_PROC_BIND=spread"``),
-    a spec value (:class:`~affinity.planning.spec.KmpAffinity`, ``OmpPlaces``, ...,
-    :class:`~affinity.planning.spec.Settings`), a mapping of variables, or ``None``
-    (the runtime's defaults).  ``env`` adds further variables (``spec``
-    wins).  ``threads`` overrides ``OMP_NUM_THREADS``; ``None`` gives the
-    runtime's default team size.
+    Parameters
+    ----------
+    spec : str, spec value, mapping or None
+        A ``KMP_AFFINITY`` string (``"granularity=fine,compact"``),
+        ``KEY=VALUE`` assignments (``"OMP_PLACES=cores OMP_PROC_BIND=spread"``),
+        a spec value (:class:`~affinity.planning.spec.KmpAffinity`, ``OmpPlaces``, ...,
+        :class:`~affinity.planning.spec.Settings`), a mapping of variables, or
+        ``None`` (the runtime's defaults).
+    threads : int, optional
+        Overrides ``OMP_NUM_THREADS``; ``None`` gives the runtime's default
+        team size.
+    topology : Topology, optional
+        The machine (default: this machine's, loaded once through hwloc).
+    strict : bool
+        ``True`` (default): malformed or conflicting settings raise
+        :class:`SpecError`; ``False`` behaves like :func:`plan_env`.
+    env : mapping of str to str, optional
+        Further variables (``spec`` wins).
+    initial_mask : iterable of int or str, optional
+        The process affinity mask (OS proc ids or a cpulist string); by
+        default ``topology.allowed``.
 
-    With ``strict=True`` (default) malformed or conflicting settings raise
-    :class:`SpecError`; ``strict=False`` behaves like :func:`plan_env`.
+    Returns
+    -------
+    Plan
+        What the runtime would do for the first parallel region.
+
+    Raises
+    ------
+    SpecError
+        Malformed or conflicting settings, with ``strict=True``.
+    PlanError
+        Where the runtime itself would abort, ``threads`` below 1, or an
+        ``initial_mask`` that selects no processor of ``topology``.
+    TypeError
+        ``threads`` is not an int, ``topology`` not a
+        :class:`~affinity.machine.topology.Topology`, or ``spec`` of an
+        unknown kind.
     """
     merged: dict[str, str] = dict(env or {})
     merged.update(_spec_env(spec))

@@ -1,10 +1,11 @@
 """Emulation of Intel's OpenMP runtime affinity initialization and binding.
 
-Private to the planner.  :func:`evaluate` takes the environment (as the
-runtime reads it), a :class:`~affinity.machine.topology.Topology` and the process
-mask, and returns what the runtime would do for the first parallel region:
-the team size, every thread's OS-proc set, the place list and the messages
-it prints.  It follows, step by step:
+Private to the planner.  :func:`process_env` reads the environment (as the
+runtime reads it) into :class:`RuntimeSettings`; :func:`evaluate_settings`
+takes those settings, a :class:`~affinity.machine.topology.Topology` and the
+process mask, and returns what the runtime would do for the first parallel
+region: the team size, every thread's OS-proc set, the place list and the
+messages it prints.  It follows, step by step:
 
 * ``__kmp_env_initialize`` (``kmp_settings.cpp``): variables are processed in
   name order; ``KMP_AFFINITY`` with an affinity type overrides
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import ktopo as kt
-from ..errors import PlanError
+from ..errors import PlanError, SpecError
 from .spec import (SETTINGS_VARIABLES, Diagnostic, KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, Place,
                    ProcList, ProcRange, catalog, kmp_affinity_has_type_name, parse_lenient,
                    parse_strict)
@@ -36,9 +37,8 @@ from .spec import (SETTINGS_VARIABLES, Diagnostic, KmpAffinity, KmpHwSubset, Num
 MAX_TEAM = 32768
 
 
-
 @dataclass
-class Settings:
+class RuntimeSettings:
     """The runtime's affinity globals after environment processing."""
 
     type: str = "default"  # default none compact scatter balanced explicit logical physical disabled
@@ -71,21 +71,22 @@ class Result:
     place_nums: list[int]
     warnings: list[str]
     notices: list[Diagnostic]
-    settings: Settings
+    settings: RuntimeSettings
     ktopo: kt.KTopo | None
     affinity_type: str
     granularity: str | None
     proc_bind: str
     num_procs: int
-    full_mask: frozenset[int]
 
 
 # ---------------------------------------------------------------------------
 # Environment processing
 # ---------------------------------------------------------------------------
 
-def process_env(env: Mapping[str, str], strict: bool) -> tuple[Settings, list[str], list[Diagnostic]]:
-    st = Settings()
+def process_env(env: Mapping[str, str], strict: bool) -> tuple[RuntimeSettings, list[str], list[Diagnostic]]:
+    """``__kmp_env_initialize`` (``kmp_settings.cpp``): the affinity settings
+    of ``env``, the messages printed while reading it and their diagnostics."""
+    st = RuntimeSettings()
     texts: list[str] = []
     diags: list[Diagnostic] = []
     present = {k for k in SETTINGS_VARIABLES if k in env and env[k] is not None}
@@ -102,7 +103,6 @@ def process_env(env: Mapping[str, str], strict: bool) -> tuple[Settings, list[st
                 texts.append(f"{name}: ignored because {r} has been defined")
                 diags.append(Diagnostic(texts[-1], True))
                 if strict:
-                    from ..errors import SpecError
                     raise SpecError(f"ignored because {r} has been defined", env[name], 0, what=name)
                 return True
         return False
@@ -185,7 +185,7 @@ def _collect(d: list[Diagnostic], texts: list[str], diags: list[Diagnostic]) -> 
         diags.append(x)
 
 
-def _apply_kmp_affinity(st: Settings, v: KmpAffinity, raw: str) -> None:
+def _apply_kmp_affinity(st: RuntimeSettings, v: KmpAffinity, raw: str) -> None:
     if v.type is not None:
         st.type = v.type
         st.bind[0] = "false" if v.type in ("none", "disabled") else "intel"
@@ -215,7 +215,7 @@ def _apply_kmp_affinity(st: Settings, v: KmpAffinity, raw: str) -> None:
         st.proclist = v.proclist
 
 
-def _apply_omp_places(st: Settings, v: OmpPlaces) -> None:
+def _apply_omp_places(st: RuntimeSettings, v: OmpPlaces) -> None:
     if v.places is not None:
         st.proclist = v.places
         st.type, st.gran, st.gran_levels, st.dups = "explicit", "thread", None, False
@@ -235,7 +235,7 @@ def _apply_omp_places(st: Settings, v: OmpPlaces) -> None:
         st.bind[0] = "true"
 
 
-def _apply_proc_bind(st: Settings, v: OmpProcBind) -> None:
+def _apply_proc_bind(st: RuntimeSettings, v: OmpProcBind) -> None:
     first = v.policies[0]
     if first == "disabled":
         st.type = "disabled"
@@ -256,7 +256,7 @@ def _apply_proc_bind(st: Settings, v: OmpProcBind) -> None:
 class _Init:
     """State of one affinity initialization (mirrors ``kmp_affinity_t``)."""
 
-    def __init__(self, st: Settings, k: kt.KTopo, full: frozenset[int]):
+    def __init__(self, st: RuntimeSettings, k: kt.KTopo, full: frozenset[int]):
         self.st = st
         self.k = k
         self.full = full
@@ -376,9 +376,7 @@ def _create_os_id_masks(ini: _Init, attr_filter: Any = None) -> bool:
 def _restrict_full(ini: _Init, union: set[int] | frozenset[int]) -> None:
     """``kmp_full_mask_modifier_t::restrict_to_mask``."""
     if union and frozenset(union) != ini.full:
-        kept = frozenset(union) & ini.full
-        if ini.k.restrict(kept):
-            pass
+        ini.k.restrict(frozenset(union) & ini.full)
         ini.full = frozenset(ini.k.os)
 
 
@@ -531,12 +529,9 @@ def _sort_topology(ini: _Init) -> None:
     if st.bind[0] != "intel" and 0 < st.num_places < num_masks:
         num_masks = st.num_places
     compact = ini.compact
-    cache_key = ("order", compact)
-    order = k._cache.get(cache_key)
-    if order is None:
-        sub = k.sub_ids
-        order = sorted(range(avail), key=lambda i: _compact_key(sub[i], compact, depth))
-        k._cache[cache_key] = order
+    sub = k.sub_ids
+    order = k.memo(("order", compact),
+                   lambda: sorted(range(avail), key=lambda i: _compact_key(sub[i], compact, depth)))
     masks: list[frozenset[int]] = []
     union: set[int] = set()
     for i in order:
@@ -553,7 +548,7 @@ def _sort_topology(ini: _Init) -> None:
     ini.order = sorted(range(k.num_threads), key=lambda i: (k.ids[i], k.os[i]))
 
 
-def initialize(st: Settings, topology: Any, initial: frozenset[int], base: kt.KTopo) -> _Init:
+def initialize(st: RuntimeSettings, topology: Any, initial: frozenset[int], base: kt.KTopo) -> _Init:
     k = base.copy()
     full = frozenset(k.os)
     ini = _Init(st, k, full)
@@ -568,7 +563,7 @@ def initialize(st: Settings, topology: Any, initial: frozenset[int], base: kt.KT
     _set_granularity(ini)
     made = False
     if ini.core_attr is not None:
-        want = (kt._ATOM if ini.core_attr == "intel_atom" else kt._CORE_T) \
+        want = (kt.CORE_TYPE_ATOM if ini.core_attr == "intel_atom" else kt.CORE_TYPE_CORE) \
             if ini.core_attr.startswith("intel") else None
         eff = None if want is not None else int(ini.core_attr[3:])
         made = _create_os_id_masks(ini, (lambda i: k.core_type[i] == want) if want is not None
@@ -703,13 +698,12 @@ def _spread_fill(n_th: int, n_places: int, masters_place: int, nxt: Any) -> list
     for _f in range(n_th):
         out.append(place)
         s_count += 1
-        if s_count == s_ and rem and gap_ct == gap:
-            pass
-        elif s_count == s_ + 1 and rem and gap_ct == gap:
-            place = nxt(place)
-            s_count = 0
-            gap_ct = 1
-            rem -= 1
+        if rem and gap_ct == gap:
+            if s_count == s_ + 1:
+                place = nxt(place)
+                s_count = 0
+                gap_ct = 1
+                rem -= 1
         elif s_count == s_:
             place = nxt(place)
             gap_ct += 1
@@ -718,86 +712,129 @@ def _spread_fill(n_th: int, n_places: int, masters_place: int, nxt: Any) -> list
 
 
 def _balanced(ini: _Init, nthreads: int) -> list[frozenset[int]]:
-    """``__kmp_balanced_affinity`` for every thread of a team of ``nthreads``."""
+    """``__kmp_balanced_affinity`` (``kmp_affinity.cpp``) for every thread of a team of ``nthreads``."""
     k = ini.k
-    gran = ini.gran
-    avail = k.num_threads
-    order = ini.order or list(range(avail))
-    fine = True
-    if gran == "thread":
-        pass
-    elif gran == "core":
-        if k.n_threads_per_core > 1:
-            fine = False
-    elif gran == "socket":
-        if k.n_cores_per_pkg > 1:
-            fine = False
-    else:
-        fine = False
-    out: list[frozenset[int]] = []
+    order = ini.order or list(range(k.num_threads))
+    fine = _balanced_fine_gran(k, ini.gran)
     if k.uniform:
-        nth_per_core = avail // k.n_cores
-        ncores = k.n_cores
-        if k.n_packages > 1 and nth_per_core <= 1:
-            nth_per_core = avail // k.n_packages
-            ncores = k.n_packages
-        chunk = nthreads // ncores
-        big_cores = nthreads % ncores
-        big_nth = (chunk + 1) * big_cores
-        for tid in range(nthreads):
-            if tid < big_nth:
-                core_id = tid // (chunk + 1)
-                thread_id = (tid % (chunk + 1)) % nth_per_core
-            else:
-                core_id = (tid - big_cores) // chunk
-                thread_id = ((tid - big_cores) % chunk) % nth_per_core
-            if fine:
-                out.append(frozenset((k.os[order[core_id * nth_per_core + thread_id]],)))
-            else:
-                out.append(frozenset(k.os[order[core_id * nth_per_core + i]] for i in range(nth_per_core)))
-        return out
+        return _balanced_uniform(k, order, nthreads, fine)
+    return _balanced_nonuniform(ini, order, nthreads, fine)
+
+
+def _balanced_fine_gran(k: kt.KTopo, gran: str | None) -> bool:
+    """``__kmp_balanced_affinity``'s ``fine_gran``: whether a thread is bound
+    to one proc (granularity thread, or a coarser one with a single proc per
+    granule) rather than to all the procs of its core."""
+    if gran == "thread":
+        return True
+    if gran == "core":
+        return k.n_threads_per_core <= 1
+    if gran == "socket":
+        return k.n_cores_per_pkg <= 1
+    return False
+
+
+def _balanced_uniform(k: kt.KTopo, order: Sequence[int], nthreads: int, fine: bool) -> list[frozenset[int]]:
+    """``__kmp_balanced_affinity`` on a uniform topology: threads are spread
+    in equal chunks over the cores (over the packages when cores have one
+    proc), the first ``nthreads % ncores`` cores taking one more."""
+    avail = k.num_threads
+    nth_per_core = avail // k.n_cores
+    ncores = k.n_cores
+    if k.n_packages > 1 and nth_per_core <= 1:
+        nth_per_core = avail // k.n_packages
+        ncores = k.n_packages
+    chunk = nthreads // ncores
+    big_cores = nthreads % ncores
+    big_nth = (chunk + 1) * big_cores
+    out: list[frozenset[int]] = []
+    for tid in range(nthreads):
+        if tid < big_nth:
+            core_id = tid // (chunk + 1)
+            thread_id = (tid % (chunk + 1)) % nth_per_core
+        else:
+            core_id = (tid - big_cores) // chunk
+            thread_id = ((tid - big_cores) % chunk) % nth_per_core
+        if fine:
+            out.append(frozenset((k.os[order[core_id * nth_per_core + thread_id]],)))
+        else:
+            out.append(frozenset(k.os[order[core_id * nth_per_core + i]] for i in range(nth_per_core)))
+    return out
+
+
+def _balanced_nonuniform(ini: _Init, order: Sequence[int], nthreads: int, fine: bool) -> list[frozenset[int]]:
+    """``__kmp_balanced_affinity`` on a non-uniform topology: core level and
+    procs per core from the table, then one of its three cases (a thread per
+    available proc, at most one thread per core, or the ``newarr``
+    distribution)."""
+    k = ini.k
     depth = k.depth
     procarr = ini.procarr or []
     core_level = _find_core_level(k, order, depth - 1)
     ncores = k.count[core_level]
     nth_per_core = 1 if core_level >= depth - 1 else k.calculate_ratio(k.get_level(kt.THREAD), core_level)
-    if nthreads == avail:
-        cidx = _core_index(k, order, core_level)
-        by_core: dict[int, set[int]] = {}
-        for i in range(avail):
-            by_core.setdefault(cidx[i], set()).add(k.os[order[i]])
-        for tid in range(nthreads):
-            if fine:
-                out.append(frozenset((k.os[order[tid]],)))
-            else:
-                out.append(frozenset(by_core[cidx[tid]]))
-        return out
+    if nthreads == k.num_threads:
+        return _balanced_every_proc(k, order, core_level, nthreads, fine)
     if nthreads <= ncores:
-        for tid in range(nthreads):
-            mask: set[int] = set()
-            core = 0
-            for i in range(ncores):
-                in_mask = any(procarr[i * nth_per_core + j] != -1 for j in range(nth_per_core))
-                if in_mask:
-                    if tid == core:
-                        for j in range(nth_per_core):
-                            o = procarr[i * nth_per_core + j]
-                            if o != -1:
-                                mask.add(o)
-                                if fine:
-                                    break
-                        break
-                    core += 1
-            out.append(frozenset(mask))
-        return out
+        return _balanced_one_per_core(procarr, ncores, nth_per_core, nthreads, fine)
+    newarr = _balanced_newarr(procarr, ncores, nth_per_core, nthreads)
+    return _balanced_from_newarr(procarr, newarr, nth_per_core, nthreads, fine)
+
+
+def _balanced_every_proc(k: kt.KTopo, order: Sequence[int], core_level: int, nthreads: int,
+                         fine: bool) -> list[frozenset[int]]:
+    """``__kmp_balanced_affinity``, non-uniform, ``nthreads == __kmp_avail_proc``:
+    thread ``tid`` gets the ``tid``-th proc (or all the procs of its core)."""
+    cidx = _core_index(k, order, core_level)
+    by_core: dict[int, set[int]] = {}
+    for i in range(k.num_threads):
+        by_core.setdefault(cidx[i], set()).add(k.os[order[i]])
+    out: list[frozenset[int]] = []
+    for tid in range(nthreads):
+        if fine:
+            out.append(frozenset((k.os[order[tid]],)))
+        else:
+            out.append(frozenset(by_core[cidx[tid]]))
+    return out
+
+
+def _balanced_one_per_core(procarr: Sequence[int], ncores: int, nth_per_core: int, nthreads: int,
+                           fine: bool) -> list[frozenset[int]]:
+    """``__kmp_balanced_affinity``, non-uniform, ``nthreads <= __kmp_ncores``:
+    thread ``tid`` goes to the ``tid``-th core with an available proc (its
+    first proc, or all of them)."""
+    out: list[frozenset[int]] = []
+    for tid in range(nthreads):
+        mask: set[int] = set()
+        core = 0
+        for i in range(ncores):
+            in_mask = any(procarr[i * nth_per_core + j] != -1 for j in range(nth_per_core))
+            if in_mask:
+                if tid == core:
+                    for j in range(nth_per_core):
+                        o = procarr[i * nth_per_core + j]
+                        if o != -1:
+                            mask.add(o)
+                            if fine:
+                                break
+                    break
+                core += 1
+        out.append(frozenset(mask))
+    return out
+
+
+def _balanced_newarr(procarr: Sequence[int], ncores: int, nth_per_core: int, nthreads: int) -> list[int]:
+    """``__kmp_balanced_affinity``, non-uniform, ``nthreads > __kmp_ncores``:
+    the ``newarr`` distribution, how many threads each proc slot of
+    ``procarr`` gets (``nproc_at_core``, ``ncores_with_x_procs``,
+    ``ncores_with_x_to_max_procs``, then rounds over the cores)."""
     nproc_at_core = [sum(1 for j in range(nth_per_core) if procarr[i * nth_per_core + j] != -1)
                      for i in range(ncores)]
     with_x = [0] * (nth_per_core + 1)
     for c in nproc_at_core:
         with_x[c] += 1
     x_to_max = [sum(with_x[j] for j in range(i, nth_per_core + 1)) for i in range(nth_per_core + 1)]
-    nproc = nth_per_core * ncores
-    newarr = [0] * nproc
+    newarr = [0] * (nth_per_core * ncores)
     nth = nthreads
     flag = 0
     while nth > 0:
@@ -823,10 +860,19 @@ def _balanced(ini: _Init, nthreads: int) -> list[frozenset[int]]:
             if nth == 0:
                 break
         flag = 1
+    return newarr
+
+
+def _balanced_from_newarr(procarr: Sequence[int], newarr: Sequence[int], nth_per_core: int, nthreads: int,
+                          fine: bool) -> list[frozenset[int]]:
+    """``__kmp_balanced_affinity``, non-uniform, ``nthreads > __kmp_ncores``:
+    thread ``tid`` goes to the first proc slot where the running sum of
+    ``newarr`` exceeds ``tid`` (that proc, or all the procs of its core)."""
+    out: list[frozenset[int]] = []
     for tid in range(nthreads):
         total = 0
-        mask = set()
-        for i in range(nproc):
+        mask: set[int] = set()
+        for i in range(len(newarr)):
             total += newarr[i]
             if total > tid:
                 if fine:
@@ -846,7 +892,7 @@ def _balanced(ini: _Init, nthreads: int) -> list[frozenset[int]]:
 # Entry point
 # ---------------------------------------------------------------------------
 
-def team_size(st: Settings, avail: int, machine_procs: int, requested: int | None) -> int:
+def team_size(st: RuntimeSettings, avail: int, machine_procs: int, requested: int | None) -> int:
     if requested is not None:
         n = requested
     elif st.nth is not None and st.nth.all:
@@ -858,17 +904,11 @@ def team_size(st: Settings, avail: int, machine_procs: int, requested: int | Non
     return max(1, n)
 
 
-def evaluate(env: Mapping[str, str], topology: Any, initial: frozenset[int], *, strict: bool,
-             threads: int | None, base_for: Any) -> Result:
-    """Run the emulation.  ``base_for(procs)`` returns the cached canonical
-    runtime topology for a full mask."""
-    st, texts, diags = process_env(env, strict)
-    return evaluate_settings(st, texts, topology, initial, threads=threads, base_for=base_for, diags=diags)
-
-
-def evaluate_settings(st: Settings, texts: list[str], topology: Any, initial: frozenset[int], *,
+def evaluate_settings(st: RuntimeSettings, texts: list[str], topology: Any, initial: frozenset[int], *,
                       threads: int | None, base_for: Any, diags: list[Diagnostic] | None = None) -> Result:
-    """:func:`evaluate` after the environment was processed."""
+    """Run the emulation for settings :func:`process_env` made (``texts``:
+    the messages it printed).  ``base_for(procs)`` returns the cached canonical
+    runtime topology for a full mask."""
     diags = diags or []
     machine = topology.cpuset
     nprocs_machine = len(topology.pus)
@@ -877,18 +917,13 @@ def evaluate_settings(st: Settings, texts: list[str], topology: Any, initial: fr
         n = team_size(st, nprocs_machine, nprocs_machine, threads)
         _check_team(n)
         return Result(n, [initial] * n, None, [-1] * n, texts, diags, st, None, "disabled", None,
-                      "false", nprocs_machine, initial)
+                      "false", nprocs_machine)
     full = initial if st.respect else machine
     base = base_for(full)
     key = ("init", st.type, st.gran, st.gran_levels, st.core_types_gran, st.core_effs_gran, st.core_attr,
            st.compact, st.offset, st.proclist, st.verbose, st.warnings, st.dups, st.omp_places,
            bind0 == "intel", st.num_places, st.hw_subset)
-    ini = base._cache.get(key)
-    if ini is None:
-        ini = initialize(st, topology, initial, base)
-        if len(base._cache) > 256:
-            base._cache.clear()
-        base._cache[key] = ini
+    ini = base.memo(key, lambda: initialize(st, topology, initial, base))
     texts = texts + ini.msgs
     k = ini.k
     avail = k.num_threads
@@ -906,9 +941,9 @@ def evaluate_settings(st: Settings, texts: list[str], topology: Any, initial: fr
         cpusets = (initial,) + tuple(cpusets[1:])
     if ini.type == "none":
         return Result(n, cpusets, [ini.full], place_nums, texts, diags, st, k, "none", None,
-                      pb, avail, ini.full)
+                      pb, avail)
     return Result(n, cpusets, list(ini.masks), place_nums, texts, diags, st, k, ini.type,
-                  ini.gran if ini.gran_levels >= 0 else None, pb, avail, ini.full)
+                  ini.gran if ini.gran_levels >= 0 else None, pb, avail)
 
 
 def _team(ini: _Init, bind0: str, n: int) -> tuple[tuple[frozenset[int], ...], tuple[int, ...], str]:
