@@ -43,7 +43,7 @@ from typing import Any
 
 from ..cpulist import format_list, runs
 from ..errors import AffinityError
-from ..machine.topology import Core, Topology
+from ..machine.topology import Core, NumaNode, Topology
 
 __all__ = [
     "Box",
@@ -63,12 +63,18 @@ __all__ = [
 
 
 class PictureError(AffinityError, ValueError):
-    """The arguments of a picture function are unusable (unknown PU, bad role,
-    unsupported file extension, ...)."""
+    """The arguments of a picture function are unusable.
+
+    Raised for an unknown PU, an empty set, a bad role, a bad ``max_columns`` or
+    ``scale``, an unsupported file extension, ...; a ``ValueError``.
+    """
 
 
 class PictureUnavailableError(AffinityError, ImportError):
-    """PNG output needs Pillow, which is not installed."""
+    """PNG output needs Pillow, which is not installed.
+
+    An ``ImportError``; install the ``picture`` extra (or write SVG).
+    """
 
 
 #: role -> (label prefix, colour).  Threads of a role are numbered from 0 in
@@ -113,8 +119,15 @@ _MANY = "#d5dbe5"                  # more than _STRIPES_MAX threads on one PU
 
 @dataclass(frozen=True, slots=True)
 class Rect:
-    """An axis-aligned rectangle in pixels (SVG user units); ``x``/``y`` is the
-    top-left corner."""
+    """An axis-aligned rectangle in pixels (SVG user units).
+
+    Parameters
+    ----------
+    x, y : int
+        The top-left corner.
+    w, h : int
+        Width and height.
+    """
 
     x: int
     y: int
@@ -123,27 +136,66 @@ class Rect:
 
     @property
     def right(self) -> int:
+        """``x + w``: the x of the right edge."""
         return self.x + self.w
 
     @property
     def bottom(self) -> int:
+        """``y + h``: the y of the bottom edge."""
         return self.y + self.h
 
     def contains(self, other: Rect) -> bool:
-        """``other`` lies inside this rectangle (edges may touch)."""
+        """Whether ``other`` lies inside this rectangle.
+
+        Parameters
+        ----------
+        other : Rect
+            The rectangle to test.
+
+        Returns
+        -------
+        bool
+            True when ``other`` is inside (edges may touch).
+        """
         return (self.x <= other.x and self.y <= other.y
                 and other.right <= self.right and other.bottom <= self.bottom)
 
     def overlaps(self, other: Rect) -> bool:
-        """The interiors intersect (sharing an edge is not overlapping)."""
+        """Whether the interiors of this rectangle and ``other`` (a :class:`Rect`) intersect.
+
+        Sharing an edge is not overlapping.
+
+        Returns
+        -------
+        bool
+        """
         return (self.x < other.right and other.x < self.right
                 and self.y < other.bottom and other.y < self.bottom)
 
 
 @dataclass(frozen=True, slots=True)
 class Label:
-    """One line of text.  ``(x, y)`` is the baseline point: its left end
-    (``anchor="start"``) or its middle (``anchor="middle"``)."""
+    """One line of text.
+
+    Parameters
+    ----------
+    x, y : int
+        The baseline point: its left end (``anchor="start"``) or its middle
+        (``anchor="middle"``).
+    text : str
+        The text.
+    size : int
+        Font size in pixels.
+    color : str
+        Text colour (``#rrggbb``).
+    anchor : str
+        ``"middle"`` or ``"start"``.
+    bold : bool
+        Bold text.
+    kind : str
+        What the text is: ``"title"``, ``"name"``, ``"pu"`` (a PU's P#),
+        ``"threads"``, ``"legend"``.
+    """
 
     x: int
     y: int
@@ -152,7 +204,7 @@ class Label:
     color: str = _INK
     anchor: str = "middle"
     bold: bool = False
-    kind: str = ""  #: what the text is: "title", "name", "pu" (a PU's P#), "threads", "legend"
+    kind: str = ""
 
     @property
     def extent(self) -> Rect:
@@ -165,7 +217,19 @@ class Label:
 
 @dataclass(frozen=True, slots=True)
 class Fill:
-    """A filled rectangle drawn over a box (a thread's colour on a PU, a legend swatch)."""
+    """A filled rectangle drawn over a box (a thread's colour on a PU, a legend swatch).
+
+    Parameters
+    ----------
+    rect : Rect
+        Where it is drawn.
+    fill : str
+        Fill colour (``#rrggbb``).
+    stroke : str or None
+        Outline colour; ``None`` for no outline.
+    dashed : bool
+        The outline is dashed.
+    """
 
     rect: Rect
     fill: str
@@ -177,11 +241,31 @@ class Fill:
 class Box:
     """A drawn object and everything inside it, in painting order.
 
-    ``kind`` is ``"machine"``, ``"numa"``, ``"memory"`` (a NUMA node without
-    PUs), ``"package"``, ``"core"``, ``"pu"``, ``"legend"`` or ``"legend-item"``;
-    ``key`` is unique in the layout (``"package-0"``, ``"core-5"`` by logical
-    index; ``"pu-17"`` by OS index; ``"numa-1"``, or ``"numa-1.0"``, ``"numa-1.1"``
-    for the parts of a node split across packages).
+    Parameters
+    ----------
+    kind : str
+        ``"machine"``, ``"numa"``, ``"memory"`` (a NUMA node without PUs),
+        ``"package"``, ``"core"``, ``"pu"``, ``"legend"`` or ``"legend-item"``.
+    key : str
+        Unique in the layout: ``"package-0"``, ``"core-5"`` by logical index;
+        ``"pu-17"`` by OS index; ``"numa-1"``, or ``"numa-1.0"``, ``"numa-1.1"``
+        for the parts of a node split across packages.
+    rect : Rect
+        Where the box is drawn.
+    fill, stroke : str
+        Fill and outline colours (``#rrggbb``).
+    dashed : bool
+        The outline is dashed.
+    labels : tuple of Label
+        Its text.
+    fills : tuple of Fill
+        Rectangles drawn over it (thread colours, legend swatches).
+    tooltip : str
+        The text shown on hovering (``<title>`` in SVG).
+    attrs : tuple of (str, str)
+        Extra facts, written as ``data-*`` in SVG.
+    children : tuple of Box
+        The boxes inside it.
     """
 
     kind: str
@@ -193,11 +277,17 @@ class Box:
     labels: tuple[Label, ...] = ()
     fills: tuple[Fill, ...] = ()
     tooltip: str = ""
-    attrs: tuple[tuple[str, str], ...] = ()  #: extra facts, written as ``data-*`` in SVG
+    attrs: tuple[tuple[str, str], ...] = ()
     children: tuple[Box, ...] = ()
 
     def walk(self) -> Iterator[Box]:
-        """This box, then its descendants, depth first (painting order)."""
+        """This box, then its descendants, depth first (painting order).
+
+        Returns
+        -------
+        iterator of Box
+            The boxes of this tree.
+        """
         yield self
         for c in self.children:
             yield from c.walk()
@@ -205,43 +295,106 @@ class Box:
 
 @dataclass(frozen=True, slots=True)
 class PUBox:
-    """Where one PU is drawn and which threads are written on it."""
+    """Where one PU is drawn and which threads are written on it.
+
+    Parameters
+    ----------
+    os_index, logical_index : int
+        The PU's OS index (``P#``) and logical index (``L#``).
+    core : int
+        Logical index of its core.
+    package : int
+        Logical index of its package.
+    rect : Rect
+        Where the PU is drawn.
+    allowed : bool
+        This process may use the PU.
+    threads : tuple of int
+        Numbers of the threads whose set contains this PU, ascending.
+    names : tuple of str
+        How each of those threads is named (``"3"``, or ``"i3"`` with roles).
+    floating : tuple of bool
+        Per thread: its set spans more than this PU.
+    text : str
+        The thread text drawn on the PU (abbreviated when long).
+    """
 
     os_index: int
     logical_index: int
-    core: int      #: logical index of its core
-    package: int   #: logical index of its package
+    core: int
+    package: int
     rect: Rect
     allowed: bool
-    threads: tuple[int, ...]     #: numbers of the threads whose set contains this PU, ascending
-    names: tuple[str, ...]       #: how each of those threads is named ("3", or "i3" with roles)
-    floating: tuple[bool, ...]   #: per thread: its set spans more than this PU
-    text: str                    #: the thread text drawn on the PU (abbreviated when long)
+    threads: tuple[int, ...]
+    names: tuple[str, ...]
+    floating: tuple[bool, ...]
+    text: str
 
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """A whole picture: canvas size, title, the machine's box tree, the legend and,
-    for convenience, every PU's :class:`PUBox` in logical order."""
+    """A whole picture, as :func:`layout` computes it.
+
+    Parameters
+    ----------
+    width, height : int
+        The canvas size in pixels.
+    title : str
+        The title line.
+    description : str
+        The picture in words (SVG ``<desc>``).
+    labels : tuple of Label
+        Free text (the title line).
+    machine : Box
+        The machine's box tree.
+    legend : Box or None
+        The legend; ``None`` when there is nothing to explain.
+    pus : tuple of PUBox
+        For convenience, every PU's :class:`PUBox` in logical order.
+    background : str
+        The canvas colour.
+    """
 
     width: int
     height: int
     title: str
     description: str
-    labels: tuple[Label, ...]   #: free text (the title line)
+    labels: tuple[Label, ...]
     machine: Box
     legend: Box | None
     pus: tuple[PUBox, ...]
     background: str = _BG
 
     def boxes(self) -> Iterator[Box]:
-        """Every box, in painting order (machine tree, then legend)."""
+        """Every box, in painting order (machine tree, then legend).
+
+        Returns
+        -------
+        iterator of Box
+            The boxes.
+        """
         yield from self.machine.walk()
         if self.legend is not None:
             yield from self.legend.walk()
 
     def pu(self, os_index: int) -> PUBox:
-        """The PU with this OS index (``KeyError`` if the machine has none)."""
+        """The PU with this OS index.
+
+        Parameters
+        ----------
+        os_index : int
+            The PU's OS index (``P#``).
+
+        Returns
+        -------
+        PUBox
+            Where it is drawn and its threads.
+
+        Raises
+        ------
+        KeyError
+            The machine has no such PU.
+        """
         for p in self.pus:
             if p.os_index == os_index:
                 return p
@@ -461,123 +614,75 @@ def _container(kind: str, key: str, style: _Style, colors: tuple[str, str], name
     return node
 
 
-def layout(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *,
-           title: str | None = None, roles: Sequence[str] | None = None,
-           max_columns: int | None = None) -> Layout:
-    """Compute the picture of ``topology`` with ``cpusets`` (thread ``i`` -> its OS
-    proc set) as plain data.  :func:`render_svg` and :func:`render_png` draw it.
+def _index_attrs(logical_index: int, os_index: int) -> tuple[tuple[str, str], ...]:
+    """The ``data-*`` facts every package, NUMA node and core box carries."""
+    return (("data-logical-index", str(logical_index)), ("data-os-index", str(os_index)))
 
-    ``roles`` (one per thread: ``"tf-intra"``, ``"tf-inter"``, ``"tf-other"``,
-    ``"openmp"``, ``"main"``, ``"other"``) colours threads by role and names them
-    ``i0``, ``e1``, ... (numbered within their role) instead of by thread number.
-    ``max_columns`` sets how many cores go in a row inside a NUMA node or package
-    (default: chosen from the machine's size).
-    Raises :class:`PictureError` for a set naming an unknown PU, an empty set, a
-    bad role or a bad ``max_columns``.
-    """
-    if not isinstance(topology, Topology):
-        raise PictureError(f"expected a Topology, got {type(topology).__name__}")
-    if max_columns is not None and (isinstance(max_columns, bool) or not isinstance(max_columns, int)
-                                    or max_columns < 1):
-        raise PictureError(f"max_columns must be a positive integer, got {max_columns!r}")
-    threads = _threads(topology, cpusets, roles)
+
+def _numa_tooltip(node: NumaNode) -> str:
+    return f"NUMANode P#{node.os_index} L#{node.logical_index}, cpus {format_list(node.cpuset)}"
+
+
+def _threads_on_pus(threads: Sequence[_Thread]) -> dict[int, list[_Thread]]:
+    """OS index -> the threads whose set contains that PU, in thread order."""
     on_pu: dict[int, list[_Thread]] = {}
     for t in threads:
         for c in sorted(t.cpus):
             on_pu.setdefault(c, []).append(t)
+    return on_pu
 
-    # -- PU size: wide enough for "P#<largest>" and the longest thread text (capped)
-    max_os = max(p.os_index for p in topology.pus)
-    texts = {o: _abbreviate([(t.prefix, t.rank) for t in ts], _THREAD_CHARS_MAX) for o, ts in on_pu.items()}
-    longest = max((len(s) for s in texts.values()), default=1)
-    pu_w = max(34, _text_w(f"P#{max_os}", _PU_NAME) + 8, _text_w("0" * longest, _PU_THREADS) + 10)
 
-    numa_by_index = {n.logical_index: n for n in topology.numa_nodes}
-    allowed = topology.allowed
-
-    def pu_node(os_index: int) -> _Node:
-        pu = topology.pu(os_index)
-        ok = os_index in allowed
-        ts = on_pu.get(os_index, [])
-        fill, stroke = _PU if ok else _PU_OFF
-        tip = [f"PU P#{os_index} L#{pu.logical_index}, core P#{topology.cores[pu.core].os_index} "
-               f"L#{pu.core}, package P#{topology.packages[pu.package].os_index}"]
-        if pu.numa is not None:
-            tip.append(f", NUMANode P#{numa_by_index[pu.numa].os_index}")
-        if not ok:
-            tip.append("; not allowed to this process")
-        if ts:
-            tip.append("; threads " + ", ".join(
-                f"{t.name}" + (f" (floats over {format_list(t.cpus)})" if t.floating else " (alone)")
-                for t in ts))
+def _thread_fills(area: Rect, ts: Sequence[_Thread]) -> list[Fill]:
+    """The colours of the threads on one PU: one stripe each across ``area`` (solid
+    when bound to the PU alone, a dashed tint when floating), or one neutral fill
+    for more than :data:`_STRIPES_MAX` threads."""
+    if len(ts) > _STRIPES_MAX:
+        return [Fill(area, _MANY, "#6f7f99", False)]
+    out = []
+    k = len(ts)
+    for j, t in enumerate(ts):
+        x0 = area.x + round(j * area.w / k)
+        x1 = area.x + round((j + 1) * area.w / k)
+        if t.floating:
+            out.append(Fill(Rect(x0, area.y, x1 - x0, area.h), _tint(t.color), _shade(t.color), True))
         else:
-            tip.append("; no thread")
-        attrs = (("data-allowed", "true" if ok else "false"),
-                 ("data-logical-index", str(pu.logical_index)),
-                 ("data-os-index", str(os_index)),
-                 ("data-thread-names", ",".join(t.name for t in ts)),
-                 ("data-threads", ",".join(str(t.number) for t in ts)))
-        node = _Node("pu", f"pu-{os_index}", pu_w, _PU_H, fill, stroke, dashed=not ok,
-                     tooltip="".join(tip), attrs=attrs)
-        node.labels.append(Label(pu_w // 2, 12, f"P#{os_index}", _PU_NAME,
-                                 _INK if ok else "#ffffff", "middle", False, "pu"))
-        area = Rect(2, 15, pu_w - 4, _PU_H - 17)
-        if ts:
-            if len(ts) > _STRIPES_MAX:
-                node.fills.append(Fill(area, _MANY, "#6f7f99", False))
-            else:
-                k = len(ts)
-                for j, t in enumerate(ts):
-                    x0 = area.x + round(j * area.w / k)
-                    x1 = area.x + round((j + 1) * area.w / k)
-                    if t.floating:
-                        node.fills.append(Fill(Rect(x0, area.y, x1 - x0, area.h), _tint(t.color),
-                                               _shade(t.color), True))
-                    else:
-                        node.fills.append(Fill(Rect(x0, area.y, x1 - x0, area.h), t.color))
-            node.labels.append(Label(pu_w // 2, area.y + area.h // 2 + 4, texts[os_index],
-                                     _PU_THREADS, _INK, "middle", True, "threads"))
-        node.pu = dict(os_index=os_index, logical_index=pu.logical_index, core=pu.core,
-                       package=pu.package, allowed=ok, threads=tuple(t.number for t in ts),
-                       names=tuple(t.name for t in ts), floating=tuple(t.floating for t in ts),
-                       text=texts.get(os_index, ""))
-        return node
+            out.append(Fill(Rect(x0, area.y, x1 - x0, area.h), t.color))
+    return out
 
-    # -- cores: PUs in a row (up to 3) or a near-square grid; every core the same size
-    per_core = max(len(c.cpuset) for c in topology.cores)
-    pu_cols = per_core if per_core <= 3 else math.ceil(math.sqrt(per_core))
-    pu_rows = math.ceil(per_core / pu_cols)
-    grid_w = pu_cols * pu_w + (pu_cols - 1) * _S_CORE.gap
-    grid_h = pu_rows * _PU_H + (pu_rows - 1) * _S_CORE.gap
-    longest_core = max(len(f"Core P#{c.os_index}") for c in topology.cores)
-    core_w = max(grid_w, _text_w("x" * longest_core, _S_CORE.size)) + 2 * _S_CORE.pad
-    core_h = _S_CORE.band + grid_h + _S_CORE.pad
 
-    def core_node(core: Core) -> _Node:
-        order = sorted(core.cpuset, key=lambda o: topology.pu(o).thread)
-        name = f"Core P#{core.os_index}"
-        extra = f" [{core.kind}]" if core.kind else ""
-        node = _Node("core", f"core-{core.logical_index}", core_w, core_h, *_CORE,
-                     tooltip=f"{name} L#{core.logical_index}{extra}, cpus {format_list(core.cpuset)}",
-                     attrs=(("data-logical-index", str(core.logical_index)),
-                            ("data-os-index", str(core.os_index))))
-        node.labels.append(Label(_S_CORE.pad, _S_CORE.band - 4, _fit(name, core_w - 2 * _S_CORE.pad,
-                                                                       _S_CORE.size),
-                                 _S_CORE.size, _INK, "start", False, "name"))
-        for j, o in enumerate(order):
-            r, c = divmod(j, pu_cols)
-            node.children.append((_S_CORE.pad + c * (pu_w + _S_CORE.gap),
-                                  _S_CORE.band + r * (_PU_H + _S_CORE.gap), pu_node(o)))
-        return node
+def _memory_node(node: NumaNode) -> _Node:
+    """The small box of a NUMA node without PUs (memory only)."""
+    label = f"NUMANode P#{node.os_index}"
+    w = max(_text_w(label, 10), _text_w("memory only", 9)) + 12
+    m = _Node("memory", f"numa-{node.logical_index}", w, 38, *_MEMORY,
+              tooltip=f"{label} L#{node.logical_index}, memory only (no PU)",
+              attrs=_index_attrs(node.logical_index, node.os_index))
+    m.labels.append(Label(6, 15, label, 10, _INK, "start", False, "name"))
+    m.labels.append(Label(6, 30, "memory only", 9, _MUTED, "start", False, "name"))
+    return m
 
-    # -- where each core's NUMA node is drawn
+
+@dataclass(frozen=True, slots=True)
+class _NumaPlan:
+    """Where each NUMA node is drawn."""
+
+    #: package -> its cores grouped by NUMA node (``None``: no node), in core order
+    groups: dict[int, list[tuple[int | None, list[Core]]]]
+    enclosing: dict[int, tuple[int, ...]]   # node -> the whole packages it covers (drawn around them)
+    split: set[int]                          # nodes drawn in parts, one per package
+    unowned: list[NumaNode]                  # nodes holding PUs but drawn nowhere: named on a box
+
+
+def _numa_plan(topology: Topology) -> _NumaPlan:
+    """Decide where each NUMA node goes: inside a package, around whole packages,
+    in parts (one per package it touches), or only named (an outer node over inner ones)."""
     pkg_cores: dict[int, list[Core]] = {p.logical_index: [] for p in topology.packages}
     for c in topology.cores:
         pkg_cores[c.package].append(c)
     node_of_core = {c.logical_index: topology.pu(min(c.cpuset)).numa for c in topology.cores}
     owners = {n for n in node_of_core.values() if n is not None}
-    enclosing: dict[int, tuple[int, ...]] = {}   # node -> the whole packages it covers
-    split: set[int] = set()                      # nodes drawn in parts, one per package
+    enclosing: dict[int, tuple[int, ...]] = {}
+    split: set[int] = set()
     for li in sorted(owners):
         n = topology.numa_nodes[li]
         pk = tuple(p.logical_index for p in topology.packages if p.cpuset & n.cpuset)
@@ -588,114 +693,209 @@ def layout(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *
             enclosing[li] = pk
         else:
             split.add(li)
-    # nodes that hold PUs but are drawn nowhere (an outer node over inner ones): named on a box
     unowned = [n for n in topology.numa_nodes if n.cpuset and n.logical_index not in owners]
-
     groups: dict[int, list[tuple[int | None, list[Core]]]] = {}
     for p, cores in pkg_cores.items():
         by_node: dict[int | None, list[Core]] = {}
         for c in cores:
             by_node.setdefault(node_of_core[c.logical_index], []).append(c)
         groups[p] = list(by_node.items())
-    biggest = max((len(cs) for gs in groups.values() for _, cs in gs), default=1)
-    core_gap = _S_CORE.gap + 3
+    return _NumaPlan(groups, enclosing, split, unowned)
 
-    def build(cols: int, make_core: Any) -> _Node:
-        """The machine's box tree with ``cols`` cores per row; ``make_core`` draws a core."""
-        row_w = cols * core_w + (cols - 1) * core_gap
+
+class _Builder:
+    """The box tree of one machine with its threads (relative coordinates).
+
+    The sizes every PU and core box share, the threads on each PU and where the
+    NUMA nodes go are computed once; :meth:`machine` then builds the tree for a
+    number of cores per row (a dry run with empty cores helps choose that number).
+    """
+
+    def __init__(self, topology: Topology, threads: Sequence[_Thread]):
+        self.topo = topology
+        self.on_pu = _threads_on_pus(threads)
+        # -- PU size: wide enough for "P#<largest>" and the longest thread text (capped)
+        max_os = max(p.os_index for p in topology.pus)
+        self.texts = {o: _abbreviate([(t.prefix, t.rank) for t in ts], _THREAD_CHARS_MAX)
+                      for o, ts in self.on_pu.items()}
+        longest = max((len(s) for s in self.texts.values()), default=1)
+        self.pu_w = max(34, _text_w(f"P#{max_os}", _PU_NAME) + 8, _text_w("0" * longest, _PU_THREADS) + 10)
+        self.numa_by_index = {n.logical_index: n for n in topology.numa_nodes}
+        # -- cores: PUs in a row (up to 3) or a near-square grid; every core the same size
+        per_core = max(len(c.cpuset) for c in topology.cores)
+        self.pu_cols = per_core if per_core <= 3 else math.ceil(math.sqrt(per_core))
+        pu_rows = math.ceil(per_core / self.pu_cols)
+        grid_w = self.pu_cols * self.pu_w + (self.pu_cols - 1) * _S_CORE.gap
+        grid_h = pu_rows * _PU_H + (pu_rows - 1) * _S_CORE.gap
+        longest_core = max(len(f"Core P#{c.os_index}") for c in topology.cores)
+        self.core_w = max(grid_w, _text_w("x" * longest_core, _S_CORE.size)) + 2 * _S_CORE.pad
+        self.core_h = _S_CORE.band + grid_h + _S_CORE.pad
+        self.core_gap = _S_CORE.gap + 3
+        self.numa = _numa_plan(topology)
+        self.biggest = max((len(cs) for gs in self.numa.groups.values() for _, cs in gs), default=1)
+
+    def _pu_tooltip(self, os_index: int, ok: bool, ts: Sequence[_Thread]) -> str:
+        topo = self.topo
+        pu = topo.pu(os_index)
+        tip = [f"PU P#{os_index} L#{pu.logical_index}, core P#{topo.cores[pu.core].os_index} "
+               f"L#{pu.core}, package P#{topo.packages[pu.package].os_index}"]
+        if pu.numa is not None:
+            tip.append(f", NUMANode P#{self.numa_by_index[pu.numa].os_index}")
+        if not ok:
+            tip.append("; not allowed to this process")
+        if ts:
+            tip.append("; threads " + ", ".join(
+                f"{t.name}" + (f" (floats over {format_list(t.cpus)})" if t.floating else " (alone)")
+                for t in ts))
+        else:
+            tip.append("; no thread")
+        return "".join(tip)
+
+    def pu_node(self, os_index: int) -> _Node:
+        """The box of one PU: its ``P#`` and the threads that may run on it."""
+        pu = self.topo.pu(os_index)
+        ok = os_index in self.topo.allowed
+        ts = self.on_pu.get(os_index, [])
+        fill, stroke = _PU if ok else _PU_OFF
+        w = self.pu_w
+        attrs = (("data-allowed", "true" if ok else "false"),
+                 ("data-logical-index", str(pu.logical_index)),
+                 ("data-os-index", str(os_index)),
+                 ("data-thread-names", ",".join(t.name for t in ts)),
+                 ("data-threads", ",".join(str(t.number) for t in ts)))
+        node = _Node("pu", f"pu-{os_index}", w, _PU_H, fill, stroke, dashed=not ok,
+                     tooltip=self._pu_tooltip(os_index, ok, ts), attrs=attrs)
+        node.labels.append(Label(w // 2, 12, f"P#{os_index}", _PU_NAME,
+                                 _INK if ok else "#ffffff", "middle", False, "pu"))
+        area = Rect(2, 15, w - 4, _PU_H - 17)
+        if ts:
+            node.fills.extend(_thread_fills(area, ts))
+            node.labels.append(Label(w // 2, area.y + area.h // 2 + 4, self.texts[os_index],
+                                     _PU_THREADS, _INK, "middle", True, "threads"))
+        node.pu = dict(os_index=os_index, logical_index=pu.logical_index, core=pu.core,
+                       package=pu.package, allowed=ok, threads=tuple(t.number for t in ts),
+                       names=tuple(t.name for t in ts), floating=tuple(t.floating for t in ts),
+                       text=self.texts.get(os_index, ""))
+        return node
+
+    def core_node(self, core: Core) -> _Node:
+        """The box of one core with its PUs (by thread rank) in a grid."""
+        order = sorted(core.cpuset, key=lambda o: self.topo.pu(o).thread)
+        name = f"Core P#{core.os_index}"
+        extra = f" [{core.kind}]" if core.kind else ""
+        node = _Node("core", f"core-{core.logical_index}", self.core_w, self.core_h, *_CORE,
+                     tooltip=f"{name} L#{core.logical_index}{extra}, cpus {format_list(core.cpuset)}",
+                     attrs=_index_attrs(core.logical_index, core.os_index))
+        node.labels.append(Label(_S_CORE.pad, _S_CORE.band - 4,
+                                 _fit(name, self.core_w - 2 * _S_CORE.pad, _S_CORE.size),
+                                 _S_CORE.size, _INK, "start", False, "name"))
+        for j, o in enumerate(order):
+            r, c = divmod(j, self.pu_cols)
+            node.children.append((_S_CORE.pad + c * (self.pu_w + _S_CORE.gap),
+                                  _S_CORE.band + r * (_PU_H + _S_CORE.gap), self.pu_node(o)))
+        return node
+
+    def empty_core(self, core: Core) -> _Node:
+        """A core box of the right size with nothing in it (for dry runs)."""
+        return _Node("core", "", self.core_w, self.core_h, "", "")
+
+    def _numa_in_package(self, n: int, cnodes: list[_Node], row_w: int, parts: dict[int, int]) -> _Node:
+        """The box of NUMA node ``n`` (or of its next part, if split) inside a package."""
+        node = self.topo.numa_nodes[n]
+        if n in self.numa.split:
+            part = parts.get(n, 0)
+            parts[n] = part + 1
+            key, label = f"numa-{n}.{part}", f"NUMANode P#{node.os_index} (part)"
+        else:
+            key, label = f"numa-{n}", f"NUMANode P#{node.os_index}"
+        return _container("numa", key, _S_NUMA, _NUMA, label, cnodes, row_w, tooltip=_numa_tooltip(node),
+                          attrs=_index_attrs(n, node.os_index), gap=self.core_gap)
+
+    def _package(self, p: int, make_core: Any, row_w: int, parts: dict[int, int]) -> _Node:
+        """The box of package ``p``: its NUMA nodes, or its cores directly."""
+        pkg = self.topo.packages[p]
+        kids: list[_Node] = []
+        for n, cores in self.numa.groups[p]:
+            cnodes = [make_core(c) for c in cores]
+            if n is None or n in self.numa.enclosing:
+                kids.extend(cnodes)
+            else:
+                kids.append(self._numa_in_package(n, cnodes, row_w, parts))
+        name = f"Package P#{pkg.os_index}"
+        inner = [n for n in self.numa.unowned if n.cpuset <= pkg.cpuset]
+        if inner:
+            name += "  " + ", ".join(f"NUMANode P#{n.os_index}" for n in inner)
+        # cores directly in the package wrap at the width of a row of cores (and
+        # NUMA boxes beside them go below); NUMA boxes alone sit side by side
+        # while the package stays within the width budget
+        budget = max(row_w, _MAX_CONTENT_W - 2 * (_S_MACHINE.pad + _S_PACKAGE.pad))
+        gap = None
+        if any(k.kind == "core" for k in kids):
+            budget, gap = row_w, self.core_gap
+        return _container("package", f"package-{p}", _S_PACKAGE, _PACKAGE, name, kids, budget, gap=gap,
+                          tooltip=f"Package P#{pkg.os_index} L#{p}, cpus {format_list(pkg.cpuset)}",
+                          attrs=_index_attrs(p, pkg.os_index))
+
+    def _top_level(self, make_core: Any, row_w: int) -> list[_Node]:
+        """The boxes directly in the machine: packages (or NUMA nodes around whole
+        packages) in package order, then the memory-only NUMA nodes."""
         parts: dict[int, int] = {}  # split node -> parts drawn so far
-
-        def package_node(p: int) -> _Node:
-            pkg = topology.packages[p]
-            kids: list[_Node] = []
-            for n, cores in groups[p]:
-                cnodes = [make_core(c) for c in cores]
-                if n is None or n in enclosing:
-                    kids.extend(cnodes)
-                    continue
-                node = topology.numa_nodes[n]
-                if n in split:
-                    part = parts.get(n, 0)
-                    parts[n] = part + 1
-                    key, label = f"numa-{n}.{part}", f"NUMANode P#{node.os_index} (part)"
-                else:
-                    key, label = f"numa-{n}", f"NUMANode P#{node.os_index}"
-                tip = f"NUMANode P#{node.os_index} L#{n}, cpus {format_list(node.cpuset)}"
-                kids.append(_container("numa", key, _S_NUMA, _NUMA, label, cnodes, row_w, tooltip=tip,
-                                       attrs=(("data-logical-index", str(n)),
-                                              ("data-os-index", str(node.os_index))),
-                                       gap=core_gap))
-            name = f"Package P#{pkg.os_index}"
-            inner = [n for n in unowned if n.cpuset <= pkg.cpuset]
-            if inner:
-                name += "  " + ", ".join(f"NUMANode P#{n.os_index}" for n in inner)
-            # cores directly in the package wrap at the width of a row of cores (and
-            # NUMA boxes beside them go below); NUMA boxes alone sit side by side
-            # while the package stays within the width budget
-            budget = max(row_w, _MAX_CONTENT_W - 2 * (_S_MACHINE.pad + _S_PACKAGE.pad))
-            gap = None
-            if any(k.kind == "core" for k in kids):
-                budget, gap = row_w, core_gap
-            return _container("package", f"package-{p}", _S_PACKAGE, _PACKAGE, name, kids, budget, gap=gap,
-                              tooltip=f"Package P#{pkg.os_index} L#{p}, cpus {format_list(pkg.cpuset)}",
-                              attrs=(("data-logical-index", str(p)),
-                                     ("data-os-index", str(pkg.os_index))))
-
         top: list[_Node] = []
         done: set[int] = set()
-        for pkg in topology.packages:
+        for pkg in self.topo.packages:
             p = pkg.logical_index
             if p in done:
                 continue
-            n = next((li for li, pk in enclosing.items() if p in pk), None)
+            n = next((li for li, pk in self.numa.enclosing.items() if p in pk), None)
             if n is None:
-                top.append(package_node(p))
+                top.append(self._package(p, make_core, row_w, parts))
                 done.add(p)
                 continue
-            pk = enclosing[n]
+            pk = self.numa.enclosing[n]
             done.update(pk)
-            node = topology.numa_nodes[n]
-            pnodes = [package_node(q) for q in pk]
+            node = self.topo.numa_nodes[n]
+            pnodes = [self._package(q, make_core, row_w, parts) for q in pk]
             top.append(_container(
                 "numa", f"numa-{n}", _S_NUMA, _NUMA, f"NUMANode P#{node.os_index}", pnodes,
                 _MAX_CONTENT_W - 2 * _S_NUMA.pad,
-                tooltip=f"NUMANode P#{node.os_index} L#{n}, cpus {format_list(node.cpuset)} "
-                        f"(spans {len(pk)} packages)",
-                attrs=(("data-logical-index", str(n)), ("data-os-index", str(node.os_index)))))
-        for node in topology.numa_nodes:
-            if not node.cpuset:
-                label = f"NUMANode P#{node.os_index}"
-                w = max(_text_w(label, 10), _text_w("memory only", 9)) + 12
-                m = _Node("memory", f"numa-{node.logical_index}", w, 38, *_MEMORY,
-                          tooltip=f"{label} L#{node.logical_index}, memory only (no PU)",
-                          attrs=(("data-logical-index", str(node.logical_index)),
-                                 ("data-os-index", str(node.os_index))))
-                m.labels.append(Label(6, 15, label, 10, _INK, "start", False, "name"))
-                m.labels.append(Label(6, 30, "memory only", 9, _MUTED, "start", False, "name"))
-                top.append(m)
-        machine_name = "Machine" + (f" ({topology.source})" if topology.source else "")
-        spread = [n for n in unowned if not any(n.cpuset <= p.cpuset for p in topology.packages)]
+                tooltip=f"{_numa_tooltip(node)} (spans {len(pk)} packages)",
+                attrs=_index_attrs(n, node.os_index)))
+        top.extend(_memory_node(node) for node in self.topo.numa_nodes if not node.cpuset)
+        return top
+
+    def machine(self, cols: int, make_core: Any = None) -> _Node:
+        """The machine's box tree with ``cols`` cores per row; ``make_core`` draws a
+        core (default :meth:`core_node`)."""
+        row_w = cols * self.core_w + (cols - 1) * self.core_gap
+        top = self._top_level(make_core or self.core_node, row_w)
+        topo = self.topo
+        machine_name = "Machine" + (f" ({topo.source})" if topo.source else "")
+        spread = [n for n in self.numa.unowned if not any(n.cpuset <= p.cpuset for p in topo.packages)]
         if spread:
             machine_name += "  " + ", ".join(f"NUMANode P#{n.os_index}" for n in spread)
         return _container("machine", "machine", _S_MACHINE, _MACHINE, machine_name, top,
                           max(_MAX_CONTENT_W, max(k.w for k in top)),
-                          tooltip=f"Machine: {topology.describe()}")
+                          tooltip=f"Machine: {topo.describe()}")
 
-    if max_columns is not None:
-        cols = max_columns
-    elif biggest <= 8:
-        cols = biggest  # small machines: a package's cores in one row, as in Intel's figures
-    else:
+    def columns(self, max_columns: int | None) -> int:
+        """How many cores go in a row: ``max_columns`` when given, else chosen."""
+        if max_columns is not None:
+            return max_columns
+        if self.biggest <= 8:
+            return self.biggest  # small machines: a package's cores in one row, as in Intel's figures
+
         # try each width on a dry run with empty cores; keep the one whose machine box
         # is closest to 16:10 within the width budget, preferring full rows
         def score(c: int) -> tuple[bool, float]:
-            m = build(c, lambda core: _Node("core", "", core_w, core_h, "", ""))
-            ragged = 0.15 if biggest % c else 0.0
+            m = self.machine(c, self.empty_core)
+            ragged = 0.15 if self.biggest % c else 0.0
             return (m.w > _MAX_CONTENT_W + 40, abs(math.log(m.w / m.h / 1.6)) + ragged)
-        cols = min(range(2, biggest + 1), key=score)
-    machine = build(cols, core_node)
+        return min(range(2, self.biggest + 1), key=score)
 
-    # -- canvas: title, machine, legend
+
+def _canvas(topology: Topology, threads: Sequence[_Thread], on_pu: Mapping[int, Sequence[_Thread]],
+            machine: _Node, title: str | None) -> Layout:
+    """Place the title, the machine and the legend on the canvas (absolute coordinates)."""
     margin = 10
     legend_nodes = _legend(topology, threads, on_pu)
     canvas_w = max([machine.w, 360] + [k.w + 12 for k in legend_nodes]) + 2 * margin
@@ -718,6 +918,51 @@ def layout(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *
     pus.sort(key=lambda b: b.logical_index)
     return Layout(canvas_w, height, head, _description(topology, threads, head),
                   (title_label,), machine_box, legend_box, tuple(pus))
+
+
+def layout(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *,
+           title: str | None = None, roles: Sequence[str] | None = None,
+           max_columns: int | None = None) -> Layout:
+    """Compute the picture of ``topology`` with ``cpusets`` as plain data.
+
+    :func:`render_svg` and :func:`render_png` draw it.
+
+    Parameters
+    ----------
+    topology : Topology
+        The machine to draw.
+    cpusets : sequence of iterable of int, optional
+        Thread ``i`` -> its OS proc set; ``None`` draws the machine alone.
+    title : str, optional
+        The title line (default: the number of threads and the machine's description).
+    roles : sequence of str, optional
+        One per thread: ``"tf-intra"``, ``"tf-inter"``, ``"tf-other"``, ``"openmp"``,
+        ``"main"``, ``"other"``; colours threads by role and names them ``i0``,
+        ``e1``, ... (numbered within their role) instead of by thread number.
+    max_columns : int, optional
+        How many cores go in a row inside a NUMA node or package (default: chosen
+        from the machine's size).
+
+    Returns
+    -------
+    Layout
+        The canvas size, title, box tree, legend and every PU's :class:`PUBox`.
+
+    Raises
+    ------
+    PictureError
+        ``topology`` is not a :class:`Topology`, a set names an unknown PU, a set
+        is empty, a role is bad, or ``max_columns`` is not a positive integer.
+    """
+    if not isinstance(topology, Topology):
+        raise PictureError(f"expected a Topology, got {type(topology).__name__}")
+    if max_columns is not None and (isinstance(max_columns, bool) or not isinstance(max_columns, int)
+                                    or max_columns < 1):
+        raise PictureError(f"max_columns must be a positive integer, got {max_columns!r}")
+    threads = _threads(topology, cpusets, roles)
+    builder = _Builder(topology, threads)
+    machine = builder.machine(builder.columns(max_columns))
+    return _canvas(topology, threads, builder.on_pu, machine, title)
 
 
 def _legend(topo: Topology, threads: Sequence[_Thread], on_pu: Mapping[int, Sequence[_Thread]]) -> list[_Node]:
@@ -860,11 +1105,26 @@ def _svg(lay: Layout) -> str:
 def render_svg(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *,
                title: str | None = None, roles: Sequence[str] | None = None,
                max_columns: int | None = None) -> str:
-    """The picture as an SVG document (a string).  Arguments as for :func:`layout`.
+    """The picture as an SVG document.
 
     Every box is a ``<g>`` with ``id`` (its :attr:`Box.key`), ``class`` (its kind),
     a ``<title>`` tooltip and ``data-*`` facts (a PU's ``data-os-index``,
     ``data-threads``, ``data-allowed``, ...); all text is ``<text>``.
+
+    Parameters
+    ----------
+    topology, cpusets, title, roles, max_columns
+        As for :func:`layout`.
+
+    Returns
+    -------
+    str
+        The SVG document.
+
+    Raises
+    ------
+    PictureError
+        As for :func:`layout`.
     """
     return _svg(layout(topology, cpusets, title=title, roles=roles, max_columns=max_columns))
 
@@ -957,10 +1217,28 @@ def _png(lay: Layout, scale: int) -> bytes:
 def render_png(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *,
                title: str | None = None, roles: Sequence[str] | None = None,
                max_columns: int | None = None, scale: int = 1) -> bytes:
-    """The picture as PNG bytes, drawn with Pillow from the same :func:`layout` as
-    the SVG; ``scale`` (a positive integer) multiplies every dimension (2 for
-    sharp images on high-density screens).  Raises :class:`PictureUnavailableError`
-    without Pillow."""
+    """The picture as PNG bytes, drawn with Pillow from the same :func:`layout` as the SVG.
+
+    Parameters
+    ----------
+    topology, cpusets, title, roles, max_columns
+        As for :func:`layout`.
+    scale : int
+        A positive integer that multiplies every dimension (2 for sharp images
+        on high-density screens).
+
+    Returns
+    -------
+    bytes
+        The PNG file's content.
+
+    Raises
+    ------
+    PictureError
+        A bad ``scale``, or as for :func:`layout`.
+    PictureUnavailableError
+        Pillow is not installed.
+    """
     if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
         raise PictureError(f"scale must be a positive integer, got {scale!r}")
     lay = layout(topology, cpusets, title=title, roles=roles, max_columns=max_columns)
@@ -972,10 +1250,27 @@ _WRITERS = {".svg": "svg", ".png": "png"}
 
 def save(path: str | os.PathLike[str], topology: Topology,
          cpusets: Sequence[Iterable[int]] | None = None, **kw: Any) -> None:
-    """Write the picture to ``path``: SVG or PNG chosen by the extension
-    (``.svg``, ``.png``, any case).  ``kw`` as for :func:`render_svg` /
-    :func:`render_png`.  Raises :class:`PictureError` (a ``ValueError``) for any
-    other extension, before anything is written."""
+    """Write the picture to ``path``: SVG or PNG chosen by the extension.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write; its extension (``.svg``, ``.png``, any case) picks the format.
+    topology, cpusets
+        As for :func:`layout`.
+    **kw
+        As for :func:`render_svg` / :func:`render_png` (``scale`` for PNG only).
+
+    Raises
+    ------
+    PictureError
+        Any other extension, or ``scale`` for an SVG file (before anything is
+        written), or as for :func:`render_svg` / :func:`render_png`.
+    PictureUnavailableError
+        A PNG file without Pillow.
+    OSError
+        The file cannot be written.
+    """
     p = os.fspath(path)
     ext = os.path.splitext(p)[1].lower()
     kind = _WRITERS.get(ext)
