@@ -8,12 +8,17 @@ naturally catch: a bad spec string is a ``ValueError``, a failed system call an
 
 from __future__ import annotations
 
+import errno as _errno
 import os as _os
 
 __all__ = [
+    "AccessDenied",
     "AffinityError",
     "AffinityWarning",
     "BindError",
+    "ForeignTopologyError",
+    "MaskNarrowedError",
+    "NoSuchThread",
     "NativeUnavailableError",
     "PlanError",
     "SpecError",
@@ -66,16 +71,24 @@ class TopologyError(AffinityError, ValueError):
 
 
 class BindError(AffinityError, OSError):
-    """A binding system call failed (EPERM, EINVAL, ESRCH, ...).
+    """A system call that binds or reads a binding failed.
 
-    Carries ``errno``, ``call`` (the C function that failed) and ``argument``
-    (what it was called with).
+    Attributes
+    ----------
+    errno : int
+        The C ``errno``; the subclasses below name the common ones, so callers
+        catch a class rather than compare numbers.
+    call : str
+        The C function that failed (``hwloc_linux_set_tid_cpubind``, ``set_mempolicy``...).
+    argument : object
+        What it was called with (``tid=..., cpus={...}``).
     """
 
-    def __init__(self, err: int, call: str, argument: object = None, detail: str | None = None):
+    def __init__(self, err: int, call: str, argument: object = None, detail: str | None = None,
+                 *, message: str | None = None):
         self.call = call
         self.argument = argument
-        msg = f"{call}({argument if argument is not None else ''}) failed: {_os.strerror(err)}"
+        msg = message or f"{call}({argument if argument is not None else ''}) failed: {_os.strerror(err)}"
         if detail:
             msg += f" ({detail})"
         super().__init__(err, msg)
@@ -86,13 +99,39 @@ class BindError(AffinityError, OSError):
         return f"[Errno {self.errno}] {self._msg}"
 
 
-class UnsupportedError(AffinityError, NotImplementedError):
-    """The operation is not supported on this platform or kernel (ENOSYS, EXDEV)."""
+class NoSuchThread(BindError, ProcessLookupError):
+    """The thread or process is gone (``ESRCH``): it exited before or during the call."""
 
-    def __init__(self, message: str, call: str | None = None, err: int | None = None):
-        self.call = call
-        self.errno = err
-        super().__init__(message)
+
+class AccessDenied(BindError, PermissionError):
+    """The kernel refused (``EPERM``/``EACCES``): another user's process, or a memory
+    policy in a container without ``CAP_SYS_NICE``."""
+
+
+class MaskNarrowedError(BindError):
+    """The kernel applied less than was asked (``EXDEV``, with ``strict=True``): CPUs
+    outside the process's cpuset are dropped silently, a policy read back differs."""
+
+
+class UnsupportedError(BindError, NotImplementedError):
+    """This platform or kernel cannot do it: ``ENOSYS``, or hwloc's ``EXDEV`` (the
+    binding cannot be enforced here)."""
+
+    def __init__(self, message: str, call: str | None = None, err: int = _errno.ENOSYS,
+                 argument: object = None):
+        super().__init__(err, call or "?", argument, message=message)
+
+
+class ForeignTopologyError(UnsupportedError):
+    """Binding through a topology that does not describe this machine (XML,
+    synthetic, cpuinfo): hwloc would accept the call and bind nothing."""
+
+    def __init__(self, message: str, call: str | None = None):
+        super().__init__(message, call, _errno.EXDEV)
+
+
+#: errno -> the class that names it (everything else is a plain :class:`BindError`)
+ERRNO_CLASSES = {_errno.ESRCH: NoSuchThread, _errno.EPERM: AccessDenied, _errno.EACCES: AccessDenied}
 
 
 class NativeUnavailableError(AffinityError, ImportError):

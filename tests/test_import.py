@@ -35,6 +35,9 @@ def test_lazy_attributes():
     assert issubclass(affinity.SpecError, ValueError)
     assert issubclass(affinity.BindError, OSError)
     assert issubclass(affinity.UnsupportedError, NotImplementedError)
+    assert issubclass(affinity.UnsupportedError, OSError)  # it carries an errno
+    assert issubclass(affinity.NoSuchThread, ProcessLookupError)
+    assert issubclass(affinity.AccessDenied, PermissionError)
     try:
         affinity.no_such_thing  # noqa: B018
     except AttributeError as e:

@@ -13,7 +13,7 @@ Thin, checked wrappers over the native core:
   ``/proc/self/task`` itself inside its all-or-nothing process bind).
 
 Binding goes through this machine's hwloc topology only: passing a topology that
-is not this system (XML, synthetic, cpuinfo) raises :class:`UnsupportedError`,
+is not this system (XML, synthetic, cpuinfo) raises :class:`~affinity.errors.ForeignTopologyError`,
 since hwloc would accept the call and bind nothing.
 """
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from ..machine import _native
 from ..cpulist import format_list
-from ..errors import BindError, UnsupportedError
+from ..errors import ForeignTopologyError, MaskNarrowedError, NoSuchThread
 from ..machine.topology import Topology
 
 __all__ = [
@@ -54,10 +54,10 @@ class ThreadInfo:
 def require_system(topology: Topology | None, what: str = "binding") -> None:
     """Refuse to bind through a topology that does not describe this machine."""
     if topology is not None and not topology.is_this_system:
-        raise UnsupportedError(
+        raise ForeignTopologyError(
             f"{what} through topology {topology.source or topology.describe()!r} refused: it is not "
             f"this system (hwloc would accept the call and bind nothing); use Topology.from_system()",
-            call=what, err=errno.EXDEV)
+            call=what)
 
 
 def _cpus(cpus: Iterable[int], what: str) -> frozenset[int]:
@@ -71,10 +71,10 @@ def _cpus(cpus: Iterable[int], what: str) -> frozenset[int]:
 
 def _verify(requested: frozenset[int], got: frozenset[int], call: str, tid: int, strict: bool) -> None:
     if strict and got != requested:
-        raise UnsupportedError(
-            f"{call}(tid={tid}): asked for CPUs {{{format_list(requested)}}} but the kernel applied "
-            f"{{{format_list(got)}}} (CPUs outside this process's cpuset are dropped)",
-            call=call, err=errno.EXDEV)
+        raise MaskNarrowedError(
+            errno.EXDEV, call, f"tid={tid}, cpus={{{format_list(requested)}}}",
+            message=f"{call}(tid={tid}): asked for CPUs {{{format_list(requested)}}} but the kernel "
+                    f"applied {{{format_list(got)}}} (CPUs outside this process's cpuset are dropped)")
 
 
 def current_tid() -> int:
@@ -101,7 +101,7 @@ def set_affinity(cpus: Iterable[int], tid: int | None = None, *, topology: Topol
         Must be this system's (binding through a file's topology is refused).
     strict : bool
         The kernel drops CPUs the process may not use; ``True`` turns such a silent
-        change into :class:`UnsupportedError` (``errno.EXDEV``).
+        change into :class:`~affinity.errors.MaskNarrowedError` (``errno.EXDEV``).
 
     Returns
     -------
@@ -111,9 +111,12 @@ def set_affinity(cpus: Iterable[int], tid: int | None = None, *, topology: Topol
     Raises
     ------
     BindError
-        The system call failed (named, with its argument).
-    UnsupportedError
-        ``strict`` and the kernel applied another set, or a foreign topology.
+        The system call failed (named, with its argument); :class:`NoSuchThread`
+        when the thread is gone, :class:`AccessDenied` when the kernel refused.
+    MaskNarrowedError
+        ``strict`` and the kernel applied another set.
+    ForeignTopologyError
+        ``topology`` does not describe this machine.
     """
     require_system(topology)
     want = _cpus(cpus, "set_affinity")
@@ -129,9 +132,8 @@ def get_process_affinity() -> dict[int, frozenset[int]]:
     for tid in task_ids():
         try:
             out[tid] = _native.get_thread_cpubind(tid)
-        except BindError as e:
-            if e.errno != errno.ESRCH:
-                raise  # a thread that exited meanwhile is simply left out
+        except NoSuchThread:
+            pass  # a thread that exited meanwhile is simply left out
     return out
 
 
@@ -146,7 +148,7 @@ def set_process_affinity(cpus: Iterable[int], *, topology: Topology | None = Non
     topology : Topology, optional
         Must be this system's.
     strict : bool
-        Fail (:class:`UnsupportedError`) where the kernel applied another set.
+        Fail (:class:`~affinity.errors.MaskNarrowedError`) where the kernel applied another set.
 
     Returns
     -------
@@ -192,9 +194,8 @@ def list_threads() -> list[ThreadInfo]:
         try:
             out.append(ThreadInfo(tid, name, _native.get_thread_cpubind(tid),
                                   _native.last_cpu(tid)))
-        except (BindError, OSError) as e:
-            if getattr(e, "errno", None) not in (errno.ESRCH, errno.ENOENT):
-                raise
+        except (NoSuchThread, FileNotFoundError):
+            pass  # exited meanwhile
     return out
 
 

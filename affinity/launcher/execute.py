@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 
 from ..binding import threads
 from ..cpulist import format_list
-from ..errors import BindError, PlanError, UnsupportedError
+from ..errors import AccessDenied, BindError, MaskNarrowedError, PlanError, UnsupportedError
 from ..machine import _native
 from ..machine.topology import Topology
 from .build import Instance, Launch
@@ -91,28 +91,31 @@ def apply_instance(inst: Instance, *, membind_optional: bool = False) -> list[st
     if inst.mempolicy is not None:
         try:
             _native.set_mempolicy(inst.mempolicy, inst.mem_nodes)
-        except (BindError, UnsupportedError) as e:
-            if e.errno not in (errno.EPERM, errno.ENOSYS):
+        except (AccessDenied, UnsupportedError) as e:
+            if isinstance(e, UnsupportedError) and e.errno != errno.ENOSYS:
                 raise
             why = ("this container forbids NUMA memory policies (Docker's default seccomp profile "
-                   "allows set_mempolicy only with CAP_SYS_NICE)" if e.errno == errno.EPERM
+                   "allows set_mempolicy only with CAP_SYS_NICE)" if isinstance(e, AccessDenied)
                    else "this kernel has no NUMA memory policies")
             if membind_optional or not inst.mem_required:
                 warnings.append(f"memory policy {_mempolicy_arg(inst.mempolicy, inst.mem_nodes)} not "
                                 f"applied: {e} ({why}); running without it")
             else:
-                raise BindError(e.errno, "set_mempolicy", getattr(e, "argument", None) or
-                                _mempolicy_arg(inst.mempolicy, inst.mem_nodes),
-                                f"{why}; start the container with --cap-add SYS_NICE, or pass "
-                                f"--membind-optional to run without memory binding; nothing was "
-                                f"started") from e
+                arg = getattr(e, "argument", None) or _mempolicy_arg(inst.mempolicy, inst.mem_nodes)
+                hint = (f"{why}; start the container with --cap-add SYS_NICE, or pass "
+                        f"--membind-optional to run without memory binding; nothing was started")
+                if isinstance(e, AccessDenied):
+                    raise AccessDenied(e.errno, "set_mempolicy", arg, hint) from e
+                raise UnsupportedError(f"set_mempolicy({arg}) is not supported: {hint}", "set_mempolicy",
+                                       e.errno, arg) from e
         else:
             pol, nodes = _native.get_mempolicy()
             want_nodes = inst.mem_nodes if inst.mempolicy != "local" else frozenset()
             if pol != inst.mempolicy or (want_nodes and nodes != want_nodes):
-                raise UnsupportedError(
-                    f"set_mempolicy({_mempolicy_arg(inst.mempolicy, inst.mem_nodes)}) read back as "
-                    f"{pol}:{format_list(nodes)}", call="set_mempolicy", err=errno.EXDEV)
+                raise MaskNarrowedError(
+                    errno.EXDEV, "set_mempolicy", _mempolicy_arg(inst.mempolicy, inst.mem_nodes),
+                    message=f"set_mempolicy({_mempolicy_arg(inst.mempolicy, inst.mem_nodes)}) read "
+                            f"back as {pol}:{format_list(nodes)}")
     threads.set_affinity(inst.cpus, strict=True)
     return warnings
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..cpulist import format_list
-from ..errors import BindError, NativeUnavailableError, TopologyError, UnsupportedError
+from ..errors import ERRNO_CLASSES, BindError, NativeUnavailableError, TopologyError, UnsupportedError
 
 _lock = threading.RLock()
 _mod: Any = None
@@ -123,14 +123,17 @@ def check(rc: int, call: str, argument: object = None, *, detail: str | None = N
     raise error_for(err, call, argument, detail)
 
 
-def error_for(err: int, call: str, argument: object = None, detail: str | None = None) -> Exception:
+def error_for(err: int, call: str, argument: object = None, detail: str | None = None) -> BindError:
+    """The exception for ``call(argument)`` failing with ``err``: a class per errno
+    (:data:`affinity.errors.ERRNO_CLASSES`), :class:`UnsupportedError` for ENOSYS
+    and for hwloc's EXDEV ("cannot be enforced"), else :class:`BindError`."""
+    arg = _arg(argument)
     if err == _errno.ENOSYS:
-        return UnsupportedError(f"{call}({_arg(argument)}) is not supported on this system", call, err)
+        return UnsupportedError(f"{call}({arg}) is not supported on this system", call, err, arg)
     if err == _errno.EXDEV:
-        return UnsupportedError(
-            f"{call}({_arg(argument)}): the binding cannot be enforced"
-            + (f" ({detail})" if detail else ""), call, err)
-    return BindError(err, call, _arg(argument), detail)
+        return UnsupportedError(f"{call}({arg}): hwloc cannot enforce this binding on this system"
+                                + (f" ({detail})" if detail else ""), call, err, arg)
+    return ERRNO_CLASSES.get(err, BindError)(err, call, arg, detail)
 
 
 def _arg(a: object) -> str:

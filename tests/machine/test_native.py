@@ -14,7 +14,8 @@ import pytest
 from affinity.machine import _native
 from affinity.binding import numa, threads
 from affinity.cpulist import parse_list
-from affinity.errors import BindError, NativeUnavailableError, UnsupportedError
+from affinity.errors import (BindError, ForeignTopologyError, MaskNarrowedError, NativeUnavailableError,
+                             NoSuchThread, UnsupportedError)
 from affinity.machine.topology import Topology
 from helpers.threads import Parked, all_masks, in_thread, restore_masks
 
@@ -101,9 +102,11 @@ def test_errors_name_the_call_and_argument():
     e = ei.value
     assert isinstance(e, OSError) and e.errno == errno.EINVAL
     assert e.call == "hwloc_set_cpubind" and "cpus={100}" in str(e)
-    with pytest.raises(BindError) as ei:
+    with pytest.raises(NoSuchThread) as ei:
         threads.set_affinity({0}, tid=2**22 + 12345)  # no such thread
+    assert isinstance(ei.value, ProcessLookupError) and isinstance(ei.value, BindError)
     assert ei.value.errno == errno.ESRCH and "hwloc_linux_set_tid_cpubind" in str(ei.value)
+    assert "tid=4206649" in str(ei.value)
     with pytest.raises(ValueError, match="empty CPU set"):
         threads.set_affinity(set())
     with pytest.raises(ValueError, match="out of range"):
@@ -123,7 +126,7 @@ def test_strict_turns_a_narrowed_mask_into_an_error():
     # kernel; that needs a restricted cgroup to happen for real, so check the rule.
     threads._verify(frozenset({0}), frozenset({0}), "set_affinity", 1, strict=True)
     threads._verify(frozenset({0, 1}), frozenset({0}), "set_affinity", 1, strict=False)
-    with pytest.raises(UnsupportedError, match=r"asked for CPUs \{0-1\} but the kernel applied \{0\}") as ei:
+    with pytest.raises(MaskNarrowedError, match=r"asked for CPUs \{0-1\} but the kernel applied \{0\}") as ei:
         threads._verify(frozenset({0, 1}), frozenset({0}), "set_affinity", 1, strict=True)
     assert ei.value.errno == errno.EXDEV
 
