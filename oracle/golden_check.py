@@ -134,7 +134,7 @@ def generate(names: list[str] | None, out: str, jobs: int | None, runtimes_keys:
             "primary_runtime": rts.labels.get(keys[0], keys[0]),
             "runtimes": {k: rts.labels.get(k, k) for k in keys},
             "generator": "oracle/golden_check.py (planner branch); harness: shared/oracle",
-            "cases": [_case_record(c) for c in res],
+            "cases": [case_record(c) for c in res],
         }
         _write_json(os.path.join(out, m.name + ".json"), doc)
         bad = sum(1 for c in res if c["rc"] != 0)
@@ -144,7 +144,7 @@ def generate(names: list[str] | None, out: str, jobs: int | None, runtimes_keys:
         del mdir
 
 
-def _case_record(c: dict[str, Any]) -> dict[str, Any]:
+def case_record(c: dict[str, Any]) -> dict[str, Any]:
     keep = ("section", "spec", "env", "threads", "initial_mask", "rc", "nthreads", "num_procs", "max_threads",
             "proc_bind", "num_places", "masks", "place_nums", "places", "warnings")
     e = {k: c.get(k) for k in keep if k in c}

@@ -803,6 +803,13 @@ def _aff_integer_params(st: _AffState) -> tuple[int | None, int | None]:
 # OMP_PLACES
 # ---------------------------------------------------------------------------
 
+def _count_stride(count: int | None, stride: int | None) -> str:
+    """The ``:count[:stride]`` suffix of an ``OMP_PLACES`` interval (none without a count)."""
+    if count is None:
+        return ""
+    return f":{count}" + ("" if stride is None else f":{stride}")
+
+
 @dataclass(frozen=True)
 class SubPlace:
     """``start[:count[:stride]]`` inside ``{...}``."""
@@ -812,12 +819,7 @@ class SubPlace:
     stride: int | None = None
 
     def __str__(self) -> str:
-        s = str(self.start)
-        if self.count is not None:
-            s += f":{self.count}"
-            if self.stride is not None:
-                s += f":{self.stride}"
-        return s
+        return str(self.start) + _count_stride(self.count, self.stride)
 
 
 @dataclass(frozen=True)
@@ -839,12 +841,7 @@ class Place:
         return "{" + ",".join(str(m) for m in (self.members or ())) + "}"
 
     def __str__(self) -> str:
-        s = self.base_str()
-        if self.count is not None:
-            s += f":{self.count}"
-            if self.stride is not None:
-                s += f":{self.stride}"
-        return s
+        return self.base_str() + _count_stride(self.count, self.stride)
 
 
 @dataclass(frozen=True)

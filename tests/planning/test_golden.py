@@ -199,7 +199,7 @@ def test_live_runtime_random_machine(seed: int, tmp_path: Path) -> None:
 
     rts = _runtimes()
     from oracle.cases import build_cases
-    from oracle.golden_check import _case_record, compare_case
+    from oracle.golden_check import case_record, compare_case
     from oracle.machines import random_machine
     from oracle.runtime import run_cases
 
@@ -211,7 +211,7 @@ def test_live_runtime_random_machine(seed: int, tmp_path: Path) -> None:
                                  numa_nodes=tmp_path / "fakesys" / m.name / "node")
     failures = []
     for r in results:
-        rec = _case_record(r)
+        rec = case_record(r)
         why = compare_case(topo, rec)
         if why:
             failures.append(f"env={rec['env']} initial_mask={rec.get('initial_mask')}: {why}")
