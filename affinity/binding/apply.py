@@ -28,17 +28,19 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..cpulist import parse_list
+from ..cpulist import format_list
 from ..errors import AffinityWarning, BindError
 from ..machine import _native
 from ..machine.topology import Topology
 from ..planning.envvars import DEFAULT_BLOCKTIME, plan_environment, worker_slots
+from ..planning.memory import MemorySpec, membind_spec
 from ..planning.planner import plan as make_plan
 from ..planning.ranks import rank_topology
 from ..planning.spec import DEFAULT_SPEC
@@ -65,11 +67,16 @@ class Pin:
 
 @dataclass
 class _Snapshot:
+    """What :meth:`Binding.restore` puts back: every thread's mask, the process mask
+    (for threads created since), the calling thread's memory policy, the value of
+    every environment variable changed (``None``: was unset), OpenMP team sizes."""
+
     masks: dict[int, frozenset[int]]
     process_mask: frozenset[int]
     mempolicy: Any
-    env: dict[str, str | None]
-    omp_threads: dict[str, int]
+    env: dict[str, str | None] = field(default_factory=dict)
+    omp_threads: dict[str, int] = field(default_factory=dict)
+    omp_known: frozenset[str] = frozenset()  #: OpenMP runtimes loaded at apply()
 
 
 @dataclass
@@ -102,11 +109,12 @@ class Binding:
     openmp: list[Any] = field(default_factory=list)
     membind: Any = None
     inter: str = "union"
-    _snapshot: _Snapshot | None = None
-    _blas: Any = None
-    _session_hook: Any = None
-    _seen: set[int] = field(default_factory=set)
     active: bool = True
+    # private state, set by apply() (never passed to the constructor)
+    _snapshot: _Snapshot | None = field(default=None, init=False, repr=False, compare=False)
+    _blas: Any = field(default=None, init=False, repr=False, compare=False)
+    _hooks: list[Any] = field(default_factory=list, init=False, repr=False, compare=False)
+    _seen: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
 
     # ------------------------------------------------------------ derived
     @property
@@ -176,8 +184,9 @@ class Binding:
         snap = self._snapshot
         assert snap is not None
         errors: list[str] = []
-        if self._session_hook is not None:
-            self._session_hook.remove()
+        for hook in reversed(self._hooks):
+            hook.remove()
+        self._hooks.clear()
         for k, v in snap.env.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -199,7 +208,7 @@ class Binding:
             _threads.set_threads_affinity(dict(pairs))
         except BindError as e:  # keep going: restore what can be restored
             errors.append(str(e))
-        if self.membind is not None and snap.mempolicy is not None:
+        if snap.mempolicy is not None:
             try:
                 pol = snap.mempolicy
                 numa.set_membind(pol.nodes, "local" if pol.policy in ("default", "local") else pol.policy)
@@ -220,6 +229,25 @@ class Binding:
     def report(self) -> BindMap:
         """The bind map of this process, with what this binding requested."""
         return report(binding=self)
+
+    @property
+    def main_mask(self) -> frozenset[int]:
+        """The mask the main thread keeps (the process's at :func:`apply`), unless an
+        OpenMP team pinned it as member 0."""
+        assert self._snapshot is not None
+        return self._snapshot.process_mask
+
+    def late_openmp(self) -> list[Any]:
+        """OpenMP runtimes loaded after :func:`apply` (``import torch`` later...).
+
+        Such a runtime binds its primary thread -- the thread that loads it (libgomp,
+        at load) or starts its first region (libiomp5/libomp) -- to the first place
+        of the exported ``OMP_PLACES``/``KMP_AFFINITY``; every thread that thread
+        creates afterwards inherits that one-place mask (tensorflow#24172).  The
+        bind map says so on the rows concerned.
+        """
+        known = self._snapshot.omp_known if self._snapshot is not None else frozenset()
+        return [rt for rt in _omp.loaded_runtimes() if rt.path not in known]
 
     # ----------------------------------------------------------- helpers
     def _inter_set(self, j: int) -> frozenset[int]:
@@ -253,33 +281,6 @@ def _packages_used(plan: Any) -> list[frozenset[int]]:
     return out
 
 
-def _parse_membind(membind: Any, plan: Any) -> tuple[str, frozenset[int]] | None:
-    """``None`` | ``"auto"`` (bind to the nodes of the plan's CPUs) |
-    ``"policy[:nodes]"`` (``bind:0-1``, ``interleave:all``, ``local``) |
-    ``(policy, nodes)``."""
-    if membind is None or membind is False:
-        return None
-    topo: Topology = plan.topology
-    union = frozenset().union(*plan.cpusets)
-    plan_nodes = frozenset(n.os_index for n in topo.numa_nodes if n.cpuset & union)
-    all_nodes = frozenset(n.os_index for n in topo.numa_nodes)
-    if membind is True or membind == "auto":
-        return "bind", plan_nodes
-    if isinstance(membind, tuple):
-        pol, nodes = membind
-        return str(pol), frozenset(nodes)
-    text = str(membind)
-    pol, _, nodes_s = text.partition(":")
-    if not nodes_s:
-        return pol, (frozenset() if pol in ("local", "default") else plan_nodes)
-    if nodes_s == "all":
-        return pol, all_nodes
-    try:
-        return pol, parse_list(nodes_s)
-    except ValueError as e:
-        raise ValueError(f"membind={membind!r}: {e}") from None
-
-
 def _set_env(values: Mapping[str, str], override: bool, b: Binding, snap_env: dict[str, str | None]
              ) -> None:
     ours = registry.exported()  # values an enclosing binding exported are ours, not the user's
@@ -291,6 +292,18 @@ def _set_env(values: Mapping[str, str], override: bool, b: Binding, snap_env: di
         snap_env.setdefault(k, old)
         os.environ[k] = v
         b.env_set[k] = v
+
+
+_TF_MODES = ("auto", True, False)
+_OTHER_MODES = ("auto", True, False)
+
+
+def _check_modes(tensorflow: Any, openmp: Any, blas: Any, inter: str, env: Any) -> None:
+    for name, value, allowed in (("tensorflow", tensorflow, _TF_MODES), ("openmp", openmp, _OTHER_MODES),
+                                 ("blas", blas, _OTHER_MODES), ("inter", inter, ("union", "package")),
+                                 ("env", env, (True, False, "override"))):
+        if not any(value is a or (isinstance(a, str) and value == a) for a in allowed):
+            raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, not {value!r}")
 
 
 def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
@@ -311,9 +324,11 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
         Must describe this machine (default: :meth:`Topology.from_system`).
     tensorflow : {"auto", True, False}
         ``"auto"``: handle TensorFlow if it is imported (start its runtime with the
-        planned pool sizes if it has not started, else pin its existing pools);
-        ``True``: import it; ``False``: leave it alone (its ``TF_NUM_*`` variables
-        are still exported).
+        planned pool sizes if it has not started, else pin its existing pools), and
+        if it is imported later, while the binding is active: size its pools right
+        after the import and pin them when its runtime starts (first op);
+        ``True``: import it now; ``False``: leave it alone (its ``TF_NUM_*``
+        variables are still exported).
     openmp : {"auto", True, False}
         Size and pin the team of every OpenMP runtime already loaded.
     blas : {"auto", True, False}
@@ -337,7 +352,9 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
         (:func:`affinity.planning.ranks.rank_topology`); ``"auto"`` reads the
         MPI/Slurm/torchrun variables.
     strict : bool
-        Parse the spec strictly (:class:`SpecError`) instead of like the runtime.
+        Parse the spec strictly (:class:`SpecError`) instead of like the runtime,
+        which warns and ignores what it cannot read: each such warning of the
+        runtime is an :class:`AffinityWarning` here (a typo binds nothing).
 
     Returns
     -------
@@ -349,110 +366,199 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
     SpecError
         A malformed spec with ``strict=True``.
     PlanError
-        A plan the runtime itself would refuse.
-    BindError, UnsupportedError
-        A system call failed; everything already changed is restored first.
+        A plan the runtime itself would refuse, or ``membind`` naming NUMA nodes
+        this machine does not have.
+    BindError
+        A system call failed (its subclasses name how); everything already
+        changed is restored first: apply() is all or nothing.
+
+    Warns
+    -----
+    AffinityWarning
+        For each warning the OpenMP runtime would print for ``spec``, for a thread
+        count that oversubscribes the CPUs, and for what was applied differently
+        from the plan (``Binding.notes``).
     """
+    return _apply(spec, threads, topology, tensorflow, openmp, blas, membind, env, inter, blocktime, rank,
+                  strict)
+
+
+def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow: Any, openmp: Any,
+           blas: Any, membind: Any, env: Any, inter: str, blocktime: str | None, rank: Any,
+           strict: bool) -> Binding:
+    """:func:`apply` without its docstring: plan, snapshot, apply every step or none."""
     topo = topology if topology is not None else Topology.from_system()
     _threads.require_system(topo)
-    if inter not in ("union", "package"):
-        raise ValueError(f"inter must be 'union' or 'package', not {inter!r}")
-    main_tid = os.getpid()
-    process_mask = _native.get_thread_cpubind(main_tid)
+    _check_modes(tensorflow, openmp, blas, inter, env)
+    process_mask = _native.get_thread_cpubind(os.getpid())
     planned_on = topo.with_allowed(process_mask)
     if rank is not None:
         planned_on = rank_topology(planned_on, rank)[0]
     p = make_plan(spec, threads=threads, topology=planned_on, strict=strict)
-
-    masks_before = _threads.get_process_affinity()
-    mem_before = None
-    want_mem = _parse_membind(membind, p)
-    if want_mem is not None:
-        mem_before = numa.get_membind()
-    snap = _Snapshot(masks_before, process_mask, mem_before, {}, {})
-    b = Binding(plan=p, inter=inter, _snapshot=snap)
-    b._seen = set(masks_before)
-    for w in getattr(p, "warnings", ()):
-        b.notes.append(f"planner: {w}")
+    want_mem = membind_spec(membind, topo, p.union)
+    snap = _Snapshot(_threads.get_process_affinity(), process_mask,
+                     numa.get_membind() if want_mem is not None else None,
+                     omp_known=frozenset(rt.path for rt in _omp.loaded_runtimes()))
+    b = Binding(plan=p, inter=inter)
+    b._snapshot = snap
+    b._seen = set(snap.masks)
+    b.notes.extend(f"planner: {w}" for w in p.warnings)  # the runtime's own warnings
+    b.notes.extend(_oversubscription(p, threads))
+    env_before = dict(os.environ)
     try:
-        _apply_all(b, p, snap, tensorflow, openmp, blas, want_mem, env, blocktime)
+        _apply_steps(b, tensorflow, openmp, blas, want_mem, env, blocktime)
     except BaseException:
+        _note_env_changes(snap, env_before)
         b.restore()
         raise
+    _note_env_changes(snap, env_before)
     registry.add(b)
-    for n in b.notes:
-        if not n.startswith("planner: "):
-            warnings.warn(f"affinity: {n}", AffinityWarning, stacklevel=2)
+    for n in b.notes:  # planner notes first: what the runtime itself would print (a typo binds nothing)
+        warnings.warn(f"affinity: {n}", AffinityWarning, stacklevel=_caller_level())
     return b
 
 
-def _apply_all(b: Binding, p: Any, snap: _Snapshot, tensorflow: Any, openmp: Any, blas: Any,
-               want_mem: tuple[str, frozenset[int]] | None, env: Any, blocktime: str | None) -> None:
+def _caller_level() -> int:
+    """``stacklevel`` that points a warning at the user's line: past apply() and,
+    when it called apply(), pinned's ``__enter__``/decorator wrapper."""
+    frame, level = sys._getframe(1), 1
+    here = __file__
+    while frame is not None and frame.f_code.co_filename == here:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _oversubscription(p: Any, threads: int | None) -> list[str]:
+    cpus = len(p.union)
+    if threads is not None and threads > cpus:
+        return [f"threads={threads} on {cpus} CPU{'s' if cpus != 1 else ''} oversubscribes them "
+                f"({format_list(p.union)}): several threads share a CPU"]
+    return []
+
+
+def _note_env_changes(snap: _Snapshot, before: Mapping[str, str]) -> None:
+    """Record every variable that changed during :func:`apply` (importing
+    threadpoolctl sets ``KMP_DUPLICATE_LIB_OK``, for one) so that restore puts the
+    environment back byte for byte."""
+    for k in set(before) | set(os.environ):
+        if before.get(k) != os.environ.get(k):
+            snap.env.setdefault(k, before.get(k))
+
+
+def _apply_steps(b: Binding, tensorflow: Any, openmp: Any, blas: Any, want_mem: MemorySpec | None,
+                 env: Any, blocktime: str | None) -> None:
+    """The steps of :func:`apply`, in the order that matters."""
+    assert b._snapshot is not None
     # 1. memory first: pools created below inherit the calling thread's policy
     if want_mem is not None:
-        b.membind = numa.set_membind(want_mem[1], want_mem[0])
+        b.membind = numa.set_membind(want_mem.nodes, want_mem.policy)
     # 2. environment for children and runtimes not yet loaded
     if env:
-        _set_env(plan_environment(p, blocktime=blocktime), env == "override", b, snap.env)
-    slots = b.slots
-    masks: dict[int, frozenset[int]] = {}
-    # 3. TensorFlow
-    use_tf = tensorflow is True or (tensorflow == "auto" and _tf.imported())
-    if use_tf:
-        if tensorflow is True:
-            _tf._tf()
-        if not _tf.is_running():
-            state = _tf.start_runtime(b.intra_op_threads, b.inter_op_threads)
-        else:
-            state = _tf.find_running_pools(known=())
-            if (state.intra_size, state.inter_size) != (b.intra_op_threads, b.inter_op_threads):
-                b.notes.append(
-                    f"TensorFlow was already running: its pools keep {state.intra_size} intra-op and "
-                    f"{state.inter_size} inter-op threads (the plan wants {b.intra_op_threads} and "
-                    f"{b.inter_op_threads}); thread counts were not changed, the existing threads "
-                    f"were pinned")
-        b.tf_state = state
-        for i, tid in enumerate(state.intra):
-            cpus = slots[i % len(slots)]
-            b.pins[tid] = Pin(tid, "tf-intra", cpus, i)
-            masks[tid] = cpus
-        for j, tid in enumerate(state.inter):
-            cpus = b._inter_set(j)
-            b.pins[tid] = Pin(tid, "tf-inter", cpus, j)
-            masks[tid] = cpus
-        for tid in state.other:
-            b.pins[tid] = Pin(tid, "tf-other", b.union)
-            masks[tid] = b.union
-        b._seen.update(state.intra + state.inter + state.other)
-        hook = _tf.SessionHook(b.refresh)
-        hook.install()
-        b._session_hook = hook
-    b._pin(masks)
+        _set_env(plan_environment(b.plan, blocktime=blocktime), env == "override", b, b._snapshot.env)
+    # 3. TensorFlow: now if it is imported, else when it is (and when its runtime starts)
+    if tensorflow is True or (tensorflow == "auto" and _tf.imported()):
+        _attach_tensorflow(b, start=tensorflow is True)
+    elif tensorflow == "auto":
+        b._hooks.append(_tf.ImportWatch(lambda: _tensorflow_imported(b)))
     # 4. OpenMP runtimes already loaded: size and pin from inside a region
     if openmp is True or openmp == "auto":
-        team = list(p.cpusets)  # an OpenMP team binds thread i to the plan's set i
-        for rt in _omp.loaded_runtimes():
-            snap.omp_threads[rt.path] = rt.max_threads()
-            rt.set_num_threads(len(team))
-            members = rt.pin_team(team)
-            for i, (tid, got) in enumerate(members):
-                role = "main" if tid == os.getpid() else "openmp"
-                b.pins[tid] = Pin(tid, role if role == "main" else "openmp", got, i)
-                b._seen.add(tid)
-            b.openmp.append(rt)
-        if b.openmp and any(p_.role == "main" and len(p_.cpus) < len(b.union) for p_ in b.pins.values()):
-            b.notes.append("the main thread is OpenMP team member 0 and was pinned to slot 0, as the "
-                           "runtime would; child processes started from it inherit that mask")
+        _pin_openmp(b)
     # 5. BLAS pools (OpenBLAS, MKL, BLIS): counted and limited
     if blas is True or blas == "auto":
-        try:
-            from threadpoolctl import threadpool_info, threadpool_limits  # lazy: optional, and it loads every BLAS
-        except ImportError:
-            threadpool_info = None
-        if threadpool_info is not None and any(i.get("user_api") == "blas" for i in threadpool_info()):
-            b._blas = threadpool_limits(limits=b.intra_op_threads, user_api="blas")
+        _limit_blas(b)
     # 6. anything else that started meanwhile goes inside the plan
     b.refresh()
+
+
+def _attach_tensorflow(b: Binding, *, start: bool) -> None:
+    """TensorFlow is imported: start its runtime with the plan's pool sizes, or
+    find the pools of a runtime already running, and pin them."""
+    if start:
+        _tf._tf()
+    if not _tf.is_running():
+        state = _tf.start_runtime(b.intra_op_threads, b.inter_op_threads)
+    else:
+        state = _tf.find_running_pools(known=())
+        if (state.intra_size, state.inter_size) != (b.intra_op_threads, b.inter_op_threads):
+            b.notes.append(
+                f"TensorFlow was already running: its pools keep {state.intra_size} intra-op and "
+                f"{state.inter_size} inter-op threads (the plan wants {b.intra_op_threads} and "
+                f"{b.inter_op_threads}); thread counts were not changed, the existing threads "
+                f"were pinned")
+    _pin_tensorflow(b, state)
+
+
+def _pin_tensorflow(b: Binding, state: Any) -> None:
+    """Pin TensorFlow's pools as found in ``state``; watch its TF1 sessions."""
+    b.tf_state = state
+    slots = b.slots
+    masks: dict[int, frozenset[int]] = {}
+    for i, tid in enumerate(state.intra):
+        masks[tid] = slots[i % len(slots)]
+        b.pins[tid] = Pin(tid, "tf-intra", masks[tid], i)
+    for j, tid in enumerate(state.inter):
+        masks[tid] = b._inter_set(j)
+        b.pins[tid] = Pin(tid, "tf-inter", masks[tid], j)
+    for tid in state.other:
+        masks[tid] = b.union
+        b.pins[tid] = Pin(tid, "tf-other", b.union)
+    b._seen.update(state.intra + state.inter + state.other)
+    b._pin(masks)
+    hook = _tf.SessionHook(b.refresh)
+    hook.install()
+    b._hooks.append(hook)
+
+
+def _tensorflow_imported(b: Binding) -> None:
+    """``import tensorflow`` completed while ``b`` is active: size its pools before
+    its runtime starts, and pin them when they appear."""
+    if not b.active:
+        return
+    try:
+        if _tf.is_running():  # something started it during the import itself
+            _attach_tensorflow(b, start=False)
+            return
+        _tf.set_pool_sizes(b.intra_op_threads, b.inter_op_threads)
+        b._hooks.append(_tf.on_runtime_start(lambda state: _tensorflow_started(b, state)))
+    except Exception as e:  # noqa: BLE001 - never break the user's import
+        warnings.warn(f"affinity: TensorFlow was imported inside the binding but could not be "
+                      f"prepared ({e}); its threads are not pinned", AffinityWarning, stacklevel=2)
+
+
+def _tensorflow_started(b: Binding, state: Any) -> None:
+    if not b.active:
+        return
+    try:
+        _pin_tensorflow(b, state)
+    except Exception as e:  # noqa: BLE001 - never break the user's first op
+        warnings.warn(f"affinity: TensorFlow's pools could not be pinned ({e})", AffinityWarning,
+                      stacklevel=2)
+
+
+def _pin_openmp(b: Binding) -> None:
+    """Size and pin the team of every OpenMP runtime loaded in this process."""
+    assert b._snapshot is not None
+    team = list(b.plan.cpusets)  # an OpenMP team binds thread i to the plan's set i
+    for rt in _omp.loaded_runtimes():
+        b._snapshot.omp_threads[rt.path] = rt.max_threads()
+        rt.set_num_threads(len(team))
+        members = rt.pin_team(team)
+        for i, (tid, got) in enumerate(members):
+            b.pins[tid] = Pin(tid, "main" if tid == os.getpid() else "openmp", got, i)
+            b._seen.add(tid)
+        b.openmp.append(rt)
+    if b.openmp and any(p_.role == "main" and len(p_.cpus) < len(b.union) for p_ in b.pins.values()):
+        b.notes.append("the main thread is OpenMP team member 0 and was pinned to slot 0, as the "
+                       "runtime would; child processes started from it inherit that mask")
+
+
+def _limit_blas(b: Binding) -> None:
+    try:
+        from threadpoolctl import threadpool_info, threadpool_limits  # lazy: optional, and it loads every BLAS
+    except ImportError:
+        return
+    if any(i.get("user_api") == "blas" for i in threadpool_info()):
+        b._blas = threadpool_limits(limits=b.intra_op_threads, user_api="blas")
 
 
 class pinned:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..cpulist import format_list, parse_list
@@ -39,6 +39,7 @@ class ThreadRow:
     last_cpu: int
     node: int | None
     mempolicy: str | None  #: known for the calling thread only (Linux reads it per thread)
+    note: str | None = None  #: why the actual set differs, where affinity can tell
 
     @property
     def mismatch(self) -> bool:
@@ -72,6 +73,8 @@ class BindMap:
                     f"{{{format_list(r.actual)}}} cpu {r.last_cpu}{node}{pol}")
             if r.mismatch:
                 line += f" MISMATCH: requested {{{format_list(r.requested or ())}}}"
+            if r.note:
+                line += f" NOTE: {r.note}"
             lines.append(line)
         return "\n".join(lines)
 
@@ -139,9 +142,9 @@ def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
     me = os.getpid()
     pid = me if pid is None else int(pid)
     pins: dict[int, Any] = {}
-    if pid == me:
-        for b in ([binding] if binding is not None else registry.active()):
-            pins.update(b.pins)
+    bindings = ([binding] if binding is not None else registry.active()) if pid == me else []
+    for b in bindings:
+        pins.update(b.pins)
     node_of: dict[int, int] = {}
     mempolicy_self: str | None = None
     try:
@@ -171,7 +174,33 @@ def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
         actual = parse_list(st.get("Cpus_allowed_list", ""))
         pin = pins.get(tid)
         role = pin.role if pin is not None else _guess_role(pid, tid, name)
+        requested = pin.cpus if pin is not None else (bindings[-1].main_mask if bindings and tid == pid
+                                                       else None)
         rows.append(ThreadRow(tid, name, role, pin.index if pin is not None else None,
-                              pin.cpus if pin is not None else None, actual, cpu, node_of.get(cpu),
+                              requested, actual, cpu, node_of.get(cpu),
                               mempolicy_self if tid == caller else None))
+    if bindings:
+        rows = _explain_late_openmp(rows, pid, bindings[-1])
     return BindMap(pid, tuple(rows), mems)
+
+
+def _explain_late_openmp(rows: list[ThreadRow], pid: int, binding: Any) -> list[ThreadRow]:
+    """An OpenMP runtime loaded after apply() binds its primary thread (the main
+    thread, usually) to its first place; every thread created from it afterwards
+    inherits that mask (tensorflow#24172).  Say so on the rows concerned."""
+    late = binding.late_openmp()
+    main = next((r for r in rows if r.tid == pid), None)
+    if not late or main is None or not main.mismatch or not main.actual < binding.main_mask:
+        return rows
+    kinds = ", ".join(sorted({rt.kind for rt in late}))
+    narrowed = f"{{{format_list(main.actual)}}}"
+    out = []
+    for r in rows:
+        if r is main:
+            r = replace(r, note=f"narrowed to {narrowed} by {kinds} loaded after apply() (an OpenMP runtime "
+                                f"binds its primary thread to its first place); threads it creates now "
+                                f"inherit {narrowed}")
+        elif r.requested is None and r.actual == main.actual:
+            r = replace(r, note=f"inherited the main thread's mask {narrowed}, narrowed by {kinds}")
+        out.append(r)
+    return out

@@ -20,13 +20,12 @@ from typing import Any
 from ..machine import _native
 from ..cpulist import format_list
 from ..errors import UnsupportedError
+from ..planning.memory import POLICIES, check_nodes, policy_name
 from .threads import require_system, task_ids
 from ..machine.topology import Topology
 
 __all__ = ["POLICIES", "MemPolicy", "area_location", "area_policy", "array_nodes", "array_policy",
            "bind_area", "bind_array", "empty", "get_membind", "set_membind"]
-
-POLICIES = ("bind", "preferred", "interleave", "local")
 
 
 @dataclass(frozen=True)
@@ -41,22 +40,13 @@ class MemPolicy:
         return self.policy if not self.nodes else f"{self.policy}:{format_list(self.nodes)}"
 
 
-def _policy(policy: str) -> str:
-    p = policy.lower()
-    if p in ("firsttouch", "first-touch", "first_touch"):
-        p = "local"
-    if p not in POLICIES and p != "default":
-        raise ValueError(f"unknown memory policy {policy!r}; expected one of {', '.join(POLICIES)}")
-    return p
-
-
-def _nodes(nodes: Iterable[int], policy: str) -> frozenset[int]:
-    s = frozenset(int(n) for n in nodes)
-    if policy in ("bind", "preferred", "interleave") and not s:
-        raise ValueError(f"memory policy {policy!r} needs at least one NUMA node")
-    if s and min(s) < 0:
-        raise ValueError(f"negative NUMA node index in {sorted(s)}")
-    return s
+def _checked(call: str, nodes: Iterable[int], policy: str) -> tuple[str, frozenset[int]]:
+    """The policy's canonical name and its nodes, checked against this machine
+    (:func:`affinity.planning.memory.check_nodes`: the same messages as ``affinity run``)."""
+    pol = policy_name(policy)
+    ns = frozenset(int(n) for n in nodes)
+    what = f"{call}(nodes={{{format_list(ns)}}}, policy={pol})"
+    return pol, check_nodes(ns, Topology.from_system(), what, policy=pol)
 
 
 def get_membind() -> MemPolicy:
@@ -100,8 +90,7 @@ def set_membind(nodes: Iterable[int] = (), policy: str = "bind", *, scope: str =
         a node that does not exist).
     """
     require_system(topology, "memory binding")
-    pol = _policy(policy)
-    ns = _nodes(nodes, pol)
+    pol, ns = _checked("set_membind", nodes, policy)
     if scope not in ("thread", "process"):
         raise ValueError(f"scope must be 'thread' or 'process', not {scope!r}")
     if scope == "process":
@@ -120,8 +109,7 @@ def bind_area(addr: int, length: int, nodes: Iterable[int], policy: str = "bind"
     """Bind the memory area ``[addr, addr+length)`` to ``nodes`` (``mbind``).
 
     ``migrate=True`` also moves pages already allocated there."""
-    pol = _policy(policy)
-    ns = _nodes(nodes, pol)
+    pol, ns = _checked("bind_area", nodes, policy)
     if length <= 0:
         raise ValueError(f"bind_area: length must be positive, got {length}")
     flags = (_native.MEMF_STRICT if strict else 0) | (_native.MEMF_MIGRATE if migrate else 0)

@@ -20,6 +20,9 @@ This module finds those threads by diffing ``/proc/self/task`` around start-up
 
 from __future__ import annotations
 
+import contextlib
+import importlib.abc
+import importlib.util
 import os
 import sys
 import threading
@@ -29,8 +32,8 @@ from typing import Any
 
 from .threads import task_names
 
-__all__ = ["TFState", "classify_new_threads", "config_proto", "find_running_pools", "is_running",
-           "start_runtime"]
+__all__ = ["ImportWatch", "SessionHook", "TFState", "classify_new_threads", "config_proto",
+           "find_running_pools", "is_running", "on_runtime_start", "set_pool_sizes", "start_runtime"]
 
 INTER_NAME = "tf_Compute"
 GRAPH_RUNNER = "tf_graph_runner"
@@ -99,16 +102,23 @@ def classify_new_threads(new: Mapping[int, str], process_name: str | None = None
     return intra, inter, other
 
 
-def start_runtime(intra: int | None, inter: int | None) -> TFState:
-    """Set the pool sizes and start TensorFlow's runtime, returning its pools.
-
-    Must be called before the runtime started (see :func:`is_running`).
-    """
+def set_pool_sizes(intra: int | None, inter: int | None) -> Any:
+    """Size the pools TensorFlow's runtime will start (before it started); returns
+    the ``tensorflow`` module."""
     tf = _tf()
     if intra is not None:
         tf.config.threading.set_intra_op_parallelism_threads(int(intra))
     if inter is not None:
         tf.config.threading.set_inter_op_parallelism_threads(int(inter))
+    return tf
+
+
+def start_runtime(intra: int | None, inter: int | None) -> TFState:
+    """Set the pool sizes and start TensorFlow's runtime, returning its pools.
+
+    Must be called before the runtime started (see :func:`is_running`).
+    """
+    tf = set_pool_sizes(intra, inter)
     before = task_names()
     tf.constant(1.0) + tf.constant(1.0)  # creates the eager context and its pools
     after = task_names()
@@ -180,3 +190,87 @@ class SessionHook:
         if self._cls is not None:
             self._cls.__init__ = self._orig
             self._cls = self._orig = None
+
+
+class _Patch:
+    """A method replaced on a class while installed, restored by :meth:`remove`
+    (only if nobody replaced it again meanwhile)."""
+
+    def __init__(self, cls: Any, name: str, make: Any):
+        self.cls, self.name = cls, name
+        self.orig = getattr(cls, name)
+        self.new = make(self.orig)
+        self.new.__wrapped__ = self.orig
+        setattr(cls, name, self.new)
+
+    def remove(self) -> None:
+        if self.cls is not None and getattr(self.cls, self.name) is self.new:
+            setattr(self.cls, self.name, self.orig)
+        self.cls = None
+
+
+def on_runtime_start(callback: Any) -> _Patch:
+    """While the returned patch is installed, the start of TensorFlow's eager
+    runtime (``Context.ensure_initialized``, which creates the pools) is followed
+    by ``callback(state)`` with the :class:`TFState` of the threads it created.
+
+    TensorFlow must be imported.  ``remove()`` the patch to stop watching.
+    """
+    from tensorflow.python.eager import context  # noqa: PLC0415
+
+    def make(orig: Any) -> Any:
+        def ensure_initialized(self_: Any) -> Any:
+            if getattr(self_, "_initialized", True):
+                return orig(self_)
+            before = task_names()
+            out = orig(self_)
+            new = {t: n for t, n in task_names().items() if t not in before}
+            i, j, o = classify_new_threads(new)
+            callback(TFState(tuple(i), tuple(j), tuple(o), len(i), len(j), True))
+            return out
+
+        return ensure_initialized
+
+    return _Patch(context.Context, "ensure_initialized", make)
+
+
+class ImportWatch(importlib.abc.MetaPathFinder):
+    """Calls ``callback()`` right after ``import tensorflow`` has completed, the
+    first time it happens while the watch is installed (a finder at the front of
+    ``sys.meta_path`` that wraps the loader of ``tensorflow``; every other import
+    passes through untouched).  :meth:`remove` uninstalls it."""
+
+    def __init__(self, callback: Any):
+        self.callback = callback
+        self._busy = False
+        sys.meta_path.insert(0, self)
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != "tensorflow" or self._busy:
+            return None
+        self._busy = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        orig = spec.loader
+        watch = self
+
+        class Loader(importlib.abc.Loader):
+            def create_module(self, spec_: Any) -> Any:
+                return orig.create_module(spec_)
+
+            def exec_module(self, module: Any) -> None:
+                orig.exec_module(module)
+                module.__loader__ = spec.loader = orig  # the module keeps its own loader
+                watch.remove()
+                watch.callback()
+
+        spec.loader = Loader()
+        return spec
+
+    def remove(self) -> None:
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)

@@ -136,12 +136,19 @@ def test_membind_auto_binds_the_calling_thread_and_is_undone():
 def test_planner_warnings_and_strictness():
     with pytest.raises(SpecError):
         affinity.apply("compakt", strict=True, **KW)
-    with affinity.pinned("compakt", **KW) as b:  # lenient, like the runtime: warn and fall back
-        assert any("compakt" in n for n in b.notes)
+    with pytest.warns(AffinityWarning, match='parameter invalid, ignoring "compakt"') as rec:
+        with affinity.pinned("compakt", **KW) as b:  # lenient, like the runtime: warn and fall back
+            assert any("compakt" in n for n in b.notes)
+    assert rec[0].filename == __file__  # the warning points at the user's line
+    with pytest.raises(SpecError, match="compcat") as ei:
+        affinity.apply("granularity=fine,compcat", strict=True, **KW)
+    assert "^" in str(ei.value)  # the caret under the bad word, as plan() shows it
     with pytest.raises(UnsupportedError, match="not this system"):
         affinity.apply("compact", topology=Topology.from_synthetic("pack:2 core:2 pu:1"), **KW)
     with pytest.raises(ValueError, match="inter"):
         affinity.apply("compact", inter="sideways", **KW)
+    with pytest.raises(ValueError, match="tensorflow must be one of"):
+        affinity.apply("compact", tensorflow="yes")
 
 
 def test_report_of_a_binding_matches_the_kernel():

@@ -24,17 +24,18 @@ pytestmark = [
 HERE = Path(__file__).resolve().parents[1] / "helpers"
 CASES = [(spec, n) for spec in ("granularity=fine,compact,1,0", "scatter", "explicit,proclist=[1,0]")
          for n in (1, 2)]
-_cache: dict[tuple[str, int], dict] = {}
+_cache: dict[tuple[str, int, str], dict] = {}
 
 
-def scenario(spec: str, threads: int) -> dict:
-    if (spec, threads) not in _cache:
+def scenario(spec: str, threads: int, mode: str = "") -> dict:
+    key = (spec, threads, mode)
+    if key not in _cache:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "TF_NUM_", "GOMP_"))}
-        r = subprocess.run([sys.executable, str(HERE / "tfscenario.py"), spec, str(threads)],
-                           capture_output=True, text=True, timeout=300, env=env)
+        r = subprocess.run([sys.executable, str(HERE / "tfscenario.py"), spec, str(threads),
+                            *([mode] if mode else [])], capture_output=True, text=True, timeout=300, env=env)
         assert r.returncode == 0, r.stderr[-3000:]
-        _cache[(spec, threads)] = json.loads(r.stdout.strip().splitlines()[-1])
-    return _cache[(spec, threads)]
+        _cache[key] = json.loads(r.stdout.strip().splitlines()[-1])
+    return _cache[key]
 
 
 def expected(spec: str, threads: int):
@@ -130,3 +131,39 @@ def test_tf1_session_pools_are_pinned_on_creation():
     inter = [t for t in sess["new"] if pins.get(t, ("",))[0] == "tf-inter"]
     assert len(inter) == p.inter_op_threads  # the session's own inter-op pool
     assert all(masks[t] == union for t in inter if t in masks)
+
+
+LATE = [("granularity=fine,compact,1,0", 1, "late"), ("granularity=fine,compact,1,0", 2, "late"),
+        ("granularity=fine,scatter", 1, "late"), ("granularity=fine,scatter", 2, "late"),
+        ("granularity=fine,scatter", 2, "late-apply"), ("granularity=fine,compact,1,0", 1, "late-apply")]
+
+
+@pytest.mark.parametrize("spec,threads,mode", LATE)
+def test_tf_imported_after_apply_is_sized_and_pinned(spec, threads, mode):
+    """The natural order: apply()/pinned() first, ``import tensorflow`` after."""
+    out = scenario(spec, threads, mode)
+    p, slots = expected(spec, threads)
+    # sized right after the import, before its runtime started
+    assert out["sizes_after_import"] == [p.intra_op_threads, p.inter_op_threads]
+    st = out["late"]
+    assert st["tf_state"] is not None and st["tf_state"]["counts_set"] is True
+    assert len(st["tf_state"]["intra"]) == p.intra_op_threads
+    masks = {int(k): v for k, v in st["masks"].items()}
+    for i, tid in enumerate(st["tf_state"]["intra"]):
+        assert masks[tid] == sorted(slots[i]), (i, tid)  # read back per TID
+    union = sorted(frozenset().union(*p.cpusets))
+    assert all(masks[tid] == union for tid in st["tf_state"]["inter"])
+    assert st["report"]["mismatches"] == []
+
+
+@pytest.mark.parametrize("spec,threads,mode", LATE)
+def test_tf_imported_after_apply_leaves_nothing_behind(spec, threads, mode):
+    out = scenario(spec, threads, mode)
+    original = out["initial"][str(out["pid"])]
+    for tid, m in out["restored"]["masks"].items():
+        assert m == out["initial"].get(tid, original), tid
+    # byte for byte, but for what TensorFlow's import set itself
+    assert out["restored"]["environ"] == {**out["initial_environ"], **out["set_by_tf_import"]}
+    assert not set(out["set_by_tf_import"]) & {"OMP_NUM_THREADS", "KMP_AFFINITY", "TF_NUM_INTRAOP_THREADS"}
+    assert out["restored"]["hooks"] == {"meta_path": [], "patched": []}
+    assert out["hooks_before"] == {"meta_path": []}

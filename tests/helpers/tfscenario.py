@@ -1,6 +1,10 @@
-"""One TensorFlow scenario, run as ``python tfscenario.py SPEC THREADS`` in a fresh
-process (TensorFlow's runtime can start only once per process).  Prints JSON
-with what the kernel and /proc say at each stage; tests/test_tf.py judges it.
+"""One TensorFlow scenario, run as ``python tfscenario.py SPEC THREADS [late|late-apply]``
+in a fresh process (TensorFlow's runtime can start only once per process).  Prints
+JSON with what the kernel and /proc say at each stage; tests/binding/test_tf.py judges it.
+
+``late``: TensorFlow is imported inside ``pinned()`` (the natural order of
+``import affinity; affinity.apply(...); import tensorflow``); ``late-apply`` the same
+with ``apply()`` and ``restore()``.  Otherwise TensorFlow is imported first:
 
 Stages: ``before``   apply() before TensorFlow's runtime started (it sizes the pools)
         ``restored`` after leaving that pinned() block
@@ -49,9 +53,47 @@ def stage(b) -> dict:
     }
 
 
+def hooks_left() -> dict:
+    """What a binding may have installed into TensorFlow and the import system."""
+    out = {"meta_path": [type(f).__name__ for f in sys.meta_path if type(f).__module__.startswith("affinity")]}
+    if "tensorflow" in sys.modules:
+        from tensorflow.python.client import session
+        from tensorflow.python.eager import context
+
+        out["patched"] = [name for name, f in (("ensure_initialized", context.Context.ensure_initialized),
+                                               ("session", session.BaseSession.__init__))
+                          if hasattr(f, "__wrapped__")]
+    return out
+
+
+def late(spec: str, threads: int, use_apply: bool) -> dict:
+    import affinity
+
+    out: dict = {"pid": os.getpid(), "initial": masks(), "initial_environ": dict(os.environ),
+                 "hooks_before": hooks_left()}
+    b = affinity.apply(spec, threads=threads) if use_apply else affinity.pinned(spec, threads=threads).__enter__()
+    before_import = dict(os.environ)
+    import tensorflow as tf
+
+    # what TensorFlow's own import sets (TF2_BEHAVIOR, ...): the user's doing, kept
+    out["set_by_tf_import"] = {k: v for k, v in os.environ.items() if before_import.get(k) != v}
+
+    out["sizes_after_import"] = [tf.config.threading.get_intra_op_parallelism_threads(),
+                                 tf.config.threading.get_inter_op_parallelism_threads()]
+    x = tf.random.normal([512, 512])
+    tf.linalg.matmul(x, x).numpy()
+    out["late"] = stage(b)
+    b.restore()
+    out["restored"] = {"masks": masks(), "environ": dict(os.environ), "hooks": hooks_left()}
+    return out
+
+
 def main() -> None:
     spec, threads = sys.argv[1], int(sys.argv[2])
     warnings.simplefilter("ignore")
+    if len(sys.argv) > 3:
+        print(json.dumps(late(spec, threads, use_apply=sys.argv[3] == "late-apply")))
+        return
     import tensorflow as tf
 
     import affinity
