@@ -17,7 +17,8 @@ from ..cpulist import IdList, format_list, parse_list
 from ..errors import PlanError
 from ..machine.cgroup import CpuQuota, cpu_quota, cpuset_cpus, default_thread_count
 from ..machine.topology import Topology
-from ..planning.envvars import plan_environment, worker_slots
+from ..planning.envvars import plan_environment
+from ..planning.memory import check_nodes
 from ..planning.planner import plan, plan_env
 from ..planning.ranks import LocalRank, Share, parse_rank, partition
 from ..planning.spec import DEFAULT_SPEC, PLACEMENT_VARIABLES
@@ -195,11 +196,6 @@ class _Nodes:
         known = frozenset(n.os_index for n in topology.numa_nodes)
         return cls(known, ctx.mems_allowed & known if ctx.mems_allowed is not None else known)
 
-    def check_known(self, what: str, ids: frozenset[int]) -> None:
-        missing = ids - self.known
-        if missing:
-            raise PlanError(f"{what}: no NUMA node {format_list(missing)} on this machine "
-                            f"(nodes: {format_list(self.known) or 'none known'})")
 
 
 # ------------------------------------------------------------------- the build
@@ -234,7 +230,7 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
     rank, rank_share = _rank_share(opts, topology, ctx, selected, notes)
     work = topology.with_allowed(rank_share.cpus if rank_share is not None else selected)
     shares = _instance_shares(opts, work, rank_share)
-    mem_nodes = _explicit_mem_nodes(opts, nodes)
+    mem_nodes = _explicit_mem_nodes(opts, topology, nodes)
     sharing = opts.instances * (rank.size if rank else 1)
     env_threads = _env_threads(ctx.environ, warnings)
     instances = []
@@ -243,7 +239,10 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
         threads = _thread_count(i, _cores_in(topology, cpus), opts, ctx, env_threads, sharing, notes)
         p = _make_plan(opts.spec, threads, topology.with_allowed(cpus), ctx.environ)
         warnings.extend(f"planner: {w}" for w in getattr(p, "warnings", ()))
-        slots = tuple(worker_slots(p))
+        slots = tuple(p.cpusets)  # thread i of the team on the plan's set i
+        if opts.threads is not None and opts.threads > len(cpus):
+            warnings.append(f"instance {i}: --threads {opts.threads} on {len(cpus)} CPU"
+                            f"{'s' if len(cpus) != 1 else ''} ({format_list(cpus)}) oversubscribes them")
         env = _instance_env(i, len(shares), p, slots, opts, ctx.environ)
         policy, policy_nodes, required = _memory_policy(i, share, opts, mem_nodes, nodes, warnings)
         log = os.path.join(opts.log_dir, f"instance-{i}.log") if opts.log_dir else None
@@ -286,8 +285,7 @@ def _physcpubind(ids: IdList, topology: Topology, base: frozenset[int]) -> froze
 
 
 def _cpunodebind(ids: IdList, topology: Topology, base: frozenset[int], nodes: _Nodes) -> frozenset[int]:
-    chosen = ids.resolve(nodes.allowed, "--cpunodebind")
-    nodes.check_known(f"--cpunodebind {ids.text}", chosen)
+    chosen = check_nodes(ids.resolve(nodes.allowed, "--cpunodebind"), topology, f"--cpunodebind {ids.text}")
     sel = frozenset().union(*(n.cpuset for n in topology.numa_nodes if n.os_index in chosen)) & base
     if not sel:
         raise PlanError(f"--cpunodebind {ids.text}: none of the CPUs of node "
@@ -333,22 +331,16 @@ def _instance_shares(opts: RunOptions, work: Topology, rank_share: Share | None)
 
 # 4. memory policy
 
-def _explicit_mem_nodes(opts: RunOptions, nodes: _Nodes) -> frozenset[int]:
-    """The nodes of ``--membind``/``--interleave``/``--preferred``, checked."""
+def _explicit_mem_nodes(opts: RunOptions, topology: Topology, nodes: _Nodes) -> frozenset[int]:
+    """The nodes of ``--membind``/``--interleave``/``--preferred``, checked
+    (:func:`affinity.planning.memory.check_nodes`, as ``apply(membind=...)`` is)."""
     if opts.mempolicy is None or opts.mempolicy == "local":
         return frozenset()
     assert opts.mem_nodes is not None
     option = f"--{MEM_OPTION[opts.mempolicy]}"
-    what = f"{option} {opts.mem_nodes.text}"
     chosen = opts.mem_nodes.resolve(nodes.allowed, option)
-    nodes.check_known(what, chosen)
-    forbidden = chosen - nodes.allowed
-    if forbidden:
-        raise PlanError(f"{what}: node {format_list(forbidden)} is not allowed to this process "
-                        f"(Mems_allowed: {format_list(nodes.allowed)})")
-    if not chosen:
-        raise PlanError(f"{what}: selects no node")
-    return chosen
+    return check_nodes(chosen, topology, f"{option} {opts.mem_nodes.text}", allowed=nodes.allowed,
+                       policy=opts.mempolicy)
 
 
 def _memory_policy(i: int, share: Share | None, opts: RunOptions, explicit: frozenset[int], nodes: _Nodes,

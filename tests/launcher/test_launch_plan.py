@@ -209,3 +209,30 @@ def test_show_text_like_numactl():
     text = show_text(FOUR, frozenset(range(64)), "bind", frozenset({3}), frozenset(range(4)))
     assert "preferred node: 3\n" in text and "membind: 3 \n" in text and "cpubind: 0 1 2 3 \n" in text
     assert format_list({0, 1}) == "0-1"
+
+
+def test_an_explicit_thread_count_is_honoured_and_oversubscription_said():
+    flat16 = Topology.from_synthetic("pack:1 [numa] core:16 pu:1")
+    two = launch(topology=flat16, instances=2, threads=16)
+    for inst in two.instances:  # 8 cores each, 16 threads asked for: 16 it is
+        assert inst.threads == 16 and inst.env["OMP_NUM_THREADS"] == "16" and len(inst.slots) == 16
+    assert [w for w in two.warnings if "oversubscribes" in w] == [
+        "instance 0: --threads 16 on 8 CPUs (0-7) oversubscribes them",
+        "instance 1: --threads 16 on 8 CPUs (8-15) oversubscribes them"]
+    small = Topology.from_synthetic("pack:1 core:2 pu:1")
+    one = launch(topology=small, threads=4).instances[0]
+    assert one.env["OMP_NUM_THREADS"] == "4" and one.threads == 4
+    assert launch(topology=small, threads=2).warnings == ()
+
+
+def test_slots_are_the_plans_threads_in_order():
+    """--pin-threads pins creation-order thread i to the plan's set i, duplicates
+    included (a granularity=core plan lists each core once per hardware thread)."""
+    inst = launch(topology=FOUR, spec="compact", threads=4).instances[0]
+    assert inst.slots == (FOUR.cores[0].cpuset,) * 2 + (FOUR.cores[1].cpuset,) * 2
+    assert inst.env["OMP_PLACES"].count("},{") == 3
+
+
+def test_memory_nodes_are_checked_like_the_api():
+    with pytest.raises(PlanError, match=r"--membind 7: no NUMA node 7 on this machine \(nodes: 0,1\)"):
+        launch(mempolicy="bind", mem_nodes=IdList.parse("7", "node"))
