@@ -234,5 +234,5 @@ def test_slots_are_the_plans_threads_in_order():
 
 
 def test_memory_nodes_are_checked_like_the_api():
-    with pytest.raises(PlanError, match=r"--membind 7: no NUMA node 7 on this machine \(nodes: 0,1\)"):
+    with pytest.raises(PlanError, match=r"--membind 7: no NUMA node 7 on this machine \(nodes: 0-1\)"):
         launch(mempolicy="bind", mem_nodes=IdList.parse("7", "node"))
