@@ -275,13 +275,19 @@ def _physcpubind(ids: IdList, topology: Topology, base: frozenset[int]) -> froze
     sel = ids.resolve(base, "--physcpubind")
     foreign = sel - topology.cpuset
     if foreign:
-        raise PlanError(f"--physcpubind {ids.text}: CPU {format_list(foreign)} does not "
+        raise PlanError(f"--physcpubind {ids.text}: {_cpus_word(foreign)} {format_list(foreign)} "
+                        f"{'does' if len(foreign) == 1 else 'do'} not "
                         f"exist on this machine (CPUs {format_list(topology.cpuset)})")
     outside = sel - base
     if outside:
-        raise PlanError(f"--physcpubind {ids.text}: CPU {format_list(outside)} is not "
+        raise PlanError(f"--physcpubind {ids.text}: {_cpus_word(outside)} {format_list(outside)} "
+                        f"{'is' if len(outside) == 1 else 'are'} not "
                         f"allowed to this process (allowed: {format_list(base)})")
     return sel
+
+
+def _cpus_word(cpus: frozenset[int]) -> str:
+    return "CPU" if len(cpus) == 1 else "CPUs"
 
 
 def _cpunodebind(ids: IdList, topology: Topology, base: frozenset[int], nodes: _Nodes) -> frozenset[int]:

@@ -158,7 +158,7 @@ def run_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "memory bound to each one's node(s); exit status: the worst copy's")
     g.add_argument("--cores-per-instance", type=_positive, metavar="C", help="exactly C cores each")
     g.add_argument("--log-dir", metavar="DIR", help="write each instance's output to DIR/instance-I.log")
-    g.add_argument("--ranks", metavar="auto|R/N",
+    g.add_argument("--ranks", metavar="auto|R/N", type=_ranks,
                    help="take local rank R's disjoint share of the node, R and N from Open MPI, "
                         "MPICH/Intel MPI, MVAPICH2, torchrun or Slurm variables ('auto')")
     g = p.add_argument_group("inspection")
@@ -176,6 +176,15 @@ def run_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("words", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.set_defaults(_run_parser=p)
     return p
+
+
+def _ranks(text: str) -> str:
+    """``auto`` or ``R/N`` with ``0 <= R < N`` (the variables behind ``auto`` are read later)."""
+    rank, sep, size = text.partition("/")
+    if text == "auto" or (sep and rank.isdigit() and size.isdigit() and int(rank) < int(size)):
+        return text
+    raise argparse.ArgumentTypeError(f"expected 'auto' or RANK/SIZE with RANK < SIZE, such as '1/4', "
+                                     f"got {text!r}")
 
 
 def _positive(text: str) -> int:

@@ -103,6 +103,11 @@ class Group:
     cpuset: frozenset[int]
 
 
+def _count(n: int, word: str) -> str:
+    """``1 PU``, ``2 PUs``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def _fs(cpus: Iterable[int]) -> frozenset[int]:
     return cpus if isinstance(cpus, frozenset) else frozenset(cpus)
 
@@ -180,10 +185,11 @@ class Topology:
         """One line: ``2 packages x 28 cores x 2 PUs (112 PUs, 2 NUMA nodes)``."""
         np_, nc, npu = len(self.packages), len(self.cores), len(self.pus)
         if self.is_uniform and np_:
-            shape = f"{np_} package{'s' if np_ != 1 else ''} x {nc // np_} cores x {self.threads_per_core} PUs"
+            shape = (f"{_count(np_, 'package')} x {_count(nc // np_, 'core')} x "
+                     f"{_count(self.threads_per_core, 'PU')}")
         else:
-            shape = f"{np_} packages, {nc} cores (non-uniform)"
-        extra = f"{npu} PUs, {len(self.numa_nodes)} NUMA node{'s' if len(self.numa_nodes) != 1 else ''}"
+            shape = f"{_count(np_, 'package')}, {_count(nc, 'core')} (non-uniform)"
+        extra = f"{_count(npu, 'PU')}, {_count(len(self.numa_nodes), 'NUMA node')}"
         if self.allowed != self.cpuset:
             extra += f", {len(self.allowed)} allowed"
         return f"{shape} ({extra})"
@@ -363,8 +369,11 @@ class Topology:
         if not os.path.exists(s):
             raise TopologyError("no such file (expected an hwloc XML file, a cpuinfo file, "
                                 "'synthetic:<description>' or 'system')", s)
-        with open(s, "rb") as fh:
-            head = fh.read(4096).lstrip()
+        try:
+            with open(s, "rb") as fh:
+                head = fh.read(4096).lstrip()
+        except OSError as e:
+            raise TopologyError(f"cannot read: {e.strerror or e}", s) from None
         if head.startswith(b"<?xml") or head.startswith(b"<topology"):
             return Topology.from_xml(s)
         return Topology.from_cpuinfo(s, numa_nodes)

@@ -160,21 +160,25 @@ def partition(topology: Topology, count: int, cores_per_share: int | None = None
     if cores_per_share is not None:
         if count * cores_per_share > ncores:
             raise PlanError(
-                f"{count} shares of {cores_per_share} cores need {count * cores_per_share} cores, but "
-                f"only {ncores} are allowed (cpus {format_list(topology.allowed)})")
+                f"{_n(count, 'share')} of {_n(cores_per_share, 'core')} need {_n(count * cores_per_share, 'core')}, "
+                f"but only {ncores} {'is' if ncores == 1 else 'are'} allowed (cpus {format_list(topology.allowed)})")
         groups = _place_fixed(units, count, cores_per_share)
     elif count <= ncores:
         groups = _place_balanced(units, count)
     else:
         npus = len(topology.allowed)
         if count > npus:
-            raise PlanError(f"cannot give {count} disjoint shares of cpus {format_list(topology.allowed)}: "
-                            f"only {npus} PUs are allowed")
+            raise PlanError(f"cannot give {_n(count, 'disjoint share')} of cpus {format_list(topology.allowed)}: "
+                            f"only {_n(npus, 'PU')} {'is' if npus == 1 else 'are'} allowed")
         # one PU per unit: each allowed PU becomes a "core" of its own
         pu_units = [(dom, [(c, frozenset({p})) for c, ps in cs for p in sorted(ps, key=_pu_order(topology))])
                     for dom, cs in units]
         groups = _place_balanced(pu_units, count)
     return tuple(_share(topology, i, g) for i, g in enumerate(groups))
+
+
+def _n(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def rank_share(topology: Topology, rank: int, size: int) -> Share:

@@ -52,20 +52,64 @@ def cmd_version(args: argparse.Namespace) -> int:
     return 0
 
 
+class UsageError(Exception):
+    """A command's arguments are wrong in a way argparse could not see: exit 2."""
+
+
+class CommandError(Exception):
+    """A command failed on something the user named (a path...): one line, exit 1."""
+
+
+def _usage(args: argparse.Namespace, message: str) -> int:
+    print(f"affinity {args.command}: error: {message}\n(see 'affinity {args.command} --help')",
+          file=sys.stderr)
+    return 2
+
+
+def _write_picture(path: str, *a: object, **k: object) -> None:
+    """Draw to ``path`` and say so; an OS error on the user's path is one line."""
+    from .picture import save  # lazy: a command loads only its own layers
+
+    try:
+        save(path, *a, **k)
+    except OSError as e:
+        raise CommandError(f"cannot write the picture {path}: {e.strerror or e}") from None
+    print(f"picture written to {path}", file=sys.stderr)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _plan_text(p: object, spec: str | None) -> str:
+    """The answer first: one line per thread; the runtime's verbose map is ``-v``."""
+    from ..cpulist import format_list  # lazy: a command loads only its own layers
+
+    gran = f" at {p.granularity} granularity" if p.granularity else ""
+    lines = [f"plan: {spec or 'the runtime defaults'} on {p.topology.describe()}",
+             f"{_plural(p.threads, 'thread')}, {p.affinity_type}{gran} (proc_bind {p.proc_bind}):"]
+    lines += [f"  thread {i} -> {{{format_list(s)}}}" for i, s in enumerate(p.cpusets)]
+    lines += [f"warning: {w}" for w in p.warnings]
+    return "\n".join(lines)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from ..cpulist import parse_list  # lazy: a command loads only its own layers
+    from ..errors import SpecError  # lazy: a command loads only its own layers
     from ..planning.planner import plan  # lazy: a command loads only its own layers
     from ..planning.spec import parse_assignments  # lazy: a command loads only its own layers
 
+    try:
+        mask = None if args.mask is None else parse_list(args.mask)
+    except ValueError as e:
+        return _usage(args, f"--mask {args.mask}: {e}")
+    try:
+        env = parse_assignments(args.env, what="--env")
+    except SpecError as e:
+        return _usage(args, str(e))
     topo = _load_topology(args)
-    mask = None
-    if args.mask is not None:
-        try:
-            mask = parse_list(args.mask)
-        except ValueError as e:
-            raise SystemExit(f"affinity plan: error: --mask: {e}") from None
-    p = plan(args.spec, threads=args.threads, topology=topo, strict=not args.lenient,
-             env=parse_assignments(args.env, what="--env"), initial_mask=mask)
+    p = plan(args.spec, threads=args.threads, topology=topo, strict=not args.lenient, env=env,
+             initial_mask=mask)
     translations: dict[str, str | None] = {}
     untranslatable: dict[str, str] = {}
     for name, fn in (("KMP_AFFINITY", p.to_kmp_affinity), ("OMP_PLACES", p.to_omp_places),
@@ -80,17 +124,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps({**p.to_dict(), "translations": translations,
                           "untranslatable": untranslatable}, indent=2))
     else:
-        print(p.explain())
+        print(_plan_text(p, args.spec))
+        if args.verbose:
+            print()
+            print(p.explain())
         if args.translate:
             print()
             print("Equivalent settings:")
             for k, v in translations.items():
                 print(f"  {k}: {v if v is not None else 'not expressible: ' + untranslatable[k]}")
     if args.picture:
-        from .picture import save  # lazy: a command loads only its own layers
-
-        title = f"{args.spec or 'runtime defaults'}, {p.threads} threads"
-        save(args.picture, topo, p.cpusets, title=title)
+        _write_picture(args.picture, topo, p.cpusets,
+                       title=f"{args.spec or 'runtime defaults'}, {_plural(p.threads, 'thread')}")
     return 0
 
 
@@ -104,14 +149,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 1
     print(bmap.to_json(indent=2) if args.json else bmap.text())
     if args.picture:
-        from .picture import save  # lazy: a command loads only its own layers
         from ..machine.topology import Topology  # lazy: a command loads only its own layers
 
         rows = list(bmap.rows)
         roles = [r.role if r.role in ("main", "tf-intra", "tf-inter", "tf-other", "openmp") else "other"
                  for r in rows]
-        save(args.picture, Topology.from_system(), [r.actual for r in rows], roles=roles,
-             title=f"pid {bmap.pid}: {len(rows)} threads")
+        _write_picture(args.picture, Topology.from_system(), [r.actual for r in rows], roles=roles,
+                       title=f"pid {bmap.pid}: {_plural(len(rows), 'thread')}")
     return 1 if bmap.mismatches else 0
 
 
@@ -155,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also print the equivalent KMP_AFFINITY, OMP_PLACES, GOMP_CPU_AFFINITY, taskset, numactl")
     p.add_argument("--json", action="store_true")
     p.add_argument("--picture", metavar="FILE", default=None, help="draw the plan (.svg or .png)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also print the runtime's verbose map (KMP_AFFINITY=verbose: topology, OS proc "
+                        "map, one 'bound to OS proc set' line per thread)")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("show", help="the bind map of a process: every thread, its mask, CPU and node")
@@ -196,7 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except AffinityError as e:
+    except UsageError as e:
+        return _usage(args, str(e))
+    except (AffinityError, CommandError) as e:
         print(f"affinity {args.command}: error: {e}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `affinity topology | head`

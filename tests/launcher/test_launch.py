@@ -129,7 +129,7 @@ def test_command_not_found_or_not_executable(tmp_path):
 def test_affinity_errors_exit_1_naming_the_option_and_value():
     r = affinity_run("-C", "100-101", "--", "true")
     assert r.returncode == 1
-    assert "--physcpubind 100-101: CPU 100-101 does not exist on this machine" in r.stderr
+    assert "--physcpubind 100-101: CPUs 100-101 do not exist on this machine" in r.stderr
     r = affinity_run("-m", "7", "--", "true")
     assert r.returncode == 1 and "--membind 7: no NUMA node 7 on this machine" in r.stderr
     r = affinity_run("--ranks", "auto", "--", "true")

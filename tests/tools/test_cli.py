@@ -73,7 +73,7 @@ def test_plan_explain_lines_match_the_planner():
     from affinity import plan
 
     xml = str(GOLDEN / "hwloc" / "2s4c2t_linux.xml")
-    r = run("plan", "granularity=fine,scatter", "--threads", "5", "--topology", xml, "--translate")
+    r = run("plan", "granularity=fine,scatter", "--threads", "5", "--topology", xml, "--translate", "-v")
     assert r.returncode == 0, r.stderr
     p = plan("granularity=fine,scatter", threads=5, topology=Topology.from_xml(xml))
     bound = [line for line in r.stdout.splitlines() if " bound to OS proc set " in line]

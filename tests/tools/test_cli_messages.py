@@ -1,0 +1,97 @@
+"""What a new user reads: answers first, one-line errors instead of tracebacks, usage
+errors exit 2, and the API and the CLI saying the same thing about the same mistake."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import affinity
+from affinity.errors import PlanError
+from affinity.machine.topology import Topology
+
+SMALL = "synthetic:pack:1 core:2 pu:1"
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "affinity", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def one_line_error(r: subprocess.CompletedProcess, status: int) -> str:
+    assert r.returncode == status, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+    return r.stderr
+
+
+def test_plan_leads_with_the_answer_and_keeps_the_verbose_map_behind_v():
+    xeon = "synthetic:pack:2 [numa] core:28 pu:2(indexes=2*56:1*2)"
+    r = run("plan", "granularity=fine,scatter", "-t", "4", "--topology", xeon)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == ("plan: granularity=fine,scatter on 2 packages x 28 cores x 2 PUs "
+                        "(112 PUs, 2 NUMA nodes)")
+    assert lines[1] == "4 threads, scatter at thread granularity (proc_bind intel):"
+    assert lines[2:] == ["  thread 0 -> {0}", "  thread 1 -> {28}", "  thread 2 -> {1}", "  thread 3 -> {29}"]
+    verbose = run("plan", "granularity=fine,scatter", "-t", "4", "--topology", xeon, "-v").stdout
+    assert verbose.startswith(r.stdout) and "OS proc 111 maps to" in verbose
+
+
+def test_singular_and_plural():
+    r = run("plan", "compact", "-t", "1", "--topology", SMALL)
+    assert r.stdout.splitlines()[:2] == ["plan: compact on 1 package x 2 cores x 1 PU (2 PUs, 1 NUMA node)",
+                                         "1 thread, compact at core granularity (proc_bind intel):"]
+    r = run("run", "-C", "5", "--dry-run", "--", "true")
+    assert "--physcpubind 5: CPU 5 does not exist on this machine" in one_line_error(r, 1)
+
+
+def test_paths_the_user_names_fail_in_one_line(tmp_path):
+    r = run("plan", "compact", "--topology", SMALL, "--picture", "/nonexistent/dir/x.svg")
+    err = one_line_error(r, 1)
+    assert err == ("affinity plan: error: cannot write the picture /nonexistent/dir/x.svg: "
+                   "No such file or directory\n")
+    r = run("show", "--picture", "/nonexistent/dir/x.png")
+    assert "cannot write the picture /nonexistent/dir/x.png" in one_line_error(r, 1)
+    r = run("topology", "--topology", str(tmp_path))
+    assert one_line_error(r, 1) == f"affinity topology: error: {tmp_path}: cannot read: Is a directory\n"
+    ok = run("plan", "compact", "--topology", SMALL, "--picture", str(tmp_path / "p.svg"))
+    assert ok.returncode == 0 and f"picture written to {tmp_path / 'p.svg'}" in ok.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (("plan", "compact", "--env", "FOO"), "--env: expected KEY=VALUE"),
+    (("plan", "compact", "--mask", "9-x"), "--mask 9-x: bad cpu number 'x'"),
+    (("run", "--ranks", "bogus", "--", "true"), "argument --ranks: expected 'auto' or RANK/SIZE"),
+    (("run", "--ranks", "4/4", "--", "true"), "RANK < SIZE"),
+])
+def test_usage_errors_exit_2(args, says):
+    r = run(*args)
+    err = one_line_error(r, 2)
+    assert says in err and ("usage:" in err or "--help" in err)
+
+
+def test_the_api_and_the_cli_say_the_same_about_a_missing_numa_node():
+    nodes = ",".join(str(n.os_index) for n in Topology.from_system().numa_nodes)
+    cli = run("run", "--membind", "7", "--", "true").stderr
+    assert f"--membind 7: no NUMA node 7 on this machine (nodes: {nodes})" in cli
+    for membind in (("bind", {7}), [7], "bind:7"):
+        with pytest.raises(PlanError, match=rf"no NUMA node 7 on this machine \(nodes: {nodes}\)"):
+            affinity.apply("compact", membind=membind, tensorflow=False, openmp=False, blas=False)
+    assert affinity.binding.apply.active_bindings() == []
+    with pytest.raises(ValueError, match="unknown memory policy 'sideways'"):
+        affinity.apply("compact", membind="sideways:0", tensorflow=False)
+
+
+def test_a_list_of_nodes_binds_to_them():
+    node = Topology.from_system().numa_nodes[0].os_index
+    from helpers.threads import in_thread
+
+    def go():
+        with affinity.pinned("compact", membind=[node], tensorflow=False, openmp=False, blas=False) as b:
+            return str(b.membind)
+
+    assert in_thread(go) == f"bind:{node}"
+    assert os.sched_getaffinity(0)  # still alive, nothing left behind
