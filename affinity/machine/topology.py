@@ -639,5 +639,5 @@ def _system_topology(refresh: bool) -> Topology:
     global _system_cache
     with _system_lock:
         if _system_cache is None or refresh:
-            _system_cache = _from_native(_native.load_topology("system", None), source="system")
+            _system_cache = _from_native(_native.system(refresh=refresh), source="system")
         return _system_cache

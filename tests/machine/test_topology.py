@@ -236,6 +236,27 @@ def test_system_topology_is_cached_and_knows_this_process():
     assert b == a and b is not a
 
 
+def test_refresh_reloads_what_this_process_may_use():
+    import os
+
+    from affinity.binding import threads
+
+    start = Topology.from_system()
+    if len(start.allowed) < 2:
+        pytest.skip("needs a process mask of at least 2 CPUs")
+    first = min(start.allowed)
+    before = threads.get_process_affinity()
+    try:
+        threads.set_process_affinity({first})
+        assert Topology.from_system().allowed == start.allowed  # cached: as it was at first load
+        narrowed = Topology.from_system(refresh=True)
+        assert narrowed.allowed == {first}  # reloaded: what the process may use now
+    finally:
+        threads.set_threads_affinity(before)
+    assert Topology.from_system(refresh=True).allowed == start.allowed
+    assert os.sched_getaffinity(0) == set(before[os.getpid()])
+
+
 def test_cpu_lists_runs_and_round_trip():
     from affinity.cpulist import format_list, parse_list, runs
 
