@@ -3,7 +3,12 @@
 Metadata lives in pyproject.toml; this file only wires the native build.
 """
 
+from __future__ import annotations
+
 import os
+import re
+import sysconfig
+from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
@@ -45,5 +50,21 @@ class build_ext_with_preload(build_ext):
         return outputs if self.inplace else [*outputs, self._preload_paths()[0]]
 
 
+def limited_api_tag() -> str | None:
+    """The wheel's ``cpXY-abi3`` tag: the extension is compiled against the limited API
+    (cffi defines ``Py_LIMITED_API``), so one wheel serves every CPython from the floor
+    of ``requires-python`` in pyproject.toml (read from there: defined once) upward.
+    None on a free-threaded build, where cffi compiles against the full API."""
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return None
+    text = Path(__file__).with_name("pyproject.toml").read_text()
+    m = re.search(r'^requires-python\s*=\s*">=\s*3\.(\d+)', text, re.M)
+    if m is None:
+        raise SystemExit("setup.py: requires-python in pyproject.toml must read \">=3.N\"")
+    return f"cp3{m.group(1)}"
+
+
+TAG = limited_api_tag()
 setup(cffi_modules=["csrc/build_native.py:ffibuilder"],
-      cmdclass={"build_ext": build_ext_with_preload})
+      cmdclass={"build_ext": build_ext_with_preload},
+      options={"bdist_wheel": {"py_limited_api": TAG}} if TAG else {})

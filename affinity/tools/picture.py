@@ -1138,7 +1138,7 @@ def _pillow() -> tuple[Any, Any, Any]:
         from PIL import Image, ImageDraw, ImageFont
     except ImportError as e:
         raise PictureUnavailableError(
-            "PNG pictures need Pillow: pip install 'affinity[picture]' (or write .svg)") from e
+            "PNG pictures need Pillow: pip install 'kmp-affinity[picture]' (or write .svg)") from e
     return Image, ImageDraw, ImageFont
 
 

@@ -1,0 +1,150 @@
+"""The pytest plugin: run a test once per binding and compare the bindings side by side.
+
+Installing the package registers it (entry point ``pytest11``, name ``affinity``; turn
+it off with ``-p no:affinity``).  It does nothing unless a test asks for it: loading it
+imports neither affinity's compiled core nor TensorFlow, and a test that uses neither
+the marker nor the fixture runs as if it were not there.
+
+* ``@pytest.mark.affinity("granularity=fine,compact,1,0", "scatter", threads=2)`` runs the
+  test once per spec, each case inside ``affinity.pinned(spec, **keywords)`` (the
+  marker's keywords: ``threads=``, ``membind=``, ``tensorflow=``... go to
+  :func:`affinity.apply`), restored when the case ends;
+* the fixture ``affinity_binding`` is that case's :class:`~affinity.Binding`; a test that
+  uses it without the marker runs once per ``--affinity SPEC`` (repeatable; default:
+  once, with :data:`~affinity.planning.spec.DEFAULT_SPEC`);
+* a case that fails gets this process's bind map, taken before the restore, as a
+  section of its report;
+* with pytest-benchmark, each case is its own benchmark named after its spec
+  (``test_step[scatter]``), grouped by test (``--benchmark-group-by=group``, the
+  default) so that the bindings of one test sit side by side, with the plan and the
+  machine's topology in ``extra_info["affinity"]``.
+
+The cases are parametrized under the name ``affinity_binding``: ``-k scatter`` selects
+one binding, ``--benchmark-group-by=param:affinity_binding`` puts each binding's tests
+together instead.  See ``docs/pytest.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+__all__ = ["FIXTURE", "MARKER", "affinity_binding"]
+
+#: the marker's name: ``@pytest.mark.affinity(*specs, **pinned_keywords)``
+MARKER = "affinity"
+#: the fixture, and the parameter each case is parametrized under
+FIXTURE = "affinity_binding"
+#: the report section that carries the bind map of a failing case
+SECTION = "affinity bind map"
+
+_BINDING = pytest.StashKey[Any]()  # the active Binding of an item, while its case runs
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("affinity", "thread placement (affinity)")
+    group.addoption("--affinity", action="append", default=[], metavar="SPEC", dest="affinity_specs",
+                    help="run each test that uses the affinity_binding fixture and has no affinity "
+                         "marker once per SPEC (a KMP_AFFINITY string or KEY=VALUE settings), inside "
+                         "affinity.pinned(SPEC); repeatable")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(*specs, threads=None, membind=None, tensorflow='auto', ...): run the test once per "
+        "spec inside affinity.pinned(spec, **keywords), restored after each case; the case's Binding "
+        f"is the {FIXTURE} fixture")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """One case per spec for a marked test, or for one that uses the fixture."""
+    marker = metafunc.definition.get_closest_marker(MARKER)
+    if marker is None and FIXTURE not in metafunc.fixturenames:
+        return  # not ours: nothing changes
+    specs = list(marker.args) if marker is not None else []
+    if not specs:
+        specs = list(metafunc.config.getoption("affinity_specs"))
+    if not specs:
+        from ..planning.spec import DEFAULT_SPEC  # lazy: pure, but only tests that use the plugin load it
+
+        specs = [DEFAULT_SPEC]
+    # the binding is set up before the test's other fixtures, so that a model or
+    # session they build (and the TensorFlow runtime it starts) lives inside it
+    names = metafunc.fixturenames
+    if FIXTURE in names:
+        names.remove(FIXTURE)
+    names.insert(0, FIXTURE)
+    metafunc.parametrize(FIXTURE, specs, indirect=True, ids=[str(s) for s in specs])
+
+
+@pytest.fixture
+def affinity_binding(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The :class:`~affinity.Binding` this case runs under, restored when it ends.
+
+    The spec is the case's parameter (the marker's, or ``--affinity``'s); the marker's
+    keywords go to :func:`affinity.pinned`.
+    """
+    from ..binding.apply import pinned  # lazy: the compiled core loads only when a test asks for a binding
+
+    spec = getattr(request, "param", None)
+    if spec is None:  # requested by name from another fixture, outside the parametrization
+        from ..planning.spec import DEFAULT_SPEC  # lazy: see pytest_generate_tests
+
+        spec = DEFAULT_SPEC
+    marker = request.node.get_closest_marker(MARKER)
+    keywords = dict(marker.kwargs) if marker is not None else {}
+    with pinned(spec, **keywords) as binding:
+        request.node.stash[_BINDING] = binding
+        try:
+            _describe_benchmark(request, spec, keywords, binding)
+            yield binding
+        finally:
+            del request.node.stash[_BINDING]
+
+
+def _describe_benchmark(request: pytest.FixtureRequest, spec: Any, keywords: dict[str, Any],
+                        binding: Any) -> None:
+    """Group a pytest-benchmark case with the test's other bindings and record what it ran on."""
+    if "benchmark" not in request.fixturenames:
+        return
+    bench = request.getfixturevalue("benchmark")
+    if not hasattr(bench, "extra_info"):  # a fixture of the user's own called "benchmark"
+        return
+    if getattr(bench, "group", None) is None:  # an explicit @pytest.mark.benchmark(group=) wins
+        bench.group = group_name(request.node)
+    bench.extra_info["affinity"] = {
+        "spec": str(spec),
+        "keywords": {k: v if isinstance(v, (bool, int, float, str, type(None))) else repr(v)
+                     for k, v in keywords.items()},
+        "plan": binding.plan.to_dict(),
+        "topology": binding.plan.topology.to_dict(),
+    }
+
+
+def group_name(item: pytest.Item) -> str:
+    """The benchmark group of a case: its test, with its other parameters but not the
+    binding (``test_x.py::test_step[batch=32]``)."""
+    base = f"{item.parent.nodeid}::{getattr(item, 'originalname', item.name)}"
+    callspec = getattr(item, "callspec", None)
+    others = {k: v for k, v in callspec.params.items() if k != FIXTURE} if callspec is not None else {}
+    return base + (f"[{','.join(f'{k}={v}' for k, v in others.items())}]" if others else "")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failing case's report carries the bind map, taken while its binding is active."""
+    outcome = yield
+    report = outcome.get_result()
+    binding = item.stash.get(_BINDING, None)
+    if binding is None or not report.failed or not binding.active:
+        return
+    try:
+        text = str(binding.report())
+    except Exception as e:  # noqa: BLE001  the report must not hide the failure it documents
+        text = f"(no bind map: {type(e).__name__}: {e})"
+    spec = item.callspec.params.get(FIXTURE) if hasattr(item, "callspec") else None
+    report.sections.append((f"{SECTION} ({spec})" if spec is not None else SECTION,
+                            f"{binding!r}\n{text}"))

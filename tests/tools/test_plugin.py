@@ -1,0 +1,194 @@
+"""The pytest plugin (``affinity.tools.pytest_plugin``), as a user meets it: pytest runs in
+a temporary directory on a user's test file, with the plugin loaded the way installing
+the package loads it (the ``pytest11`` entry point) and pytest-benchmark beside it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from affinity import Topology, plan
+from affinity.version import DISTRIBUTION
+
+ROOT = Path(__file__).resolve().parents[2]
+MARKED = ("granularity=fine,compact,1,0", "proclist=[1],explicit")  # the marker's specs
+OPTION = ("scatter", "compact")  # the --affinity specs
+FAST = ["--benchmark-min-rounds=1", "--benchmark-max-time=0.01", "--benchmark-warmup=off"]
+
+USER_TESTS = r'''
+import os, threading
+import pytest
+from affinity.binding import numa
+from affinity.binding.apply import active_bindings
+
+ORIGINAL_MASK = os.sched_getaffinity(0)
+ORIGINAL_POLICY = numa.get_membind().policy
+ORIGINAL_ENV = dict(os.environ)  # (pytest's PYTEST_CURRENT_TEST aside)
+PARKED = []  # TIDs of threads started inside a case, alive after it
+
+
+def park():
+    ready, box = threading.Event(), {}
+    def body():
+        box["tid"] = threading.get_native_id()
+        ready.set()
+        threading.Event().wait()
+    threading.Thread(target=body, daemon=True).start()
+    ready.wait()
+    PARKED.append(box["tid"])
+    return box["tid"]
+
+
+def environment():
+    return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+
+
+def inside(binding):
+    # every earlier case was undone: the threads it pinned are back on the original mask
+    assert all(os.sched_getaffinity(tid) == ORIGINAL_MASK for tid in PARKED), PARKED
+    assert os.sched_getaffinity(0) == ORIGINAL_MASK
+    # this case runs inside its own binding, and only that one
+    assert active_bindings() == [binding] and binding.active
+    assert binding.env_set and all(os.environ[k] == v for k, v in binding.env_set.items())
+    tid = park()
+    assert tid in binding.refresh()
+    assert os.sched_getaffinity(tid) == binding.union
+
+
+@pytest.mark.affinity(*MARKED, threads=1, membind="auto")
+def test_marked(benchmark, affinity_binding):
+    inside(affinity_binding)
+    assert affinity_binding.plan.threads == 1
+    assert numa.get_membind().policy == "bind"
+    benchmark(sum, range(100))
+
+
+def test_option(affinity_binding, benchmark):
+    inside(affinity_binding)
+    assert numa.get_membind().policy == ORIGINAL_POLICY
+    benchmark(sum, range(100))
+
+
+@pytest.mark.affinity("proclist=[1],explicit", threads=1)
+def test_fails_with_its_bind_map(affinity_binding):
+    inside(affinity_binding)
+    assert False, "deliberate"
+
+
+def test_unmarked_and_unused():
+    assert not active_bindings()
+    assert environment() == ORIGINAL_ENV
+
+
+def test_zz_all_restored():
+    assert len(PARKED) == len(MARKED) + len(OPTION) + 1
+    assert all(os.sched_getaffinity(tid) == ORIGINAL_MASK for tid in PARKED)
+    assert numa.get_membind().policy == ORIGINAL_POLICY
+    assert environment() == ORIGINAL_ENV
+    assert not active_bindings()
+'''
+
+
+def _pytest(tmp_path: Path, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    """pytest in ``tmp_path``, plugins loaded from the installed entry points."""
+    drop = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_CURRENT_TEST")
+    env = {k: v for k, v in os.environ.items()
+           if k not in drop and not k.startswith(("KMP_", "OMP_", "GOMP_", "TF_NUM_"))}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _outcomes(junit: Path) -> dict[str, str]:
+    out = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        kinds = [c.tag for c in case if c.tag in ("failure", "error", "skipped")]
+        out[case.get("name")] = kinds[0] if kinds else "passed"
+    return out
+
+
+def test_the_plugin_is_registered_by_installing_the_package():
+    eps = [ep for ep in metadata.distribution(DISTRIBUTION).entry_points if ep.group == "pytest11"]
+    assert [(ep.name, ep.value) for ep in eps] == [("affinity", "affinity.tools.pytest_plugin")]
+
+
+def test_marker_fixture_and_option_with_pytest_benchmark(tmp_path: Path):
+    (tmp_path / "test_user.py").write_text(f"MARKED = {MARKED!r}\nOPTION = {OPTION!r}\n" + USER_TESTS)
+    args = [f"--affinity={s}" for s in OPTION]
+    r = _pytest(tmp_path, "-q", *args, "--benchmark-json=bench.json", "--junitxml=junit.xml", *FAST)
+    outcomes = _outcomes(tmp_path / "junit.xml")
+    # one case per binding (the marker's specs for the marked tests, --affinity's for the
+    # other user of the fixture), none for the test that uses neither
+    want = {**{f"test_marked[{s}]": "passed" for s in MARKED}, **{f"test_option[{s}]": "passed" for s in OPTION},
+            "test_fails_with_its_bind_map[proclist=[1],explicit]": "failure",
+            "test_unmarked_and_unused": "passed", "test_zz_all_restored": "passed"}
+    assert outcomes == want, r.stdout[-4000:] + r.stderr[-2000:]
+    assert r.returncode == 1
+    # the failing case's report carries the bind map taken inside its binding: the thread
+    # it started, pinned to the plan's CPU 1, and the main thread, left where it was
+    section = r.stdout.split("affinity bind map (proclist=[1],explicit)", 1)[1].split("short test summary")[0]
+    rows = [line for line in section.splitlines() if line.startswith("affinity: pid ")]
+    assert any("bound to OS proc set {1}" in row for row in rows), section
+    assert any("[main " in row for row in rows), section
+    # pytest-benchmark: one benchmark per binding, named after its spec, the bindings of
+    # a test in one group; the plan and the machine in extra_info
+    data = json.loads((tmp_path / "bench.json").read_text())
+    bench = {b["name"]: b for b in data["benchmarks"]}
+    assert set(bench) == {f"test_marked[{s}]" for s in MARKED} | {f"test_option[{s}]" for s in OPTION}
+    machine = Topology.from_system()
+    for name, b in bench.items():
+        test, spec = name.split("[", 1)[0], name.split("[", 1)[1][:-1]
+        assert b["group"] == f"test_user.py::{test}"
+        assert b["params"] == {"affinity_binding": spec}
+        info = b["extra_info"]["affinity"]
+        assert info["spec"] == spec
+        threads = 1 if test == "test_marked" else None
+        assert info["keywords"] == ({"threads": 1, "membind": "auto"} if threads else {})
+        want_plan = plan(spec, threads=threads, topology=machine.with_allowed(frozenset(os.sched_getaffinity(0))))
+        assert info["plan"]["cpusets"] == [sorted(s) for s in want_plan.cpusets]
+        assert info["topology"]["summary"] == info["plan"]["topology"] == machine.describe()
+        assert len(info["topology"]["pus"]) == len(machine.pus)
+
+
+def test_no_effect_unless_used(tmp_path: Path):
+    """Loaded by every pytest run, the plugin loads nothing of affinity's core nor
+    TensorFlow and changes nothing for a test that does not use it, --affinity or not."""
+    (tmp_path / "test_plain.py").write_text(
+        "import os, sys\n"
+        "def test_plain(request):\n"
+        "    assert request.node.name == 'test_plain'\n"
+        "    heavy = [m for m in sys.modules if m.startswith(('tensorflow', 'affinity.machine',\n"
+        "             'affinity.planning', 'affinity.binding'))]\n"
+        "    assert heavy == [], heavy\n"
+        "    assert 'affinity.tools.pytest_plugin' in sys.modules\n"
+        "    assert not any(k.startswith(('KMP_', 'OMP_')) for k in os.environ)\n")
+    r = _pytest(tmp_path, "-q", "--affinity=scatter", "--markers")
+    assert "@pytest.mark.affinity(*specs" in r.stdout, r.stdout[-2000:]
+    r = _pytest(tmp_path, "-q", "--affinity=scatter", "--affinity=compact", "-rA")
+    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-3000:]
+    r = _pytest(tmp_path, "-q", "-p", "no:affinity", "--affinity=scatter")
+    assert r.returncode == 4 and "unrecognized arguments: --affinity" in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.tf
+def test_tf_example_compares_three_bindings(tmp_path: Path):
+    example = ROOT / "examples" / "bench_tf_bindings.py"
+    r = _pytest(tmp_path, "-q", str(example), "--benchmark-json=tf.json", *FAST, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    data = json.loads((tmp_path / "tf.json").read_text())
+    names = [b["name"] for b in data["benchmarks"]]
+    assert sorted(names) == sorted(f"test_train_step[{s}]" for s in ("none", "granularity=fine,compact",
+                                                                         "granularity=fine,scatter"))
+    assert {b["group"] for b in data["benchmarks"]} == {f"{example.relative_to(ROOT)}::test_train_step"}
+    threads = min(4, len(os.sched_getaffinity(0)))
+    for b in data["benchmarks"]:
+        info = b["extra_info"]["affinity"]
+        assert info["keywords"] == {"threads": threads, "tensorflow": True}
+        assert info["plan"]["intra_op_threads"] == threads
