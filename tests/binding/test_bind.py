@@ -230,12 +230,14 @@ def test_worker_slots_follow_granularity():
     assert worker_slots(p) == [frozenset({c}) for c in (0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15)]
 
 
-def test_warning_category():
-    with pytest.warns(AffinityWarning):
-        import warnings
-
-        warnings.warn("x", AffinityWarning)
-
+def test_warnings_are_affinity_warnings_and_runtime_warnings():
+    """What affinity applies differently from what was asked is an AffinityWarning,
+    which users filtering RuntimeWarning see too."""
+    with pytest.warns(RuntimeWarning) as rec:
+        with affinity.pinned("granularity=fine,compcat", **KW):
+            pass
+    assert [type(w.message) for w in rec] == [AffinityWarning]
+    assert 'ignoring "compcat"' in str(rec[0].message)
 
 def test_rank_share_in_process(monkeypatch):
     # local rank 1 of 2 (Open MPI's variables): the plan stays inside rank 1's share

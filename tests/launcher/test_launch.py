@@ -16,6 +16,8 @@ import sys
 import pytest
 
 from affinity.cpulist import format_list, parse_list
+from affinity.machine.topology import Topology
+from affinity.planning.ranks import partition
 from affinity.launcher.preload import pin_library
 
 from helpers.launch import (affinity_run, clean_env, comm_of, environ_of, probe_result, status_of,
@@ -178,7 +180,9 @@ def test_two_instances_get_disjoint_cores_bound_memory_and_logs(tmp_path, probe)
     outs = [json.loads((logs / f"instance-{i}.log").read_text()) for i in range(2)]
     masks = [parse_list(o["cpus"]) for o in outs]
     assert masks[0] and masks[1] and not masks[0] & masks[1]
-    assert masks[0] | masks[1] == set(CPUS[:2]) or len(CPUS) > 2
+    # the shares the planner cuts from this process's CPUs, exactly (whole cores, disjoint)
+    shares = partition(Topology.from_system().with_allowed(CPUS), 2)
+    assert masks == [s.cpus for s in shares] and masks[0] | masks[1] == set(CPUS)
     assert [o["policy"] for o in outs] == [f"bind:{NODE}"] * 2
     assert [o["env"]["AFFINITY_INSTANCE"] for o in outs] == ["0", "1"]
     assert all(o["env"]["AFFINITY_NUM_INSTANCES"] == "2" for o in outs)

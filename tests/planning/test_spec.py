@@ -312,7 +312,9 @@ def test_values_are_frozen_and_hashable() -> None:
     with pytest.raises(AttributeError):
         a.type = "scatter"  # type: ignore[misc]
     assert hash(a) == hash(parse_kmp_affinity("compact,granularity=fine"))
-    assert isinstance(hash(parse_omp_places("{0:4}:4:4")), int)
+    p, q = parse_omp_places("{0:4}:4:4"), parse_omp_places("{0:4}:4:4")
+    assert p == q and hash(p) == hash(q) and len({p, q, parse_omp_places("{0:4}:4:2")}) == 2
+    assert {a: "x"}[parse_kmp_affinity("granularity=fine,compact")] == "x"  # usable as a key
 
 
 def test_non_string_input() -> None:
