@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno as _errno
 import functools
 import os
+import signal
 import sys
 import threading
 import warnings
@@ -145,6 +146,11 @@ def _arg(a: object) -> str:
 
 
 # ------------------------------------------------------------------- words
+#
+# A CPU set crosses the boundary as ``nwords`` little-endian ``unsigned long``
+# words.  Both directions go through ``bytes`` (Python's int <-> bytes and
+# ``b"".join`` are C loops) and are memoized: a process binds the same few sets
+# over and over, so the per-set cost is one dictionary lookup.
 
 @functools.lru_cache(maxsize=4096)
 def _set_bytes(cpus: frozenset[int], nwords: int) -> bytes:
@@ -169,19 +175,19 @@ def _bytes_set(raw: bytes) -> frozenset[int]:
 
 def words(cpus: Iterable[int], nwords: int) -> Any:
     """A new ``unsigned long[nwords]`` holding the set ``cpus``."""
-    return _ulongs(_set_bytes(frozenset(cpus), nwords))
+    return _ulongs(_set_bytes(cpus if cpus.__class__ is frozenset else frozenset(cpus), nwords))
 
 
 def words_many(sets: list[frozenset[int]], nwords: int) -> Any:
     """One ``unsigned long[len(sets) * nwords]`` holding every set, in order."""
-    return _ulongs(b"".join(_set_bytes(frozenset(c), nwords) for c in sets))
+    return _ulongs(b"".join([_set_bytes(c if c.__class__ is frozenset else frozenset(c), nwords)
+                             for c in sets]))
 
 
-def _ulongs(raw: bytes) -> Any:
-    m = lib()
-    buf = m.ffi.new("unsigned long[]", len(raw) // 8)
-    m.ffi.memmove(buf, raw, len(raw))
-    return buf
+def _ulongs(raw: bytes | bytearray) -> Any:
+    """``raw`` seen as ``unsigned long[]`` without a copy (the cdata keeps ``raw``
+    alive; read-only for ``bytes``, which C receives as ``const``)."""
+    return lib().ffi.from_buffer("unsigned long[]", raw)
 
 
 def from_words(buf: Any, nwords: int, offset: int = 0) -> frozenset[int]:
@@ -190,10 +196,9 @@ def from_words(buf: Any, nwords: int, offset: int = 0) -> frozenset[int]:
 
 
 def from_words_many(buf: Any, n: int, nwords: int) -> list[frozenset[int]]:
-    m = lib()
-    raw = bytes(m.ffi.buffer(buf, n * nwords * 8))
+    raw = bytes(buf) if isinstance(buf, (bytes, bytearray)) else bytes(lib().ffi.buffer(buf, n * nwords * 8))
     step = nwords * 8
-    return [_bytes_set(raw[i * step:(i + 1) * step]) for i in range(n)]
+    return [_bytes_set(raw[i:i + step]) for i in range(0, n * step, step)]
 
 
 # ---------------------------------------------------------------- topology
@@ -273,15 +278,40 @@ def load_topology(kind: str, arg: str | None) -> NativeTopology:
     """Load a topology; ``kind="system"`` returns the process-wide cached handle."""
     if kind == "system":
         return system()
-    return NativeTopology(kind, arg)
+    return interruptible(lambda: NativeTopology(kind, arg))
 
 
 def system(refresh: bool = False) -> NativeTopology:
     global _system
     with _lock:
         if _system is None or refresh:
-            _system = NativeTopology("system", None)
+            _system = interruptible(lambda: NativeTopology("system", None))
         return _system
+
+
+def interruptible(fn: Any) -> Any:
+    """``fn()`` in a helper thread while this one waits in short, interruptible
+    steps: a long native call (hwloc loading a big topology) then cannot make
+    Ctrl-C wait for it.  The native call itself runs on (cffi releases the GIL)
+    and its result is dropped if the wait was interrupted."""
+    if threading.current_thread() is not threading.main_thread():
+        return fn()  # signals are delivered to the main thread only
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # to the main thread
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+            out["error"] = e
+
+    worker = threading.Thread(target=run, name="affinity-native", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.05)
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
 
 
 # ------------------------------------------------------------- CPU binding
@@ -291,11 +321,12 @@ def gettid() -> int:
 
 
 def get_thread_cpubind(tid: int = 0) -> frozenset[int]:
-    s = system()
+    s = _system or system()
     buf = s._m.ffi.new("unsigned long[]", s.nwords)
-    call = "hwloc_get_cpubind" if tid == 0 else "hwloc_linux_get_tid_cpubind"
-    check(s._m.lib.aff_get_thread_cpubind(s.handle, tid, buf, s.nwords), call, f"tid={tid or gettid()}")
-    return from_words(buf, s.nwords)
+    if s._m.lib.aff_get_thread_cpubind(s.handle, tid, buf, s.nwords) == -1:
+        call = "hwloc_get_cpubind" if tid == 0 else "hwloc_linux_get_tid_cpubind"
+        check(-1, call, f"tid={tid or gettid()}")
+    return _bytes_set(bytes(s._m.ffi.buffer(buf)))
 
 
 def set_thread_cpubind(cpus: Iterable[int], tid: int = 0) -> None:
@@ -308,23 +339,34 @@ def set_thread_cpubind(cpus: Iterable[int], tid: int = 0) -> None:
 
 def set_threads_cpubind(pairs: list[tuple[int, frozenset[int]]]) -> dict[int, frozenset[int]]:
     """Bind each ``(tid, cpus)``; all or nothing.  Returns the previous masks of the
-    threads that were changed (threads that exited meanwhile are left out)."""
+    threads that were changed (threads that exited meanwhile are left out).
+
+    One C call binds them all; the sets go in as one buffer of words and the
+    previous masks come back in another (see the words helpers above)."""
     if not pairs:
         return {}
-    s = system()
+    s = _system or system()
     m = s._m
     n, nw = len(pairs), s.nwords
-    tids = m.ffi.new("int[]", [t for t, _ in pairs])
-    sets = words_many([c for _, c in pairs], nw)
-    old = m.ffi.new("unsigned long[]", n * nw)
+    tids = [t for t, _ in pairs]
+    sets = b"".join([_set_bytes(c, nw) for _, c in pairs])
+    old = bytearray(n * nw * 8)
     failed = m.ffi.new("int *", -1)
-    rc = m.lib.aff_set_threads_cpubind(s.handle, n, tids, sets, nw, old, failed)
+    rc = m.lib.aff_set_threads_cpubind(s.handle, n, tids, m.ffi.from_buffer("unsigned long[]", sets), nw,
+                                       m.ffi.from_buffer("unsigned long[]", old), failed)
     if rc == -1:
         err = m.ffi.errno
         i = failed[0]
         arg = (f"tid={pairs[i][0]}, cpus={{{_fmt(pairs[i][1])}}}" if 0 <= i < n else f"{n} threads")
         raise error_for(err, "hwloc_linux_set_tid_cpubind", arg, "no thread was changed")
-    return {tid: o for (tid, _), o in zip(pairs, from_words_many(old, n, nw)) if o}
+    raw = bytes(old)
+    step = nw * 8
+    out = {}
+    for i, tid in enumerate(tids):
+        o = _bytes_set(raw[i * step:(i + 1) * step])
+        if o:
+            out[tid] = o
+    return out
 
 
 def set_process_cpubind(cpus: Iterable[int]) -> None:

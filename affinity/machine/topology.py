@@ -293,13 +293,14 @@ class Topology:
         path = os.fspath(path)
         if not os.path.exists(path):
             raise TopologyError("no such file", path)
-        _check_xml_syntax(path)
+        _check_size(_check_xml_syntax(path), path)
         return _from_native(_native.load_topology("xml", path), source=path)
 
     @staticmethod
     def from_synthetic(description: str) -> Topology:
         """An hwloc synthetic description, e.g.
         ``"pack:2 core:28 pu:2(indexes=2*56:1*2)"`` (``[numa]`` attaches NUMA nodes)."""
+        _check_size(_synthetic_pus(description), f"synthetic:{description}")
         return _from_native(_native.load_topology("synthetic", description),
                             source=f"synthetic:{description}")
 
@@ -511,6 +512,7 @@ def _from_cpuinfo_text(text: str, source: str,
         cur[name] = (int(value), lineno)
     if not records:
         raise TopologyError("no 'processor' records (not a cpuinfo file?)", source)
+    _check_size(len(records), source)
     seen: dict[int, int] = {}
     rows: list[tuple[int, int, int, int | None]] = []
     node_levels: dict[int, dict[int, set[int]]] = {}
@@ -616,8 +618,9 @@ def _from_native(loaded: Any, source: str) -> Topology:
                      loaded.allowed, source, loaded.this_system, position)
 
 
-def _check_xml_syntax(path: str) -> None:
-    """hwloc reports a broken XML file without a position: find it ourselves."""
+def _check_xml_syntax(path: str) -> int:
+    """hwloc reports a broken XML file without a position: find it ourselves.
+    Returns the number of PUs the file describes."""
     import xml.etree.ElementTree as ET
 
     try:
@@ -629,6 +632,40 @@ def _check_xml_syntax(path: str) -> None:
         raise TopologyError(f"cannot read: {e.strerror}", path) from e
     if root.tag != "topology":
         raise TopologyError(f"root element is <{root.tag}>, not an hwloc <topology>", path, 1)
+    return sum(1 for o in root.iter("object") if o.get("type") == "PU")
+
+
+#: The most PUs a described machine may have: Linux itself runs on at most 8192
+#: CPUs (``NR_CPUS`` with ``CONFIG_MAXSMP``), and loading a description beyond that
+#: costs hwloc minutes and gigabytes for a machine that cannot exist.
+MAX_PUS = 8192
+
+
+def _check_size(pus: int | None, source: str) -> None:
+    if pus is not None and pus > MAX_PUS:
+        raise TopologyError(f"describes {pus} PUs; at most {MAX_PUS} are accepted (Linux runs on at "
+                            f"most {MAX_PUS} CPUs: NR_CPUS with CONFIG_MAXSMP)", source)
+
+
+def _synthetic_pus(description: str) -> int | None:
+    """The PUs an hwloc synthetic description asks for (the product of the level
+    arities; attributes in ``(...)`` and memory children in ``[...]`` aside), or
+    ``None`` where it cannot tell (hwloc then judges the description)."""
+    text, depth = [], 0
+    for ch in description:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            text.append(ch)
+    total = 1
+    for level in "".join(text).split():
+        arity = level.rpartition(":")[2]
+        if not arity.isdigit():
+            return None
+        total *= int(arity)
+    return total
 
 
 _system_lock = threading.Lock()

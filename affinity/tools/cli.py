@@ -250,6 +250,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except BrokenPipeError:  # `affinity topology | head`
         return 0
+    except KeyboardInterrupt:  # Ctrl-C, also during a long native load: no traceback
+        print(f"affinity {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover
