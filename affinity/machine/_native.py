@@ -278,11 +278,13 @@ def load_topology(kind: str, arg: str | None) -> NativeTopology:
     """Load a topology; ``kind="system"`` returns the process-wide cached handle."""
     if kind == "system":
         return system()
+    lib()  # loaded here: the helper thread must not wait for _lock held by this one
     return interruptible(lambda: NativeTopology(kind, arg))
 
 
 def system(refresh: bool = False) -> NativeTopology:
     global _system
+    lib()  # loaded before _lock is taken below: the loading thread would wait for it
     with _lock:
         if _system is None or refresh:
             _system = interruptible(lambda: NativeTopology("system", None))
