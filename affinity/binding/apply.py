@@ -199,15 +199,7 @@ class Binding:
             if rt.path in snap.omp_threads:
                 with contextlib.suppress(Exception):
                     rt.set_num_threads(snap.omp_threads[rt.path])
-        now = _threads.task_ids()
-        pairs = []
-        for tid in now:
-            want = snap.masks.get(tid, snap.process_mask)
-            pairs.append((tid, want))
-        try:
-            _threads.set_threads_affinity(dict(pairs))
-        except BindError as e:  # keep going: restore what can be restored
-            errors.append(str(e))
+        errors.extend(_restore_masks(snap))
         if snap.mempolicy is not None:
             try:
                 pol = snap.mempolicy
@@ -216,6 +208,7 @@ class Binding:
                 errors.append(f"memory policy: {e}")
         self.active = False
         registry.remove(self)
+        errors.extend(_repin_enclosing_teams())
         if errors:
             warnings.warn("affinity: restore was incomplete: " + "; ".join(errors), AffinityWarning,
                           stacklevel=2)
@@ -279,6 +272,39 @@ def _packages_used(plan: Any) -> list[frozenset[int]]:
         if part:
             out.append(part)
     return out
+
+
+def _restore_masks(snap: _Snapshot, rounds: int = 100) -> list[str]:
+    """Every thread back to its mask at apply() (threads born since: the process's
+    mask then), listing the threads again until no new one appears: a thread started
+    by another thread during the restore would otherwise keep the block's mask."""
+    done: set[int] = set()
+    errors: list[str] = []
+    for _ in range(rounds):
+        todo = {t: snap.masks.get(t, snap.process_mask) for t in _threads.task_ids() if t not in done}
+        if not todo:
+            break
+        try:
+            _threads.set_threads_affinity(todo)
+        except BindError as e:  # keep going: restore what can be restored
+            errors.append(str(e))
+        done.update(todo)
+    return errors
+
+
+def _repin_enclosing_teams() -> list[str]:
+    """After an inner block, the enclosing binding's OpenMP teams get their size and
+    pins back: an inner team of another size makes a runtime (libgomp) end or start
+    workers, and a new worker would run on its creator's mask instead of its slot."""
+    enclosing = registry.active()
+    if not enclosing or not enclosing[-1].openmp:
+        return []
+    outer = enclosing[-1]
+    try:
+        _pin_openmp(outer, outer.openmp)
+    except Exception as e:  # noqa: BLE001 - the restore itself is done
+        return [f"the enclosing binding's OpenMP team could not be pinned again: {e}"]
+    return []
 
 
 def _set_env(values: Mapping[str, str], override: bool, b: Binding, snap_env: dict[str, str | None]
@@ -535,19 +561,23 @@ def _tensorflow_started(b: Binding, state: Any) -> None:
                       stacklevel=2)
 
 
-def _pin_openmp(b: Binding) -> None:
-    """Size and pin the team of every OpenMP runtime loaded in this process."""
+def _pin_openmp(b: Binding, runtimes: list[Any] | None = None) -> None:
+    """Size and pin the team of every OpenMP runtime loaded in this process (or of
+    ``runtimes``, already this binding's, again)."""
     assert b._snapshot is not None
     team = list(b.plan.cpusets)  # an OpenMP team binds thread i to the plan's set i
-    for rt in _omp.loaded_runtimes():
-        b._snapshot.omp_threads[rt.path] = rt.max_threads()
+    again = runtimes is not None
+    for rt in (runtimes if again else _omp.loaded_runtimes()):
+        if not again:
+            b._snapshot.omp_threads[rt.path] = rt.max_threads()
         rt.set_num_threads(len(team))
         members = rt.pin_team(team)
         for i, (tid, got) in enumerate(members):
             b.pins[tid] = Pin(tid, "main" if tid == os.getpid() else "openmp", got, i)
             b._seen.add(tid)
-        b.openmp.append(rt)
-    if b.openmp and any(p_.role == "main" and len(p_.cpus) < len(b.union) for p_ in b.pins.values()):
+        if not again:
+            b.openmp.append(rt)
+    if not again and b.openmp and any(p_.role == "main" and len(p_.cpus) < len(b.union) for p_ in b.pins.values()):
         b.notes.append("the main thread is OpenMP team member 0 and was pinned to slot 0, as the "
                        "runtime would; child processes started from it inherit that mask")
 

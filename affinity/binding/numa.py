@@ -19,12 +19,12 @@ from typing import Any
 
 from ..machine import _native
 from ..cpulist import format_list
-from ..errors import UnsupportedError
+from ..errors import AccessDenied, BindError, UnsupportedError
 from ..planning.memory import POLICIES, check_nodes, policy_name
 from .threads import require_system, task_ids
 from ..machine.topology import Topology
 
-__all__ = ["POLICIES", "MemPolicy", "area_location", "area_policy", "array_nodes", "array_policy",
+__all__ = ["POLICIES", "REFUSED_WHY", "MemPolicy", "is_refused", "refused", "area_location", "area_policy", "array_nodes", "array_policy",
            "bind_area", "bind_array", "empty", "get_membind", "set_membind"]
 
 
@@ -49,9 +49,44 @@ def _checked(call: str, nodes: Iterable[int], policy: str) -> tuple[str, frozens
     return pol, check_nodes(ns, Topology.from_system(), what, policy=pol)
 
 
+#: Why a memory-policy call fails with EPERM where the kernel itself would allow it.
+REFUSED_WHY = ("this container forbids NUMA memory policies (Docker's default seccomp profile allows "
+               "set_mempolicy, get_mempolicy, mbind and set_mempolicy_home_node only with CAP_SYS_NICE)")
+#: ... and with ENOSYS.
+MISSING_WHY = "this kernel has no NUMA memory policies"
+
+
+def refused(e: BindError, hint: str) -> BindError:
+    """The error for a memory-policy call the system refused (``e``: AccessDenied or
+    ENOSYS), saying why and what to do (``hint``); any other error unchanged."""
+    if isinstance(e, AccessDenied):
+        return AccessDenied(e.errno, e.call, e.argument, f"{REFUSED_WHY}; {hint}")
+    if isinstance(e, UnsupportedError) and e.errno == errno.ENOSYS:
+        return UnsupportedError(f"{e} ({MISSING_WHY}; {hint})", e.call, e.errno, e.argument)
+    return e
+
+
+def is_refused(e: BaseException) -> bool:
+    """Whether ``e`` says the system refuses memory policies (EPERM in a container,
+    ENOSYS on a kernel without NUMA), as opposed to a bad argument."""
+    return isinstance(e, AccessDenied) or (isinstance(e, UnsupportedError) and e.errno == errno.ENOSYS)
+
+
+_API_HINT = "start the container with --cap-add SYS_NICE, or leave memory alone (membind=None)"
+
+
 def get_membind() -> MemPolicy:
-    """The calling thread's memory policy, as the kernel reports it."""
-    pol, nodes = _native.get_mempolicy()
+    """The calling thread's memory policy, as the kernel reports it.
+
+    Raises
+    ------
+    AccessDenied
+        The container forbids reading it (Docker's default profile), saying so.
+    """
+    try:
+        pol, nodes = _native.get_mempolicy()
+    except BindError as e:
+        raise refused(e, _API_HINT) from e
     return MemPolicy(pol, nodes if pol not in ("default", "local") else frozenset())
 
 
@@ -100,7 +135,10 @@ def set_membind(nodes: Iterable[int] = (), policy: str = "bind", *, scope: str =
                 f"set_membind(scope='process'): this process already runs {len(tids)} threads and "
                 f"Linux memory policies are per thread; set the policy before starting threads, or "
                 f"launch with 'affinity run --membind'", call="set_mempolicy", err=errno.ENOSYS)
-    _native.set_membind(ns, pol, _native.MEMF_STRICT if strict else 0)
+    try:
+        _native.set_membind(ns, pol, _native.MEMF_STRICT if strict else 0)
+    except BindError as e:
+        raise refused(e, _API_HINT) from e
     return get_membind()
 
 

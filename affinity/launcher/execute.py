@@ -25,9 +25,9 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from ..binding import threads
+from ..binding import numa, threads
 from ..cpulist import format_list
-from ..errors import AccessDenied, BindError, MaskNarrowedError, PlanError, UnsupportedError
+from ..errors import BindError, MaskNarrowedError, PlanError
 from ..machine import _native
 from ..machine.topology import Topology
 from .build import Instance, Launch
@@ -39,7 +39,7 @@ __all__ = ["CommandError", "apply_instance", "execute", "show_current"]
 _PR_SET_PDEATHSIG = 1
 #: what the launcher forwards to the instances it started
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-_State = tuple[frozenset[int], tuple[str, frozenset[int]]]
+_State = tuple[frozenset[int], "tuple[str, frozenset[int]] | None"]
 
 
 class CommandError(Exception):
@@ -91,25 +91,23 @@ def apply_instance(inst: Instance, *, membind_optional: bool = False) -> list[st
     if inst.mempolicy is not None:
         try:
             _native.set_mempolicy(inst.mempolicy, inst.mem_nodes)
-        except (AccessDenied, UnsupportedError) as e:
-            if isinstance(e, UnsupportedError) and e.errno != errno.ENOSYS:
+        except BindError as e:
+            if not numa.is_refused(e):
                 raise
-            why = ("this container forbids NUMA memory policies (Docker's default seccomp profile "
-                   "allows set_mempolicy only with CAP_SYS_NICE)" if isinstance(e, AccessDenied)
-                   else "this kernel has no NUMA memory policies")
             if membind_optional or not inst.mem_required:
                 warnings.append(f"memory policy {_mempolicy_arg(inst.mempolicy, inst.mem_nodes)} not "
-                                f"applied: {e} ({why}); running without it")
+                                f"applied: {numa.refused(e, 'running without it')}")
             else:
-                arg = getattr(e, "argument", None) or _mempolicy_arg(inst.mempolicy, inst.mem_nodes)
-                hint = (f"{why}; start the container with --cap-add SYS_NICE, or pass "
-                        f"--membind-optional to run without memory binding; nothing was started")
-                if isinstance(e, AccessDenied):
-                    raise AccessDenied(e.errno, "set_mempolicy", arg, hint) from e
-                raise UnsupportedError(f"set_mempolicy({arg}) is not supported: {hint}", "set_mempolicy",
-                                       e.errno, arg) from e
+                raise numa.refused(e, "start the container with --cap-add SYS_NICE, or pass "
+                                      "--membind-optional to run without memory binding; nothing was "
+                                      "started") from e
         else:
-            pol, nodes = _native.get_mempolicy()
+            try:
+                pol, nodes = _native.get_mempolicy()
+            except BindError as e:  # set but not readable (a seccomp filter): trust the kernel
+                if not numa.is_refused(e):
+                    raise
+                pol, nodes = inst.mempolicy, inst.mem_nodes
             want_nodes = inst.mem_nodes if inst.mempolicy != "local" else frozenset()
             if pol != inst.mempolicy or (want_nodes and nodes != want_nodes):
                 raise MaskNarrowedError(
@@ -154,17 +152,29 @@ def show_current(launch: Launch, topology: Topology, mems_allowed: frozenset[int
 
 
 def _save_state() -> _State:
-    return threads.get_affinity(), _native.get_mempolicy()
+    """This thread's mask and memory policy (``None`` where the container forbids
+    reading it: then it cannot have been changed either)."""
+    try:
+        policy = _native.get_mempolicy()
+    except BindError as e:
+        if not numa.is_refused(e):
+            raise
+        policy = None
+    return threads.get_affinity(), policy
 
 
 def _restore_state(state: _State) -> None:
-    mask, (pol, nodes) = state
+    mask, policy = state
     threads.set_affinity(mask)
+    if policy is None:
+        return
+    pol, nodes = policy
     try:
         _native.set_mempolicy(pol if pol in ("default", "local", "bind", "interleave", "preferred")
                               else "default", nodes)
-    except (BindError, UnsupportedError):
-        pass  # it could not be changed in the first place
+    except BindError as e:
+        if not numa.is_refused(e):
+            raise  # it could not be changed in the first place when refused
 
 
 def _resolve_command(argv: Sequence[str], env: Mapping[str, str]) -> str:

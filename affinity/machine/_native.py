@@ -283,18 +283,20 @@ def load_topology(kind: str, arg: str | None) -> NativeTopology:
 
 
 def system(refresh: bool = False) -> NativeTopology:
+    """This machine's topology, loaded once (here, in the calling thread: no helper
+    thread may appear in a process that is being bound; its size is the machine's)."""
     global _system
-    lib()  # loaded before _lock is taken below: the loading thread would wait for it
     with _lock:
         if _system is None or refresh:
-            _system = interruptible(lambda: NativeTopology("system", None))
+            _system = NativeTopology("system", None)
         return _system
 
 
 def interruptible(fn: Any) -> Any:
     """``fn()`` in a helper thread while this one waits in short, interruptible
     steps: a long native call (hwloc loading a big topology) then cannot make
-    Ctrl-C wait for it.  The native call itself runs on (cffi releases the GIL)
+    Ctrl-C wait for it (descriptions a user gives: XML, synthetic).  The native
+    call itself runs on (cffi releases the GIL)
     and its result is dropped if the wait was interrupted."""
     if threading.current_thread() is not threading.main_thread():
         return fn()  # signals are delivered to the main thread only
