@@ -38,6 +38,8 @@ _LAZY = {
     "KmpHwSubset": "planning.spec",
     "NumThreads": "planning.spec",
     "ProcList": "planning.spec",
+    "tune": "tuning.search",
+    "TuneResult": "tuning.search",
     "__version__": "version",  # from the package metadata, read on first use
 }
 
@@ -67,6 +69,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .tuning.search import TuneResult, tune
     from .version import __version__
     from .errors import (AffinityError, AffinityWarning, BindError, NativeUnavailableError,
                          PlanError, SpecError, TopologyError, UnsupportedError)

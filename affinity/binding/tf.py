@@ -127,6 +127,12 @@ def start_runtime(intra: int | None, inter: int | None) -> TFState:
     return TFState(tuple(i), tuple(j), tuple(o), len(i), len(j), True)
 
 
+def _env_count(name: str) -> int:
+    """A pool size TensorFlow took from its environment variable (0: none given)."""
+    text = os.environ.get(name, "").strip()
+    return int(text) if text.isdigit() else 0
+
+
 def find_running_pools(known: Iterable[int] = ()) -> TFState:
     """Find the pools of a runtime that started before us.
 
@@ -145,7 +151,8 @@ def find_running_pools(known: Iterable[int] = ()) -> TFState:
     skip |= {t.native_id for t in threading.enumerate() if t.native_id}
     inter = sorted(t for t, n in names.items() if n == INTER_NAME)
     other = sorted(t for t, n in names.items() if n == GRAPH_RUNNER)
-    size = tf.config.threading.get_intra_op_parallelism_threads() or len(os.sched_getaffinity(main))
+    size = (tf.config.threading.get_intra_op_parallelism_threads() or _env_count("TF_NUM_INTRAOP_THREADS")
+            or len(os.sched_getaffinity(main)))
     intra: list[int] = []
     if inter:
         below = sorted((t for t, n in names.items() if n == pname and t < inter[0] and t not in skip),

@@ -1,0 +1,133 @@
+"""``affinity tune [options] -- CMD ...``: find the counts and placement that make CMD fastest.
+
+1. CMD runs once as it is (the defaults, the way it runs today; a ``{name}``
+   placeholder of a plain parameter gets its first choice): it must succeed and
+   print the metric, else nothing is searched (exit status 1).
+2. The search (:class:`~affinity.tuning.search.Search`): ``--budget`` trials, each
+   CMD run through ``affinity run`` with a candidate placement
+   (:mod:`~affinity.tuning.runner`), a progress line with the best so far.  The
+   study is stored (default ``~/.cache/affinity/tune.db``, ``--storage``) under a
+   name made of the machine, the command, the metric and the space: the same
+   command resumes it; Ctrl-C keeps every finished trial (exit status 130).
+3. The defaults and the best few configurations are re-measured ``--repeats``
+   times, round by round (A B C A B C ...), and compared by their medians and
+   spreads: a speed-up within the spread is "no significant difference".
+4. A table, the best as an ``affinity run`` line, an environment block and an
+   ``affinity.apply`` call (``--json``: all of it as JSON), and ``--plot FILE``.
+
+Exit status: 0 done, 1 failure (CMD fails or prints no metric, every trial
+failed, a storage that is not a study), 2 usage, 130 interrupted.
+
+This module only registers the command (:func:`add_tune_parser`): it imports
+nothing but the standard library, so ``affinity``'s other commands do not pay for
+optuna.  The work is :func:`affinity.tuning.command.run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["add_tune_parser", "cmd_tune", "main"]
+
+
+def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``tune`` to the ``affinity`` command line, with :func:`cmd_tune` as its function.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        Where ``tune`` goes (what ``ArgumentParser.add_subparsers()`` returned).
+
+    Returns
+    -------
+    argparse.ArgumentParser
+    """
+    p = subparsers.add_parser(
+        "tune", help="find the thread counts, placement and instances that make a command fastest",
+        usage="affinity tune [options] -- CMD [ARGS...]",
+        description="Run CMD as it is, then once per trial through 'affinity run' with a candidate "
+                    "placement (threads, instances, KMP_AFFINITY, KMP_BLOCKTIME, memory policy, "
+                    "TF_NUM_INTRAOP/INTEROP_THREADS), read the metric from its output, and report the "
+                    "best against the defaults, both re-measured. Exit status: 0 done, 1 failure, "
+                    "2 usage, 130 interrupted (finished trials are kept: run it again to resume).")
+    p.add_argument("--budget", type=int, default=20, metavar="N", help="trials to run (default 20)")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=v1,v2,...",
+                   help="a parameter and its choices (repeat the option); known names: intra, inter, omp, "
+                        "blocktime, affinity, granularity, instances, threads, membind; any other name is "
+                        "exported as a variable and replaces {NAME} in CMD. Several full KMP_AFFINITY "
+                        "strings: separate them with ';'. Default: a space built from this machine")
+    m = p.add_mutually_exclusive_group()
+    m.add_argument("--metric", metavar="REGEX",
+                   help="read the value from the last match of REGEX (its first group); default: the "
+                        "number with images/sec, examples/sec, samples/sec or tokens/sec, or a JSON "
+                        "line's throughput; summed over instances")
+    m.add_argument("--time", action="store_true", help="minimize the wall time instead (per copy)")
+    p.add_argument("--repeats", type=int, default=3, metavar="R",
+                   help="re-measure the defaults and the best configurations R times each at the end "
+                        "(default 3)")
+    p.add_argument("--top", type=int, default=3, metavar="K", help="how many of the best to re-measure (default 3)")
+    p.add_argument("--storage", metavar="URL", default=None,
+                   help="keep the study in sqlite:///FILE (default sqlite:///$XDG_CACHE_HOME/affinity/tune.db, "
+                        "that is ~/.cache/affinity/tune.db; 'none': in memory)")
+    p.add_argument("--study", metavar="NAME", default=None,
+                   help="study name (default: from the machine, the command, the metric and the space)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the search (default: the study's, else random)")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="stop a run after this long (infeasible); default 10x the defaults' time + 30 s")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--plot", metavar="FILE", default=None, help="draw the trials (.svg or .png)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    p.add_argument("words", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_tune, _tune_parser=p)
+    return p
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """``affinity tune``: see :func:`add_tune_parser` and the module docstring.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        What the ``tune`` parser parsed.
+
+    Returns
+    -------
+    int
+        0 done, 1 failure, 2 usage, 130 interrupted.
+    """
+    from .command import run  # lazy: optuna and the launcher load only when tune runs
+
+    return run(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m affinity.tuning.cli tune ...``: the ``tune`` command on its own (what
+    ``affinity tune`` runs once ``affinity/tools/cli.py`` registers it).
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        Default ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        The exit status.
+    """
+    parser = argparse.ArgumentParser(prog="affinity")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    add_tune_parser(sub)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("affinity tune: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

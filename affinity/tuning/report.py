@@ -1,0 +1,337 @@
+"""How a search is shown: the progress line, the final table, the plot of the trials.
+
+* :class:`Progress`: one line per trial (rewritten in place on a terminal) with a
+  bar, the best so far and the last trial;
+* :func:`summarize`, :func:`compare`: medians and spreads of repeated
+  measurements, and whether a speed-up is larger than their spread (a difference
+  within the spread is "no significant difference", never a win);
+* :func:`table`: defaults vs the re-measured best configurations;
+* :func:`save_plot`: the trials, the best so far and the defaults, as SVG (no
+  dependency) or PNG (Pillow, the ``picture`` extra).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from .space import TuneError, TuneUsageError
+
+__all__ = ["Comparison", "Progress", "compare", "describe", "save_plot", "summarize", "table"]
+
+
+def describe(config: Mapping[str, Any] | None) -> str:
+    """``name=value`` pairs of a configuration, space-separated."""
+    if config is None:
+        return "-"
+    return " ".join(f"{k}={v}" for k, v in config.items())
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.4g}" if abs(v) < 1e5 else f"{v:.3e}"
+
+
+class Progress:
+    """The progress line of a search.
+
+    Parameters
+    ----------
+    budget : int
+        Trials in all.
+    direction : {"maximize", "minimize"}
+        Which values are better.
+    enabled : bool
+        False: say nothing.
+    done : int
+        Trials already done (a resumed study).
+    stream : file, optional
+        Default ``sys.stderr``.
+    label : str
+        The line's first word.
+    """
+
+    def __init__(self, budget: int, direction: str, *, enabled: bool = True, done: int = 0,
+                 stream: TextIO | None = None, label: str = "tune"):
+        self.budget, self.direction, self.enabled = budget, direction, enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self.label = label
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._open = False
+        if enabled and done:
+            self._say(f"{label}: resuming, {done} of {budget} trials already done")
+
+    def _say(self, text: str, *, inplace: bool = False) -> None:
+        if inplace and self.tty:
+            self.stream.write("\r\x1b[K" + text)
+            self._open = True
+        else:
+            if self._open:
+                self.stream.write("\n")
+                self._open = False
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def update(self, record: Any, records: Sequence[Any]) -> None:
+        """Show trial ``record`` and the best of ``records``."""
+        if not self.enabled:
+            return
+        done = sum(r.state != "interrupted" for r in records)
+        ok = [r for r in records if r.state == "complete"]
+        sign = 1 if self.direction == "maximize" else -1
+        best = max(ok, key=lambda r: sign * r.value) if ok else None
+        width = 20
+        filled = min(width, round(width * done / max(self.budget, 1)))
+        last = _fmt(record.value) if record.state == "complete" else record.state
+        secs = f" in {record.seconds:.1f} s" if record.seconds is not None else ""
+        text = (f"{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{self.budget}  "
+                f"best {_fmt(best.value) if best else '-'} ({describe(best.config) if best else '-'})  "
+                f"last {last}{secs}")
+        self._say(text, inplace=True)
+
+    def close(self) -> None:
+        """End the line."""
+        if self._open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._open = False
+
+
+# ------------------------------------------------------------------ statistics
+
+def summarize(values: Sequence[float]) -> tuple[float, float, float]:
+    """(median, min, max) of repeated measurements."""
+    vals = [float(v) for v in values]
+    return statistics.median(vals), min(vals), max(vals)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A configuration's repeats against the defaults' repeats.
+
+    Parameters
+    ----------
+    ratio : float
+        Median speed-up (> 1 better, whatever the direction).
+    significant : bool or None
+        The two spreads do not overlap (None: a single measurement on a side, no spread).
+    verdict : str
+        ``"1.98x faster"``, ``"no significant difference"``, ``"1.2x slower"`` ...
+    """
+
+    ratio: float
+    significant: bool | None
+    verdict: str
+
+
+def compare(defaults: Sequence[float], other: Sequence[float], direction: str) -> Comparison:
+    """Compare repeats of a configuration with the defaults' repeats.
+
+    Parameters
+    ----------
+    defaults, other : sequence of float
+        Repeated measurements.
+    direction : {"maximize", "minimize"}
+        Which values are better.
+
+    Returns
+    -------
+    Comparison
+        Significant only when every repeat of one side beats every repeat of the
+        other (the spreads do not overlap); otherwise "no significant difference".
+    """
+    d_med, d_lo, d_hi = summarize(defaults)
+    o_med, o_lo, o_hi = summarize(other)
+    if direction == "maximize":
+        ratio = o_med / d_med if d_med else math.inf
+        better, worse = o_lo > d_hi, o_hi < d_lo
+    else:
+        ratio = d_med / o_med if o_med else math.inf
+        better, worse = o_hi < d_lo, o_lo > d_hi
+    if len(defaults) < 2 or len(other) < 2:
+        return Comparison(ratio, None, f"{ratio:.2f}x (one measurement: spread unknown)")
+    if better:
+        return Comparison(ratio, True, f"{ratio:.2f}x faster")
+    if worse:
+        return Comparison(ratio, True, f"{1 / ratio:.2f}x slower" if ratio else "slower")
+    return Comparison(ratio, False, f"no significant difference ({ratio:.2f}x, within the spread)")
+
+
+def table(rows: Sequence[tuple[str, Sequence[float]]], *, unit: str, direction: str) -> str:
+    """Defaults vs re-measured configurations.
+
+    Parameters
+    ----------
+    rows : sequence of (label, repeats)
+        The defaults first.
+    unit : str
+        What the values are (``images/sec``, ``seconds``).
+    direction : {"maximize", "minimize"}
+        Which values are better.
+
+    Returns
+    -------
+    str
+        One line per row: median, spread (min-max), and the comparison with the defaults.
+    """
+    head = ("", f"{unit} (median)", "spread", "vs defaults")
+    lines = [head]
+    base = rows[0][1] if rows else []
+    for i, (label, vals) in enumerate(rows):
+        if not vals:
+            lines.append((label, "failed", "-", "-"))
+            continue
+        med, lo, hi = summarize(vals)
+        spread = f"{_fmt(lo)} - {_fmt(hi)}" if len(vals) > 1 else "(1 run)"
+        verdict = "1.00" if i == 0 else compare(base, vals, direction).verdict if base else "-"
+        lines.append((label, _fmt(med), spread, verdict))
+    widths = [max(len(row[j]) for row in lines) for j in range(4)]
+    return "\n".join("  ".join(c.ljust(w) if j in (0, 3) else c.rjust(w) for j, (c, w) in
+                               enumerate(zip(row, widths))).rstrip() for row in lines)
+
+
+# ------------------------------------------------------------------ the plot
+
+_W, _H, _L, _R, _T, _B = 720, 400, 70, 20, 40, 50
+
+
+def _shapes(records: Sequence[Any], baseline: float | None, direction: str, unit: str,
+            title: str) -> list[tuple[Any, ...]]:
+    """The plot as primitives: ("line", x1, y1, x2, y2, color, width, dashed),
+    ("dot", x, y, r, color), ("cross", x, y, r, color), ("text", x, y, text, size, anchor, color)."""
+    ok = [r for r in records if r.state == "complete"]
+    vals = [r.value for r in ok] + ([baseline] if baseline is not None else [])
+    lo, hi = (min(vals), max(vals)) if vals else (0.0, 1.0)
+    if hi == lo:
+        lo, hi = lo - 1, hi + 1
+    pad = (hi - lo) * 0.08
+    lo, hi = lo - pad, hi + pad
+    n = max((r.number for r in records), default=0) + 1
+    px = (lambda i: _L + (_W - _L - _R) * (i + 0.5) / n)
+    py = (lambda v: _T + (_H - _T - _B) * (1 - (v - lo) / (hi - lo)))
+    out: list[tuple[Any, ...]] = [("text", _W / 2, 22, title, 14, "middle", "#222")]
+    out += [("line", _L, _H - _B, _W - _R, _H - _B, "#444", 1, False), ("line", _L, _T, _L, _H - _B, "#444", 1, False)]
+    for k in range(5):
+        v = lo + (hi - lo) * k / 4
+        out += [("line", _L - 4, py(v), _L, py(v), "#444", 1, False),
+                ("text", _L - 6, py(v) + 4, _fmt(v), 11, "end", "#444")]
+    step = max(1, n // 10)
+    for i in range(0, n, step):
+        out.append(("text", px(i), _H - _B + 16, str(i + 1), 11, "middle", "#444"))
+    out.append(("text", (_L + _W - _R) / 2, _H - 12, "trial", 12, "middle", "#222"))
+    out.append(("text", 14, _T - 10, unit, 12, "start", "#222"))
+    if baseline is not None:
+        out.append(("line", _L, py(baseline), _W - _R, py(baseline), "#888", 1.5, True))
+        out.append(("text", _W - _R - 4, py(baseline) - 6, "defaults", 11, "end", "#666"))
+    sign = 1 if direction == "maximize" else -1
+    best, prev = None, None
+    for r in sorted(ok, key=lambda r: r.number):
+        if best is None or sign * r.value > sign * best:
+            best = r.value
+        pt = (px(r.number), py(best))
+        if prev is not None:
+            out += [("line", prev[0], prev[1], pt[0], prev[1], "#2a9d55", 2, False),
+                    ("line", pt[0], prev[1], pt[0], pt[1], "#2a9d55", 2, False)]
+        prev = pt
+    for r in records:
+        if r.state == "complete":
+            out.append(("dot", px(r.number), py(r.value), 4, "#1f5fbf"))
+        elif r.state == "infeasible":
+            out.append(("cross", px(r.number), _H - _B - 8, 4, "#c0392b"))
+    return out
+
+
+def _svg(shapes: list[tuple[Any, ...]]) -> bytes:
+    from xml.sax.saxutils import escape
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" '
+             f'font-family="sans-serif"><rect width="{_W}" height="{_H}" fill="white"/>']
+    for s in shapes:
+        if s[0] == "line":
+            dash = ' stroke-dasharray="6,4"' if s[7] else ""
+            parts.append(f'<line x1="{s[1]:.1f}" y1="{s[2]:.1f}" x2="{s[3]:.1f}" y2="{s[4]:.1f}" '
+                         f'stroke="{s[5]}" stroke-width="{s[6]}"{dash}/>')
+        elif s[0] == "dot":
+            parts.append(f'<circle cx="{s[1]:.1f}" cy="{s[2]:.1f}" r="{s[3]}" fill="{s[4]}"/>')
+        elif s[0] == "cross":
+            x, y, r, c = s[1:]
+            parts.append(f'<path d="M{x - r:.1f},{y - r:.1f}L{x + r:.1f},{y + r:.1f}M{x - r:.1f},{y + r:.1f}'
+                         f'L{x + r:.1f},{y - r:.1f}" stroke="{c}" stroke-width="2"/>')
+        else:
+            parts.append(f'<text x="{s[1]:.1f}" y="{s[2]:.1f}" font-size="{s[4]}" text-anchor="{s[5]}" '
+                         f'fill="{s[6]}">{escape(str(s[3]))}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts).encode()
+
+
+def _png(shapes: list[tuple[Any, ...]]) -> bytes:
+    try:
+        from PIL import Image, ImageDraw, ImageFont
+    except ImportError as e:  # pragma: no cover - Pillow is in the test extra
+        raise TuneError("a PNG plot needs Pillow: pip install 'kmp-affinity[picture]' (or write .svg)") from e
+    import io
+
+    img = Image.new("RGB", (_W, _H), "white")
+    draw = ImageDraw.Draw(img)
+    font = ImageFont.load_default()
+    for s in shapes:
+        if s[0] == "line":
+            draw.line([(s[1], s[2]), (s[3], s[4])], fill=s[5], width=max(1, round(s[6])))
+        elif s[0] == "dot":
+            draw.ellipse([s[1] - s[3], s[2] - s[3], s[1] + s[3], s[2] + s[3]], fill=s[4])
+        elif s[0] == "cross":
+            x, y, r, c = s[1:]
+            draw.line([(x - r, y - r), (x + r, y + r)], fill=c, width=2)
+            draw.line([(x - r, y + r), (x + r, y - r)], fill=c, width=2)
+        else:
+            w = draw.textlength(str(s[3]), font=font)
+            x = s[1] - (w if s[5] == "end" else w / 2 if s[5] == "middle" else 0)
+            draw.text((x, s[2] - 10), str(s[3]), fill=s[6], font=font)
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def save_plot(path: str, records: Sequence[Any], *, baseline: float | None = None, direction: str = "maximize",
+              unit: str = "value", title: str = "affinity tune") -> None:
+    """Draw the trials (dots; infeasible ones as red crosses at the bottom), the best so
+    far (green steps) and the defaults (dashed) to ``path``.
+
+    Parameters
+    ----------
+    path : str
+        ``.svg`` or ``.png`` (the extension picks the format).
+    records : sequence of TrialRecord
+        The trials.
+    baseline : float, optional
+        The defaults' value.
+    direction : {"maximize", "minimize"}
+        Which values are better.
+    unit : str
+        The y axis.
+    title : str
+        Above the plot.
+
+    Raises
+    ------
+    TuneUsageError
+        Another extension.
+    TuneError
+        A PNG without Pillow, or a file that cannot be written.
+    """
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in (".svg", ".png"):
+        raise TuneUsageError(f"plot {path!r}: write .svg or .png")
+    shapes = _shapes(records, baseline, direction, unit, title)
+    data = _svg(shapes) if ext == ".svg" else _png(shapes)
+    try:
+        with open(path, "wb") as fh:
+            fh.write(data)
+    except OSError as e:
+        raise TuneError(f"plot {path!r}: cannot write: {e.strerror}") from e

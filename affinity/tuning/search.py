@@ -1,0 +1,596 @@
+"""``affinity.tune()``: find the counts and placement that make a workload fastest.
+
+:func:`tune` calls ``objective(config)`` at most ``budget`` times, each time with
+a configuration of the space chosen by :class:`~affinity.tuning.sampler.TopologySampler`
+(the seeds' rules first, then the configuration with the largest expected
+improvement under a prior from the machine), and returns a :class:`TuneResult`.
+
+:class:`Search` is the study behind it (also used by ``affinity tune``): an
+optuna study, in memory or in SQLite storage, named after the machine, the space
+and the direction (and, for the command line, the command), so that running the
+same search again resumes it.  A resumed search continues to the same total
+number of trials, never re-runs a finished configuration, and re-runs one that
+was interrupted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import numbers
+import os
+import secrets
+import sqlite3
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from ..cpulist import format_list
+from ..machine.topology import Topology
+from . import forms
+from .priors import Priors
+from .report import Progress, describe
+from .sampler import INTERRUPTED, TopologySampler, trial_config
+from .space import Space, TuneError, TuneUsageError, default_space
+
+__all__ = ["Search", "TrialRecord", "TuneResult", "check_budget", "open_storage", "tune"]
+
+_ATTR = "affinity."  # prefix of the study's user attributes
+
+
+# ------------------------------------------------------------------ results
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One call of the objective.
+
+    Parameters
+    ----------
+    number : int
+        Its place in evaluation order (from 0).
+    config : dict
+        The configuration.
+    value : float or None
+        What the objective returned; None when infeasible or interrupted.
+    seconds : float or None
+        How long the call took.
+    state : {"complete", "infeasible", "interrupted"}
+        ``infeasible``: it raised or returned no number (recorded, not retried);
+        ``interrupted``: cut short by Ctrl-C (tried again when the study resumes).
+    error : str or None
+        Why it is infeasible.
+    """
+
+    number: int
+    config: dict[str, Any]
+    value: float | None
+    seconds: float | None
+    state: str
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON-ready data."""
+        return {"number": self.number, "config": dict(self.config), "value": self.value,
+                "seconds": self.seconds, "state": self.state, "error": self.error}
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What :func:`tune` found.
+
+    Parameters
+    ----------
+    best : dict or None
+        The best configuration (None when no trial completed).
+    best_value : float or None
+        Its value.
+    trials : tuple of TrialRecord
+        Every trial, in evaluation order.
+    baseline : float or None
+        The defaults' value, when measured.
+    direction : {"maximize", "minimize"}
+        Whether larger values are better.
+    space : dict
+        The space searched.
+    seed : int
+        The seed (pass it again to get the same sequence).
+    study_name, storage : str or None
+        Where the trials are kept (storage None: in memory).
+    topology : Topology
+        The machine the configurations were read with.
+    command : tuple of str or None
+        The command tuned (``affinity tune``); forms then name it instead of ``CMD``.
+    notes : tuple of str
+        What the tuner assumed or could not do.
+    spread : tuple of (float, float) or None
+        ``(defaults, best)`` relative spreads of repeated measurements (``affinity tune``).
+    significant : bool or None
+        Whether the speed-up is larger than the spread of repeats (None: not repeated).
+    """
+
+    best: dict[str, Any] | None
+    best_value: float | None
+    trials: tuple[TrialRecord, ...]
+    baseline: float | None
+    direction: str
+    space: dict[str, list[Any]]
+    seed: int
+    study_name: str | None
+    storage: str | None
+    topology: Topology = field(repr=False, compare=False)
+    command: tuple[str, ...] | None = None
+    notes: tuple[str, ...] = ()
+    spread: tuple[float, float] | None = None
+    significant: bool | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        """The best over the defaults (for ``minimize``: the defaults' time over the best);
+        None without a baseline."""
+        if self.baseline is None or self.best_value is None or not self.baseline or not self.best_value:
+            return None
+        return self.best_value / self.baseline if self.direction == "maximize" else self.baseline / self.best_value
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """The variables the best configuration's (first) instance runs with."""
+        return forms.environment(self.best, self.topology) if self.best is not None else {}
+
+    @property
+    def env_block(self) -> str:
+        """:attr:`environment` as ``export`` lines."""
+        if self.best is None:
+            return ""
+        k = int(self.best.get("instances", 1))
+        head = [f"# instance 0 of {k}: 'affinity run' gives each instance its own CPUs"] if k > 1 else []
+        return "\n".join(head + [f"export {n}={_shell_quote(v)}" for n, v in self.environment.items()])
+
+    @property
+    def run_line(self) -> str:
+        """The ``affinity run ... -- CMD`` line of the best configuration."""
+        return forms.shell_line(self.best, self.command) if self.best is not None else ""
+
+    @property
+    def apply_call(self) -> str:
+        """The ``affinity.apply(...)`` call (with what it needs around it) of the best configuration."""
+        return forms.apply_call(self.best) if self.best is not None else ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything as JSON-ready data (what ``affinity tune --json`` prints)."""
+        return {"best": self.best, "best_value": self.best_value, "baseline": self.baseline,
+                "speedup": self.speedup, "significant": self.significant,
+                "spread": list(self.spread) if self.spread else None, "direction": self.direction,
+                "seed": self.seed, "study_name": self.study_name, "storage": self.storage,
+                "machine": self.topology.describe(), "space": self.space,
+                "command": list(self.command) if self.command else None, "notes": list(self.notes),
+                "run_line": self.run_line, "environment": self.environment, "apply_call": self.apply_call,
+                "trials": [t.to_dict() for t in self.trials]}
+
+    def __str__(self) -> str:
+        if self.best is None:
+            return f"TuneResult: no configuration completed in {len(self.trials)} trials"
+        gain = f", {self.speedup:.2f}x the defaults" if self.speedup is not None else ""
+        return (f"TuneResult: best {describe(self.best)} = {self.best_value:.4g}{gain} "
+                f"({len(self.trials)} trials)\n  {self.run_line}")
+
+
+def _shell_quote(v: str) -> str:
+    return v if v and all(c.isalnum() or c in "_-.,:/=" for c in v) else "'" + v.replace("'", "'\\''") + "'"
+
+
+# ------------------------------------------------------------------ checks
+
+def check_budget(budget: Any) -> int:
+    """``budget`` as a positive int (raises TuneUsageError naming it otherwise)."""
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1:
+        raise TuneUsageError(f"budget must be a whole number >= 1 (calls of the objective), got {budget!r}")
+    return int(budget)
+
+
+def open_storage(storage: Any) -> Any:
+    """Check a storage before optuna touches it; returns what optuna takes.
+
+    Parameters
+    ----------
+    storage : None, str or optuna storage
+        ``None`` (in memory), ``"sqlite:///FILE"`` or another optuna storage URL, or
+        an optuna storage object.
+
+    Returns
+    -------
+    None, str or optuna storage
+
+    Raises
+    ------
+    TuneUsageError
+        A URL that is not one, a directory, a folder that does not exist.
+    TuneError
+        An existing file that is not an optuna study (not SQLite, or a SQLite
+        database of something else): it is left untouched.
+    """
+    if storage is None or not isinstance(storage, str):
+        return storage
+    if "://" not in storage:
+        raise TuneUsageError(f"storage {storage!r}: expected a URL such as sqlite:///tune.db")
+    if not storage.startswith("sqlite:///"):
+        return storage
+    path = storage[len("sqlite:///"):]
+    if not path or path == ":memory:":
+        return storage
+    if os.path.isdir(path):
+        raise TuneUsageError(f"storage {storage!r}: {path} is a directory, not a database file")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise TuneUsageError(f"storage {storage!r}: folder {folder} does not exist")
+    if os.path.exists(path) and os.path.getsize(path) > 0:
+        _check_study_file(path, storage)
+    return storage
+
+
+def _check_study_file(path: str, url: str) -> None:
+    with open(path, "rb") as fh:
+        head = fh.read(16)
+    if head != b"SQLite format 3\x00":
+        raise TuneError(f"storage {url}: {path} is not a study (not a SQLite database); "
+                        f"it was left untouched: give another file")
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as e:
+        raise TuneError(f"storage {url}: {path} cannot be read as a study ({e}); it was left untouched") from e
+    if tables and not {"studies", "trials"} <= tables:
+        raise TuneError(f"storage {url}: {path} is a SQLite database of something else (tables: "
+                        f"{', '.join(sorted(tables))}), not an optuna study; it was left untouched")
+
+
+def _fingerprint(topology: Topology, space: Space, direction: str, extra: str) -> str:
+    blob = json.dumps({"machine": topology.describe(), "cpus": format_list(topology.allowed),
+                       "space": space.to_dict(), "direction": direction, "extra": extra},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def infer_topology(space: Mapping[str, Any] | None, here: Topology) -> tuple[Topology, str | None]:
+    """The topology to read a space with when none was given: this machine, unless the
+    space's counts go far beyond it (then a flat machine with that many cores, and a note).
+
+    Parameters
+    ----------
+    space : mapping or None
+        The space given.
+    here : Topology
+        This machine.
+
+    Returns
+    -------
+    (Topology, str or None)
+    """
+    if not isinstance(space, Mapping):
+        return here, None
+    counts = [v for n in ("intra", "omp", "threads", "instances") for v in (space.get(n) or [])
+              if isinstance(v, int) and not isinstance(v, bool)]
+    pus = len(here.allowed)
+    if not counts or max(counts) < 4 * pus:
+        return here, None
+    n = max(counts)
+    note = (f"the space's counts go up to {n} but this machine has {pus} PUs: the priors read it as a "
+            f"flat {n}-core machine; pass topology= (e.g. Topology.from_synthetic(...)) to plan for the "
+            f"machine that will run it")
+    return Topology.from_synthetic(f"package:1 [numa] core:{n} pu:1"), note
+
+
+# ------------------------------------------------------------------ the study
+
+class Search:
+    """An optuna study searched by :class:`~affinity.tuning.sampler.TopologySampler`.
+
+    Parameters
+    ----------
+    space : Space
+        What is searched.
+    topology : Topology
+        The machine the configurations run on.
+    direction : {"maximize", "minimize"}
+        Whether larger values are better.
+    seed : int, optional
+        Default: the study's (when resumed), else a random one.
+    storage : None, str or optuna storage
+        See :func:`open_storage`.
+    study_name : str, optional
+        Default ``affinity-tune-<fingerprint>`` of the machine, space, direction and ``key``.
+    key : str
+        More to name the study after (the command line's command and metric).
+
+    Raises
+    ------
+    TuneUsageError
+        A stored study made for another space or direction, or with another seed.
+    TuneError
+        A storage that is not a study.
+    """
+
+    def __init__(self, space: Space, topology: Topology, *, direction: str = "maximize", seed: int | None = None,
+                 storage: Any = None, study_name: str | None = None, key: str = ""):
+        if direction not in ("maximize", "minimize"):
+            raise TuneUsageError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
+        self.space, self.topology, self.direction = space, topology, direction
+        self.storage = open_storage(storage)
+        self.study_name = study_name or f"affinity-tune-{_fingerprint(topology, space, direction, key)}"
+        self.study = self._open()
+        self.seed = self._seed(seed)
+        self.priors = Priors(space, topology)
+        self.sampler = TopologySampler(space, self.priors, seed=self.seed, direction=direction)
+        self.study.sampler = self.sampler
+        self._dists = {n: CategoricalDistribution(list(c)) for n, c in space.params}
+        self.resumed = bool(self.study.get_trials(deepcopy=False))
+        self._close_stale()
+        if not self.resumed:
+            for cfg in self.priors.seeds():
+                self.study.enqueue_trial(cfg, skip_if_exists=True)
+
+    def _open(self) -> optuna.Study:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study = optuna.create_study(storage=self.storage, study_name=self.study_name,
+                                            direction=self.direction, load_if_exists=True)
+        except Exception as e:  # noqa: BLE001 - SQLAlchemy/optuna errors: say which storage
+            raise TuneError(f"storage {self.storage}: cannot open study {self.study_name!r}: "
+                            f"{type(e).__name__}: {e}") from e
+        attrs = study.user_attrs
+        stored = attrs.get(_ATTR + "space")
+        if stored is not None and stored != json.loads(json.dumps(self.space.to_dict())):
+            raise TuneUsageError(f"study {self.study_name!r} in {self.storage} was made for another space "
+                                 f"({stored}); give another study name to search this one")
+        if study.direction.name.lower() != self.direction:
+            raise TuneUsageError(f"study {self.study_name!r} in {self.storage} is a "
+                                 f"{study.direction.name.lower()} study, not {self.direction}")
+        if stored is None:
+            study.set_user_attr(_ATTR + "space", self.space.to_dict())
+            study.set_user_attr(_ATTR + "machine", self.topology.describe())
+        return study
+
+    def _seed(self, seed: int | None) -> int:
+        stored = self.study.user_attrs.get(_ATTR + "seed")
+        if stored is not None and seed is not None and int(seed) != int(stored):
+            raise TuneUsageError(f"study {self.study_name!r} was started with seed {stored}; resume it with "
+                                 f"seed={stored} (or None), or give another study name")
+        value = int(seed) if seed is not None else int(stored) if stored is not None else secrets.randbelow(2 ** 31)
+        if stored is None:
+            self.study.set_user_attr(_ATTR + "seed", value)
+        return value
+
+    def _close_stale(self) -> None:
+        """Trials left running by a session that was killed: interrupted, to be run again."""
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            self.study.tell(t.number, state=TrialState.FAIL)
+
+    # ---------------------------------------------------------------- trials
+    def records(self) -> list[TrialRecord]:
+        """Every finished trial, in evaluation order."""
+        out = []
+        for t in sorted(self.study.get_trials(deepcopy=False), key=lambda t: t.number):
+            rec = _record(t, self.space)
+            if rec is not None:
+                out.append(rec)
+        return out
+
+    def done(self) -> int:
+        """How many trials count against the budget (completed or infeasible)."""
+        return sum(r.state != "interrupted" for r in self.records())
+
+    def run(self, objective: Callable[[dict[str, Any]], Any], budget: int,
+            on_trial: Callable[[TrialRecord, list[TrialRecord]], None] | None = None) -> None:
+        """Call ``objective`` until ``budget`` trials are done (this session and earlier ones
+        together), or every configuration of the space is.
+
+        Parameters
+        ----------
+        objective : callable
+            ``objective(config) -> float``; raising or returning None/NaN marks the
+            configuration infeasible.
+        budget : int
+            The total number of trials.
+        on_trial : callable, optional
+            Called after each trial with its record and every record so far.
+
+        Raises
+        ------
+        KeyboardInterrupt
+            After recording the running trial as interrupted.
+        """
+        done = self.done()
+        tried = {self.space.key(r.config) for r in self.records() if r.state != "interrupted"}
+        while done < budget and len(tried) < self.space.size:
+            trial = self.study.ask(self._dists)
+            cfg = {n: trial.params[n] for n in self.space.names}
+            t0 = time.perf_counter()
+            try:
+                raw = objective(dict(cfg))
+                value, error = _value(raw)
+            except KeyboardInterrupt:
+                trial.set_user_attr(INTERRUPTED, True)
+                trial.set_user_attr("seconds", time.perf_counter() - t0)
+                self.study.tell(trial, state=TrialState.FAIL)
+                raise
+            except Exception as e:  # noqa: BLE001 - any failure of the objective: infeasible
+                value, error = None, f"{type(e).__name__}: {e}"[:2000]
+            trial.set_user_attr("seconds", time.perf_counter() - t0)
+            if value is None:
+                trial.set_user_attr("error", error)
+                self.study.tell(trial, state=TrialState.FAIL)
+            else:
+                self.study.tell(trial, value)
+            done += 1
+            tried.add(self.space.key(cfg))
+            if on_trial is not None:
+                records = self.records()
+                on_trial(records[-1], records)
+
+    def best(self) -> TrialRecord | None:
+        """The best completed trial (the first on a tie)."""
+        done = [r for r in self.records() if r.state == "complete"]
+        if not done:
+            return None
+        sign = 1 if self.direction == "maximize" else -1
+        return max(done, key=lambda r: (sign * r.value, -r.number))
+
+    def result(self, *, baseline: float | None = None, command: Sequence[str] | None = None,
+               notes: Sequence[str] = (), best: tuple[dict[str, Any], float] | None = None,
+               spread: tuple[float, float] | None = None, significant: bool | None = None) -> TuneResult:
+        """The :class:`TuneResult` of the trials so far (``best`` overrides the search's own)."""
+        rec = self.best()
+        cfg, val = best if best is not None else ((rec.config, rec.value) if rec else (None, None))
+        storage = self.storage if isinstance(self.storage, str) or self.storage is None else repr(self.storage)
+        return TuneResult(cfg, val, tuple(self.records()), baseline, self.direction, self.space.to_dict(),
+                          self.seed, self.study_name, storage, self.topology,
+                          tuple(command) if command else None, tuple(notes), spread, significant)
+
+
+def _value(raw: Any) -> tuple[float | None, str | None]:
+    """(value, None) for a finite number, else (None, why)."""
+    if raw is None:
+        return None, "the objective returned None"
+    if isinstance(raw, bool) or not isinstance(raw, numbers.Real):
+        try:
+            raw = float(raw)  # numpy scalars, Decimal
+        except (TypeError, ValueError):
+            return None, f"the objective returned {type(raw).__name__} {raw!r}, not a number"
+    value = float(raw)
+    if not math.isfinite(value):
+        return None, f"the objective returned {value}"
+    return value, None
+
+
+def _record(t: FrozenTrial, space: Space) -> TrialRecord | None:
+    if t.state not in (TrialState.COMPLETE, TrialState.FAIL):
+        return None
+    cfg = trial_config(t, space)
+    if cfg is None:
+        return None
+    secs = t.user_attrs.get("seconds")
+    if t.state == TrialState.COMPLETE:
+        return TrialRecord(t.number, cfg, float(t.value), secs, "complete")
+    if "error" in t.user_attrs:
+        return TrialRecord(t.number, cfg, None, secs, "infeasible", str(t.user_attrs["error"]))
+    return TrialRecord(t.number, cfg, None, secs, "interrupted")
+
+
+# ------------------------------------------------------------------ tune()
+
+def tune(objective: Callable[[dict[str, Any]], Any], space: Mapping[str, Sequence[Any]] | None = None, *,
+         budget: int = 40, seed: int | None = None, topology: Topology | str | None = None,
+         direction: str = "maximize", storage: Any = None, study_name: str | None = None,
+         progress: bool = True, baseline: Mapping[str, Any] | float | None = None) -> TuneResult:
+    """Find the configuration of ``space`` that makes ``objective`` best, in few calls.
+
+    Parameters
+    ----------
+    objective : callable
+        ``objective(config: dict) -> float``: images/sec (or seconds with
+        ``direction="minimize"``).  Raising, or returning None, NaN or anything but a
+        number, marks that configuration infeasible: recorded, never retried.
+    space : mapping of str to list, optional
+        Parameter name -> choices.  ``intra``, ``inter``, ``omp``, ``blocktime``,
+        ``affinity``, ``granularity``, ``instances``, ``threads`` and ``membind`` are
+        read with the topology (see :mod:`affinity.tuning.priors`); any other name is
+        a plain choice.  Default: :func:`~affinity.tuning.space.default_space` of the
+        topology.
+    budget : int
+        The most calls of ``objective`` (a resumed study counts its earlier trials).
+    seed : int, optional
+        The same seed gives the same sequence of configurations.  Default: random
+        (stored in the study, and used again when it resumes).
+    topology : Topology or str, optional
+        The machine the configurations will run on (a :class:`~affinity.Topology`, or a
+        source such as ``"synthetic:pack:2 core:28 pu:2"``).  Default: this machine --
+        unless the space's counts are far beyond it, then a flat machine with that
+        many cores (said in ``result.notes``).
+    direction : {"maximize", "minimize"}
+        Whether larger values are better.
+    storage : str or optuna storage, optional
+        ``"sqlite:///tune.db"`` keeps every trial there, and a later call with the same
+        space resumes the study; default: in memory.
+    study_name : str, optional
+        Default ``affinity-tune-<fingerprint>`` of the machine, the space, the direction
+        and the objective's qualified name.
+    progress : bool
+        Write one line per trial (best so far) to stderr.
+    baseline : mapping or float, optional
+        The defaults: a configuration to measure first (one call of ``objective``,
+        counted in the budget), or a value already measured.  Gives
+        ``result.baseline`` and ``result.speedup``.
+
+    Returns
+    -------
+    TuneResult
+        ``best``, ``best_value``, ``trials`` (config, value, seconds, state, in
+        evaluation order), ``baseline``, ``speedup`` and the best as ``env_block``,
+        ``run_line`` and ``apply_call``.
+
+    Raises
+    ------
+    TuneUsageError
+        A budget below 1, an empty or unknown-typed space, a bad direction, a stored
+        study made for another space or seed.
+    TuneError
+        A storage that is not a study; every trial infeasible (the message gives the
+        first error).
+    KeyboardInterrupt
+        After every finished trial is stored and the running one marked interrupted.
+    """
+    if not callable(objective):
+        raise TuneUsageError(f"objective must be callable (config -> float), got {type(objective).__name__}")
+    budget = check_budget(budget)
+    notes: list[str] = []
+    if topology is None:
+        topo, note = infer_topology(space, Topology.from_system())
+        notes += [note] if note else []
+    else:
+        topo = Topology.load(topology)
+    sp = default_space(topo) if space is None else Space.of(space)
+    who = f"{getattr(objective, '__module__', '')}.{getattr(objective, '__qualname__', type(objective).__name__)}"
+    search = Search(sp, topo, direction=direction, seed=seed, storage=storage, study_name=study_name, key=who)
+    base, budget_left, note = _baseline(objective, baseline, budget, search)
+    notes += [note] if note else []
+    bar = Progress(budget_left, search.direction, enabled=progress, done=search.done())
+    if budget_left > 0:
+        search.run(objective, budget_left, on_trial=bar.update)
+    bar.close()
+    records = search.records()
+    if records and not any(r.state == "complete" for r in records if r.state != "interrupted"):
+        first = next((r for r in records if r.error), None)
+        raise TuneError(f"every configuration tried ({len(records)}) was infeasible; first error "
+                        f"({describe(first.config) if first else '-'}): {first.error if first else '-'}")
+    return search.result(baseline=base, notes=notes)
+
+
+def _baseline(objective: Callable[[dict[str, Any]], Any], baseline: Any, budget: int,
+              search: Search) -> tuple[float | None, int, str | None]:
+    """(the defaults' value, the budget left for the search, a note when they failed)."""
+    if baseline is None:
+        return None, budget, None
+    if isinstance(baseline, numbers.Real) and not isinstance(baseline, bool):
+        return float(baseline), budget, None
+    if not isinstance(baseline, Mapping):
+        raise TuneUsageError(f"baseline: expected a configuration (mapping) or a value, got {baseline!r}")
+    stored = search.study.user_attrs.get(_ATTR + "baseline")
+    if stored is not None and stored.get("config") == dict(baseline):
+        return stored.get("value"), budget - 1, None
+    try:
+        value, error = _value(objective(dict(baseline)))
+    except Exception as e:  # noqa: BLE001 - the defaults failing is worth saying, not fatal
+        value, error = None, f"{type(e).__name__}: {e}"
+    search.study.set_user_attr(_ATTR + "baseline", {"config": dict(baseline), "value": value})
+    return value, budget - 1, (f"the defaults {dict(baseline)} failed: {error}" if error else None)

@@ -1,0 +1,67 @@
+"""Record a response surface: run a command once per configuration of a space, through
+``affinity run`` exactly as ``affinity tune`` runs a trial, and write the table.
+
+    python bench/surfaces/record.py NAME --synthetic "package:1 [numa] core:2 pu:1" \\
+        --param instances=1,2 --param threads=1,2 ... -- CMD ...
+
+Configurations run in a shuffled (seeded) order, so that a drift of the machine
+does not line up with one parameter.  The file is labelled ``"kind": "recording"``
+and names the machine it was recorded on; ``--synthetic`` is the hwloc description
+the benchmark reads that machine back with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent))
+
+from affinity.machine.topology import Topology  # noqa: E402
+from affinity.tuning.runner import CommandRunner  # noqa: E402
+from affinity.tuning.space import Space, parse_param  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("name")
+    ap.add_argument("--synthetic", required=True, help="hwloc synthetic description of this machine")
+    ap.add_argument("--param", action="append", default=[])
+    ap.add_argument("--title", default="")
+    ap.add_argument("--seed", type=int, default=0)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in argv:
+        ap.error("give the command after '--'")
+    cut = argv.index("--")
+    args = ap.parse_args(argv[:cut])
+    command = argv[cut + 1:]
+    space = Space.of(dict(parse_param(p) for p in args.param))
+    runner = CommandRunner(command, timeout=600)
+    configs = list(space.configs())
+    random.Random(args.seed).shuffle(configs)
+    results = {}
+    t0 = time.time()
+    defaults = runner.defaults()
+    for i, cfg in enumerate(configs, 1):
+        m = runner.trial(cfg)
+        results[tuple(cfg[n] for n in space.names)] = m.value
+        print(f"[{i}/{len(configs)}] {cfg} -> {m.value} {m.error or ''}", file=sys.stderr, flush=True)
+    rows = [[*cfg.values(), results[tuple(cfg.values())]] for cfg in space.configs()]
+    here = Topology.from_system()
+    data = {"name": args.name, "title": args.title or f"recorded: {' '.join(command)}", "kind": "recording",
+            "machine": here.describe(), "topology": args.synthetic, "direction": "maximize",
+            "params": list(space.names), "space": space.to_dict(), "fixed": {}, "rows": rows,
+            "command": command, "defaults": defaults.value, "recorded_seconds": round(time.time() - t0),
+            "recorded_on": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    (HERE / f"{args.name}.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")
+    print(f"wrote {args.name}.json: {len(rows)} configurations, defaults {defaults.value}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

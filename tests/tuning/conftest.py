@@ -1,0 +1,37 @@
+"""Fixtures of the tuner's tests: the response surfaces of ``bench/surfaces`` (their
+harness is imported from there), a fake workload, and a storage folder."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from helpers import ROOT
+
+SURFACES = ROOT / "bench" / "surfaces"
+if str(SURFACES) not in sys.path:
+    sys.path.insert(0, str(SURFACES))
+
+FAKE = ROOT / "tests" / "tuning" / "fake_workload.py"
+
+
+@pytest.fixture(scope="session")
+def surfaces():
+    """``load(name)`` of the surface harness (``bench/surfaces/harness.py``)."""
+    import harness
+
+    cache: dict = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = harness.load(name)
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture
+def fake_cmd():
+    """The command line of the fake workload, with extra arguments."""
+    return lambda *args: [sys.executable, str(FAKE), *args]
