@@ -19,6 +19,16 @@
  *                         start at slot 0.  Default "1".
  *   AFFINITY_PIN_VERBOSE  "1": report every pin on stderr as
  *                         "affinity-pin: pid P tid T thread N bound to OS proc set {0-3}".
+ *   AFFINITY_PIN_CHILDREN "1": processes the command starts (which inherit the
+ *                         preload) pin their threads too, each from slot 0 again.
+ *                         Default: only the command's own process pins: the
+ *                         library marks it (AFFINITY_PIN_OWNER=<pid>, exported to
+ *                         what it starts); a process of another pid -- a
+ *                         multiprocessing worker, a helper a shell script runs --
+ *                         gets every CPU of the plan (not the one slot its creator
+ *                         was on) and no pinning, while the exec chain of the
+ *                         command (a pyenv shim exec'ing the real python keeps
+ *                         its pid) is pinned.
  * Threads beyond the last slot wrap around to slot 0.  A failed
  * sched_setaffinity is always reported on stderr; the thread then runs with the
  * mask it inherited.
@@ -231,9 +241,47 @@ static void pin_self(int slot, unsigned thread_no)
     }
 }
 
+/* Whether this process is the one to pin (see AFFINITY_PIN_CHILDREN); marks it. */
+static int owned_here(void)
+{
+    const char *children = getenv("AFFINITY_PIN_CHILDREN");
+    if (children && strcmp(children, "1") == 0)
+        return 1;
+    char me[24];
+    snprintf(me, sizeof me, "%ld", (long)getpid());
+    const char *owner = getenv("AFFINITY_PIN_OWNER");
+    if (owner && *owner)
+        return strcmp(owner, me) == 0;
+    setenv("AFFINITY_PIN_OWNER", me, 1); /* constructors run before any thread */
+    return 1;
+}
+
+/* A process the command started inherits the one-slot mask of the thread that
+ * started it: give it every CPU of the plan instead, and pin nothing in it. */
+static void release_child(const char *text)
+{
+    if (!text || !*text || parse_slots(text) < 0) {
+        free_config();
+        return;
+    }
+    cpu_set_t *all = CPU_ALLOC((int)(setsize * 8));
+    if (all) {
+        CPU_ZERO_S(setsize, all);
+        for (int i = 0; i < nslots; i++)
+            CPU_OR_S(setsize, all, all, slots[i]);
+        sched_setaffinity(0, setsize, all); /* best effort: the inherited mask stays otherwise */
+        CPU_FREE(all);
+    }
+    free_config();
+}
+
 static void init(void)
 {
     real_create = (create_fn)dlsym(RTLD_NEXT, "pthread_create");
+    if (!owned_here()) {
+        release_child(getenv("AFFINITY_PIN_SLOTS"));
+        return;
+    }
     const char *v = getenv("AFFINITY_PIN_VERBOSE");
     verbose = v && *v && strcmp(v, "0") != 0;
     v = getenv("AFFINITY_PIN_MAIN");

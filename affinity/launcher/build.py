@@ -414,5 +414,6 @@ def _instance_env(i: int, count: int, p: Any, slots: tuple[frozenset[int], ...],
         env["AFFINITY_NUM_INSTANCES"] = str(count)
     if opts.pin_threads:
         env.update(pin_environment(slots, environ, skip=opts.pin_skip, main=opts.pin_main,
+                                   children=opts.pin_children,
                                    verbose=opts.verbose))
     return env

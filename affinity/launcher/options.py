@@ -46,6 +46,8 @@ class RunOptions:
         Threads the library leaves alone: bit *i* = the *i*-th ``pthread_create``.
     pin_main : bool
         The library pins the main thread to the first slot.
+    pin_children : bool
+        Processes the command starts pin their threads too.
     instances : int
         Copies to start on disjoint shares.
     cores_per_instance : int or None
@@ -72,6 +74,7 @@ class RunOptions:
     pin_threads: bool = False
     pin_skip: int = 0
     pin_main: bool = True
+    pin_children: bool = False
     instances: int = 1
     cores_per_instance: int | None = None
     log_dir: str | None = None
@@ -152,6 +155,10 @@ def run_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "Intel OpenMP's monitor thread)")
     g.add_argument("--no-pin-main", dest="pin_main", action="store_false",
                    help="leave the main thread alone; created threads start at the first slot")
+    g.add_argument("--pin-children", action="store_true",
+                   help="with --pin-threads: processes the command starts pin their threads too, each "
+                        "from the first slot again (default: only the command's own process -- and what "
+                        "it exec's, like a pyenv shim -- is pinned; its children are left alone)")
     g = p.add_argument_group("several processes")
     g.add_argument("--instances", type=_positive, default=1, metavar="K",
                    help="start K copies on disjoint sets of whole cores, spread over NUMA nodes, "
@@ -262,6 +269,8 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         parser.error("--show and --hardware take no command")
     if args.topology and not (args.dry_run or args.hardware):
         parser.error("--topology plans for another machine: use it with --dry-run or --hardware")
+    if args.pin_children and not args.pin_threads:
+        parser.error("--pin-children goes with --pin-threads")
     if args.json and not args.dry_run:
         parser.error("--json goes with --dry-run")
     if args.show and (args.instances > 1 or args.cores_per_instance):
@@ -276,6 +285,7 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
                       cpunodebind=args.cpunodebind, norespect=args.norespect, mempolicy=mempolicy,
                       mem_nodes=mem_nodes, membind_optional=args.membind_optional,
                       pin_threads=args.pin_threads, pin_skip=args.pin_skip, pin_main=args.pin_main,
+                      pin_children=args.pin_children,
                       instances=args.instances, cores_per_instance=args.cores_per_instance,
                       log_dir=args.log_dir, ranks=args.ranks, verbose=args.verbose,
                       blocktime=_blocktime(args.blocktime, os.environ if environ is None else environ))

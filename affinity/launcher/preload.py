@@ -44,7 +44,7 @@ def pin_library() -> Path:
 
 
 def pin_environment(slots: Sequence[frozenset[int]], environ: Mapping[str, str], *, skip: int = 0,
-                    main: bool = True, verbose: bool = False) -> dict[str, str]:
+                    main: bool = True, verbose: bool = False, children: bool = False) -> dict[str, str]:
     """The variables that preload the pinning library and give it the plan.
 
     Parameters
@@ -59,6 +59,10 @@ def pin_environment(slots: Sequence[frozenset[int]], environ: Mapping[str, str],
         Pin the main thread to the first slot (else created threads start there).
     verbose : bool
         Have the library report every pin on stderr.
+    children : bool
+        Processes the command starts pin their threads too (each from the first
+        slot again); by default only the command's own process (and what it
+        exec's) pins, and its children are left alone.
 
     Returns
     -------
@@ -77,7 +81,10 @@ def pin_environment(slots: Sequence[frozenset[int]], environ: Mapping[str, str],
         "AFFINITY_PIN_SLOTS": ";".join(format_list(s) for s in slots),
         "AFFINITY_PIN_SKIP": f"{skip:#x}",
         "AFFINITY_PIN_MAIN": "1" if main else "0",
+        "AFFINITY_PIN_OWNER": "",  # the command's process becomes the owner (an outer run's is not)
     }
     if verbose:
         env["AFFINITY_PIN_VERBOSE"] = "1"
+    if children:
+        env["AFFINITY_PIN_CHILDREN"] = "1"
     return env

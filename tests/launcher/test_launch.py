@@ -497,3 +497,24 @@ def test_shell_dry_run_reproduces_the_launch(probe):
     for k in ("cpus", "mems", "policy", "env"):
         assert via_shell[k] == direct[k], k
     assert format_list(direct["cpus"]) == str(CPUS[-1])
+
+
+POOL = ("import multiprocessing as mp, os, json\n"
+        "def mask(_): return sorted(os.sched_getaffinity(0))\n"
+        "if __name__ == '__main__':\n"
+        "    with mp.get_context('spawn').Pool(2) as p: print(json.dumps(p.map(mask, range(2))))\n")
+
+
+@TWO
+@pytest.mark.parametrize("children", [False, True])
+def test_pin_threads_and_a_multiprocessing_pool(tmp_path, children):
+    """Spawned pool workers used to pin themselves to the first slot, every one;
+    by default they now run on the plan's CPUs, and --pin-children asks for the old way."""
+    script = tmp_path / "pool.py"
+    script.write_text(POOL)
+    args = ["-t", "2", "--pin-threads"] + (["--pin-children"] if children else [])
+    r = affinity_run(*args, "--", sys.executable, str(script))
+    assert r.returncode == 0, r.stderr
+    workers = json.loads(r.stdout.strip().splitlines()[-1])
+    first = sorted(os.sched_getaffinity(0))[:1]
+    assert workers == ([first] * 2 if children else [CPUS[:2]] * 2)

@@ -143,3 +143,33 @@ def test_a_failed_pin_is_reported_and_the_thread_runs_on(program):
     assert seen[("main", 0)][1] == frozenset(CPUS)
     assert seen[("main", 1)][1] == {CPUS[0]}
     assert parse_list(format_list(seen[("main", 1)][1])) == {CPUS[0]}
+
+
+def _via_shell(program: Path, script: str, **env: str) -> tuple[dict, str]:
+    """Run ``script`` (``$P`` is the program) under sh with the library preloaded."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("AFFINITY_PIN_")}
+    full.update(env, P=str(program), LD_PRELOAD=str(pin_library()))
+    r = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=full, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    seen = {}
+    for line in r.stdout.splitlines():
+        who, i, _, cpus = LINE.match(line).groups()
+        seen[(who, int(i))] = frozenset(int(c) for c in cpus.split(",") if c)
+    return seen, r.stderr
+
+
+def test_processes_the_command_starts_are_left_alone_unless_asked(program):
+    """A multiprocessing worker or a helper a script runs used to pin itself from slot 0
+    again; now only the command's process (and what it exec's) pins."""
+    slots = f"{CPUS[0]};{CPUS[1]}"
+    # the shell (pinned to slot 0) forks a child for the program: another process,
+    # which gets every CPU of the plan back (not its creator's one slot) and pins nothing
+    seen, _ = _via_shell(program, '"$P" 1; true', AFFINITY_PIN_SLOTS=slots)
+    assert {seen[("main", 0)], seen[("main", 1)]} == {frozenset(CPUS[:2])}
+    # exec keeps the pid: the exec chain of the command (a pyenv shim) is pinned
+    seen, _ = _via_shell(program, 'exec "$P" 1', AFFINITY_PIN_SLOTS=slots)
+    assert [seen[("main", 0)], seen[("main", 1)]] == [{CPUS[0]}, {CPUS[1]}]
+    # asked for: children pin their threads too, from slot 0 again
+    seen, _ = _via_shell(program, '"$P" 1; true', AFFINITY_PIN_SLOTS=slots, AFFINITY_PIN_CHILDREN="1")
+    assert [seen[("main", 0)], seen[("main", 1)]] == [{CPUS[0]}, {CPUS[1]}]
+
