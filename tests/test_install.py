@@ -131,7 +131,7 @@ def test_pip_wheel_is_abi3_tagged_from_the_floor_python(wheel: Path):
     # the classifiers claim exactly the versions from the floor up
     claimed = sorted(int(v) for v in re.findall(r"Programming Language :: Python :: 3\.(\d+)$", meta, re.M))
     assert claimed[0] == minor and claimed == list(range(minor, claimed[-1] + 1))
-    assert "Requires-Dist: optuna>=3.5" in meta.splitlines()
+    assert any(line.startswith("Requires-Dist: optuna>=") for line in meta.splitlines())  # the tuner
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
     assert "affinity/machine/_affinity_native.abi3.so" in names  # compiled against the limited API

@@ -31,7 +31,9 @@ from helpers.unprivileged import build_deny, identity, python_runs_as, shared_di
 
 CPUS = sorted(os.sched_getaffinity(0))
 IDENTITIES = ["root-without-CAP_SYS_NICE", "nobody"]
-REPORT = ("grep -E '^(Cpus_allowed_list|Mems_allowed_list):' /proc/self/status; "
+# the shell's own status ($$): the commands it runs are other processes, which the pinning
+# library leaves on the plan's CPUs
+REPORT = ("grep -E '^(Cpus_allowed_list|Mems_allowed_list):' /proc/$$/status; "
           "grep -w stack /proc/self/numa_maps | cut -d' ' -f2; echo \"LD_PRELOAD=$LD_PRELOAD\"")
 
 
