@@ -48,6 +48,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+	@# the C core under ASan+UBSan too (about a minute; the slow churn and the cases run as
+	@# 'nobody', who cannot execute the sanitized interpreter under /root, run above only)
+	$(PY) tools/sanitize.py -q -m "not slow" -k "not nobody"
 
 # The C core (extension + preload library) under AddressSanitizer and UBSan, driven by
 # the tests that call it; fails on any report of any process (docs/hardening.md).
