@@ -2,16 +2,22 @@
 
 Side by side, in one run (group ``pin+restore-N``):
 
-* ``os-loop``    ``os.sched_getaffinity``/``os.sched_setaffinity`` loop: what a
-                 user writes by hand (with a snapshot to restore), and the
-                 bare-syscall floor from Python: each call is CPython's C wrapper
-                 around one ``sched_{get,set}affinity``; the reference;
+* ``os-loop``    the reference (◆): what :func:`set_threads_affinity` does,
+                 written with the ``os`` module -- for each thread
+                 ``os.sched_getaffinity`` (its previous mask, kept for the way
+                 back) then ``os.sched_setaffinity``; then the same back to the
+                 previous masks.  Each call is CPython's C wrapper around one
+                 system call: the floor for this work from Python;
+* ``os-snapshot``  the loop a user writes by hand: a snapshot of every mask,
+                 the new masks, the snapshot set back (one read fewer per
+                 thread than the reference, nothing returned on the way back);
 * ``ctypes-syscalls`` ``sched_setaffinity`` through ctypes on masks built
                  beforehand, one call per thread and direction, no snapshot and no
                  read-back: the bare syscalls as Python can issue them;
 * ``psutil``     ``psutil.Process(tid).cpu_affinity()`` loop (snapshot + set + restore);
-* ``affinity``   :func:`affinity.binding.threads.set_threads_affinity` (all or nothing:
-                 snapshot, set, read back, undo on failure) and back.
+* ``affinity``   :func:`affinity.binding.threads.set_threads_affinity` there and back
+                 (all or nothing: per thread the previous mask read and the new one
+                 set, in one call into the compiled core; the previous masks returned).
 
 * ``apply+restore`` the whole :func:`affinity.apply` (plan, snapshot of all N
                  masks, environment export, read-back) plus :meth:`Binding.restore`
@@ -86,7 +92,20 @@ def _ctypes_syscalls(pre):
         _libc.sched_setaffinity(tid, _SET_SIZE, old)
 
 
+def _os_swap(masks):
+    """For each thread: its previous mask read, the new one set; the previous masks."""
+    prev = {}
+    for t, m in masks.items():
+        prev[t] = os.sched_getaffinity(t)
+        os.sched_setaffinity(t, m)
+    return prev
+
+
 def _os_loop(targets):
+    _os_swap(_os_swap(targets))
+
+
+def _os_snapshot(targets):
     snap = {t: os.sched_getaffinity(t) for t in targets}
     for t, m in targets.items():
         os.sched_setaffinity(t, m)
@@ -110,7 +129,7 @@ def _affinity(targets):
     athreads.set_threads_affinity(prev)
 
 
-@pytest.mark.parametrize("impl", ["ctypes-syscalls", "os-loop", "psutil", "affinity"])
+@pytest.mark.parametrize("impl", ["ctypes-syscalls", "os-loop", "os-snapshot", "psutil", "affinity"])
 def test_pin_and_restore(benchmark, parked, impl):
     targets = _targets(parked.tids)
     benchmark.group = f"pin+restore-{len(parked.tids)}"
@@ -120,6 +139,8 @@ def test_pin_and_restore(benchmark, parked, impl):
         benchmark(_ctypes_syscalls, pre)
     elif impl == "os-loop":
         benchmark(_os_loop, targets)
+    elif impl == "os-snapshot":
+        benchmark(_os_snapshot, targets)
     elif impl == "psutil":
         pytest.importorskip("psutil")
         benchmark(_psutil_loop, targets)

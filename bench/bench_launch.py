@@ -1,7 +1,24 @@
 """What ``affinity run`` costs: start-up against running the command directly,
-numactl and taskset; the preload library's cost per pthread_create; the pure
-partition of large machines.  ``make bench`` (pytest-benchmark) runs these;
-nothing here asserts on time."""
+numactl, taskset and the interpreter's own start (``python -c pass``, the
+reference); the preload library's cost per pthread_create; the pure partition
+of large machines.  ``make bench`` (pytest-benchmark) runs these; nothing here
+asserts on time.
+
+Start-up rows (group ``startup: launch /bin/true``), each a fresh process per round:
+
+* ``python -c pass`` (◆): the same interpreter starting and exiting -- the floor
+  for any Python launcher;
+* ``affinity run``: ``python -m affinity run -- /bin/true`` as a user runs it
+  again and again: the launch remembered from the first run
+  (:mod:`affinity.launcher.fastpath`), the mask set and read back, the command
+  exec'd;
+* ``affinity run (first)``: the same with nothing remembered
+  (``AFFINITY_LAUNCH_CACHE=0``): topology, cgroup limits, plan, then exec;
+* ``affinity run --pin-threads``: remembered too (it adds the preload's variables);
+* ``affinity run --instances 2``: never remembered (two processes started and
+  waited for, memory bound to each share's node);
+* ``direct``, ``taskset``, ``numactl``: the command with no Python at all.
+"""
 
 from __future__ import annotations
 
@@ -25,18 +42,35 @@ def run(cmd: list[str], **env: str) -> None:
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env={**os.environ, **env})
 
 
-@pytest.mark.parametrize("how", ["direct", "taskset", "numactl", "affinity run", "affinity run --pin-threads",
-                                 "affinity run --instances 2"])
-def test_startup(benchmark, how):
+STARTUP = {
+    "direct": [],
+    "taskset": ["taskset", "-c", CPUS],
+    "numactl": ["numactl", "-C", CPUS, "--"],
+    "python -c pass": None,
+    "affinity run": [sys.executable, "-m", "affinity", "run", "--"],
+    "affinity run (first)": [sys.executable, "-m", "affinity", "run", "--"],
+    "affinity run --pin-threads": [sys.executable, "-m", "affinity", "run", "--pin-threads", "--"],
+    "affinity run --instances 2": [sys.executable, "-m", "affinity", "run", "--instances", "2", "--"],
+}
+
+
+@pytest.fixture(scope="module")
+def launch_cache(tmp_path_factory) -> str:
+    """A launch file of this run's own (the user's stays untouched)."""
+    return str(tmp_path_factory.mktemp("xdg-cache"))
+
+
+@pytest.mark.parametrize("how", list(STARTUP))
+def test_startup(benchmark, how, launch_cache):
     benchmark.group = "startup: launch /bin/true"
-    base = {"direct": [], "taskset": ["taskset", "-c", CPUS], "numactl": ["numactl", "-C", CPUS, "--"],
-            "affinity run": [sys.executable, "-m", "affinity", "run", "--"],
-            "affinity run --pin-threads": [sys.executable, "-m", "affinity", "run", "--pin-threads", "--"],
-            "affinity run --instances 2": [sys.executable, "-m", "affinity", "run", "--instances", "2",
-                                           "--"]}[how]
+    base = STARTUP[how]
     if base and shutil.which(base[0]) is None and base[0] != sys.executable:
         pytest.skip(f"{base[0]} is not installed")
-    benchmark.pedantic(run, args=(base + [TRUE],), rounds=15, iterations=1, warmup_rounds=1)
+    env = {"XDG_CACHE_HOME": launch_cache}
+    if how == "affinity run (first)":
+        env["AFFINITY_LAUNCH_CACHE"] = "0"
+    cmd = [sys.executable, "-c", "pass"] if base is None else base + [TRUE]
+    benchmark.pedantic(run, args=(cmd,), kwargs=env, rounds=15, iterations=1, warmup_rounds=1)
 
 
 CREATE = r"""

@@ -109,7 +109,7 @@ def test_plan(benchmark, npus: int, row: str) -> None:
     elif row == "plan compact (cold)":
         S, C, T = MACHINES[npus]
         p = benchmark.pedantic(lambda topo: plan_env(SPECS["compact"], topology=topo),
-                               setup=lambda: ((build(S, C, T),), {}), rounds=5)
+                               setup=lambda: ((build(S, C, T),), {}), rounds=15)
         assert p.cpusets == compact.cpusets
     elif row == "plan_env malformed":
         env = {"KMP_AFFINITY": "granularity=fine,compakt,scatter,1", "OMP_NUM_THREADS": "7"}

@@ -78,23 +78,25 @@ def _xml_ok(xml_path: str, m: Any) -> bool | None:
         return False
     import xml.etree.ElementTree as ET
     root = ET.fromstring(p.stdout)
-    got: dict[tuple[int, int], list[int]] = {}
+    got: dict[tuple[int, int, int], list[int]] = {}
 
-    def walk(node: Any, pkg: Any, core: Any) -> None:
+    def walk(node: Any, pkg: Any, die: Any, core: Any) -> None:
         for ch in node.findall("object"):
             t = ch.get("type")
-            pk, co = pkg, core
+            pk, di, co = pkg, die, core
             if t == "Package":
                 pk = int(ch.get("os_index"))
+            elif t == "Die":
+                di = int(ch.get("os_index"))
             elif t == "Core":
                 co = int(ch.get("os_index"))
             elif t == "PU":
-                got.setdefault((pk, co), []).append(int(ch.get("os_index")))
-            walk(ch, pk, co)
-    walk(root, None, None)
-    exp: dict[tuple[int, int], list[int]] = {}
+                got.setdefault((pk, di or 0, co), []).append(int(ch.get("os_index")))
+            walk(ch, pk, di, co)
+    walk(root, None, None, None)
+    exp: dict[tuple[int, int, int], list[int]] = {}
     for o, s, c, _t in m.hw_threads:
-        exp.setdefault((s, c), []).append(o)
+        exp.setdefault((s, m.dies.get(o, 0), c), []).append(o)
     return {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in exp.items()}
 
 

@@ -51,10 +51,31 @@ def per_socket(hw: Sequence[Hw]) -> dict[int, tuple[int, ...]]:
 
 
 def _mk(name: str, desc: str, hw: Sequence[Hw], numa: dict[int, tuple[int, ...]] | None = None,
-        masks: Sequence[str] = ()) -> Machine:
+        masks: Sequence[str] = (), dies: dict[int, int] | None = None) -> Machine:
     hw = sorted(hw)
     assert len({h[0] for h in hw}) == len(hw), name
-    return Machine(name, desc, tuple(hw), per_socket(hw) if numa is None else numa, tuple(masks))
+    return Machine(name, desc, tuple(hw), per_socket(hw) if numa is None else numa, tuple(masks),
+                   dict(dies or {}))
+
+
+def die_restarting(S: int, D: int, C: int, T: int, *, linux: bool) -> tuple[list[Hw], dict[int, int]]:
+    """``S`` packages x ``D`` dies x ``C`` cores x ``T`` hw threads whose core ids
+    restart at 0 in every die, as the kernel reports them on multi-die parts
+    (``core id`` / ``topology/core_id`` relative to the die).  OS numbering:
+    Linux style (``linux``: all first hw threads, die-major, then the second
+    ones) or siblings adjacent.  Returns the hardware threads and each proc's die."""
+    hw: list[Hw] = []
+    die_of: dict[int, int] = {}
+    n = S * D * C
+    for s in range(S):
+        for d in range(D):
+            for c in range(C):
+                for t in range(T):
+                    core = (s * D + d) * C + c
+                    p = t * n + core if linux else core * T + t
+                    hw.append((p, s, c, t))
+                    die_of[p] = d
+    return hw, die_of
 
 
 def all_machines() -> list[Machine]:
@@ -111,6 +132,16 @@ def all_machines() -> list[Machine]:
     numa = {0: tuple(sorted(h[0] for h in hw)), 1: ()}
     ms.append(_mk("x_knl_1s68c4t", "KNL-like 1 socket x 68 cores x 4 threads, flat mode (node 1 = MCDRAM)",
                   hw, numa, masks=["0-33,68-101"]))
+    # core ids restarting in every die (the kernel's numbering on multi-die packages):
+    # the runtime's cpuinfo method keys cores by (physical id, core id), so the
+    # same-numbered cores of a package's dies are one core to it
+    hw, dies = die_restarting(4, 2, 4, 2, linux=False)
+    ms.append(_mk("x_die_4s2d2n2c2t", "4 packages x 2 dies x 2 NUMA nodes x 2 cores x 2 HT, core ids "
+                  "restarting in every die (0-3), siblings adjacent", hw,
+                  numa_by(hw, lambda h: h[0] // 4), masks=["0-15,32-39"], dies=dies))
+    hw, dies = die_restarting(2, 2, 4, 2, linux=True)
+    ms.append(_mk("x_die_2s2d4c2t", "2 packages x 2 dies x 4 cores x 2 HT, core ids restarting in every die, "
+                  "Linux numbering, one NUMA node per package", hw, masks=["0-3,16-19", "0,4,8,12"], dies=dies))
     return ms
 
 
@@ -200,9 +231,10 @@ def hwloc_xml(m: Machine) -> str | None:
     cannot be expressed as a tree: nodes cutting through cores)."""
     hw = m.hw_threads
     sockets = sorted({h[1] for h in hw})
-    cores: dict[tuple[int, int], list[int]] = {}
+    # a core is (package, die, core id): with dies, core ids repeat in every die
+    cores: dict[tuple[int, int, int], list[int]] = {}
     for p, s, c, _t in hw:
-        cores.setdefault((s, c), []).append(p)
+        cores.setdefault((s, m.dies.get(p, 0), c), []).append(p)
     sock_cpus = {s: {p for p, s2, _c, _t in hw if s2 == s} for s in sockets}
     machine_cpus = {h[0] for h in hw}
     nodes = {n: set(c) for n, c in m.numa_nodes.items()}
@@ -231,9 +263,12 @@ def hwloc_xml(m: Machine) -> str | None:
             if c == sock_cpus[s]:
                 pkg_nodes.setdefault(s, []).append(n)
             else:
-                for (s2, _c), pcs in cores.items():
+                for (s2, _d, _c), pcs in cores.items():
                     if s2 == s and bool(set(pcs) & c) and not set(pcs) <= c:
                         return None
+                die_ids = {m.dies[p] for p in c if p in m.dies}
+                if len(die_ids) > 1:
+                    return None  # a node over several dies of a package (not drawn)
                 core_groups.setdefault(s, []).append((n, c))
         else:
             covered = [s for s in sockets if sock_cpus[s] & c]
@@ -246,29 +281,47 @@ def hwloc_xml(m: Machine) -> str | None:
     for n in sorted(machine_nodes):
         out.append(f'    <object {attrs("NUMANode", n, nodes[n], {n})} local_memory="1073741824"/>')
 
-    def emit_core(s: int, c: int, ind: str) -> None:
-        pcs = sorted(cores[(s, c)])
-        out.append(f'{ind}<object {attrs("Core", c, set(pcs), local_nodes(set(pcs)))}>')
+    def emit_core(key: tuple[int, int, int], ind: str) -> None:
+        pcs = sorted(cores[key])
+        out.append(f'{ind}<object {attrs("Core", key[2], set(pcs), local_nodes(set(pcs)))}>')
         for p in pcs:
             out.append(f'{ind}  <object {attrs("PU", p, {p}, local_nodes({p}))}/>')
         out.append(f"{ind}</object>")
+
+    def emit_inside(cpus: set[int], groups: list[tuple[int, set[int]]], ind: str) -> None:
+        """The NUMA groups and cores within ``cpus`` (a package or a die)."""
+        done: set[tuple[int, int, int]] = set()
+        for n, c in sorted(groups, key=lambda x: min(x[1])):
+            if not c <= cpus:
+                continue
+            out.append(f'{ind}<object {attrs("Group", None, c, {n})} kind="1000" subkind="0">')
+            out.append(f'{ind}  <object {attrs("NUMANode", n, nodes[n], {n})} local_memory="1073741824"/>')
+            for key in sorted(cores, key=lambda k: min(cores[k])):
+                if set(cores[key]) <= c:
+                    emit_core(key, ind + "  ")
+                    done.add(key)
+            out.append(f"{ind}</object>")
+        for key in sorted(cores, key=lambda k: min(cores[k])):
+            if set(cores[key]) <= cpus and key not in done:
+                emit_core(key, ind)
 
     def emit_package(s: int, ind: str) -> None:
         out.append(f'{ind}<object {attrs("Package", s, sock_cpus[s], local_nodes(sock_cpus[s]))}>')
         for n in pkg_nodes.get(s, []):
             out.append(f'{ind}  <object {attrs("NUMANode", n, nodes[n], {n})} local_memory="1073741824"/>')
-        done: set[tuple[int, int]] = set()
-        for n, c in sorted(core_groups.get(s, []), key=lambda x: min(x[1])):
-            out.append(f'{ind}  <object {attrs("Group", None, c, {n})} kind="1000" subkind="0">')
-            out.append(f'{ind}    <object {attrs("NUMANode", n, nodes[n], {n})} local_memory="1073741824"/>')
-            for (s2, cid) in sorted(cores, key=lambda k: min(cores[k])):
-                if s2 == s and set(cores[(s2, cid)]) <= c:
-                    emit_core(s2, cid, ind + "    ")
-                    done.add((s2, cid))
+        groups = core_groups.get(s, [])
+        die_cpus: dict[int, set[int]] = {}
+        for p in sock_cpus[s]:
+            if p in m.dies:
+                die_cpus.setdefault(m.dies[p], set()).add(p)
+        for d, dc in sorted(die_cpus.items(), key=lambda x: min(x[1])):
+            out.append(f'{ind}  <object {attrs("Die", d, dc, local_nodes(dc))}>')
+            for n, c in groups:
+                if c == dc:
+                    out.append(f'{ind}    <object {attrs("NUMANode", n, nodes[n], {n})} local_memory="1073741824"/>')
+            emit_inside(dc, [(n, c) for n, c in groups if c < dc], ind + "    ")
             out.append(f"{ind}  </object>")
-        for (s2, cid) in sorted(cores, key=lambda k: min(cores[k])):
-            if s2 == s and (s2, cid) not in done:
-                emit_core(s2, cid, ind + "  ")
+        emit_inside(sock_cpus[s] - set().union(*die_cpus.values()), groups, ind + "  ")
         out.append(f"{ind}</object>")
 
     placed: set[int] = set()

@@ -43,7 +43,11 @@ class Machine:
     ``numa_nodes`` maps a node id (sysfs ``nodeN``) to its procs;
     ``present`` (optional) restricts the procs the process can see (offline
     CPUs): the fake machine then has ``max(proc)+1`` CPUs and the initial
-    process mask is ``present``.
+    process mask is ``present``.  ``dies`` (optional) maps an OS proc to its
+    die within its package: the runtime never sees it (the cpuinfo file has no
+    die field, and a core id may repeat in every die of a package, as the
+    kernel numbers cores on such machines); the hwloc XML of the machine has
+    the dies, with each die's own cores.
     """
 
     name: str
@@ -51,6 +55,7 @@ class Machine:
     hw_threads: tuple[tuple[int, int, int, int], ...]
     numa_nodes: Mapping[int, tuple[int, ...]]
     initial_masks: tuple[str, ...] = ()
+    dies: Mapping[int, int] = field(default_factory=dict)
 
     @property
     def procs(self) -> list[int]:

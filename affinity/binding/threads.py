@@ -20,6 +20,7 @@ since hwloc would accept the call and bind nothing.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -60,13 +61,25 @@ def require_system(topology: Topology | None, what: str = "binding") -> None:
             call=what)
 
 
-def _cpus(cpus: Iterable[int], what: str) -> frozenset[int]:
+def _cpus(cpus: Iterable[int], what: str, tid: int | None = None) -> frozenset[int]:
+    """``cpus`` as a checked frozenset of OS CPU ids (``what``, and ``tid`` when
+    given, name the caller in the error).  A frozenset of ints already checked
+    once is returned as it is (:func:`_checked` remembers it)."""
+    if cpus.__class__ is frozenset and _checked(cpus):
+        return cpus  # type: ignore[return-value]
     s = frozenset(int(c) for c in cpus)
-    if not s:
-        raise ValueError(f"{what}: empty CPU set")
-    if min(s) < 0:
-        raise ValueError(f"{what}: negative CPU index in {sorted(s)}")
+    if not s or min(s) < 0:
+        where = what if tid is None else f"{what}[tid={tid}]"
+        if not s:
+            raise ValueError(f"{where}: empty CPU set")
+        raise ValueError(f"{where}: negative CPU index in {sorted(s)}")
     return s
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked(cpus: frozenset[int]) -> bool:
+    """A non-empty set of non-negative Python ints (what :func:`_cpus` lets through)."""
+    return bool(cpus) and all(c.__class__ is int for c in cpus) and min(cpus) >= 0
 
 
 def _verify(requested: frozenset[int], got: frozenset[int], call: str, tid: int, strict: bool) -> None:
@@ -129,9 +142,10 @@ def set_affinity(cpus: Iterable[int], tid: int | None = None, *, topology: Topol
 def get_process_affinity() -> dict[int, frozenset[int]]:
     """``{tid: cpus}`` for every thread of this process."""
     out = {}
+    get = _native.get_thread_cpubind
     for tid in task_ids():
         try:
-            out[tid] = _native.get_thread_cpubind(tid)
+            out[tid] = get(tid)
         except NoSuchThread:
             pass  # a thread that exited meanwhile is simply left out
     return out
@@ -182,8 +196,13 @@ def set_threads_affinity(masks: Mapping[int, Iterable[int]], *, topology: Topolo
         The previous mask of every thread that was changed (a thread that exited
         meanwhile is left out): what a restore needs.
     """
-    require_system(topology)
-    pairs = [(int(t), _cpus(c, f"set_threads_affinity[tid={t}]")) for t, c in masks.items()]
+    if topology is not None:
+        require_system(topology)
+    pairs = []
+    for t, c in masks.items():
+        if c.__class__ is not frozenset or not _checked(c):
+            c = _cpus(c, "set_threads_affinity", t)
+        pairs.append((t if t.__class__ is int else int(t), c))
     return _native.set_threads_cpubind(pairs)
 
 

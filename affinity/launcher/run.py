@@ -33,14 +33,13 @@ that pins threads as they are created (:mod:`~affinity.launcher.preload`).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import Any
 
 from ..errors import TopologyError
 from ..machine.topology import Topology
-from .build import Context, build_launch
-from .numactl import hardware_text, shell_text
+from . import fastpath
+from .build import Context, Launch, build_launch
 from .options import options_from_args, run_parser, say
 
 __all__ = ["add_run_parser", "cmd_run"]
@@ -90,6 +89,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     opts = options_from_args(args)
     topology = Topology.load(args.topology) if args.topology else Topology.from_system()
     if args.hardware:
+        from .numactl import hardware_text  # lazy: only for --hardware
+
         print(hardware_text(topology, "/" if topology.is_this_system else None))
         return 0
     ctx = Context.of_this_process() if topology.is_this_system else Context(dict(os.environ))
@@ -100,8 +101,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for n in launch.notes:
             say(n)
     if args.dry_run:
-        print(json.dumps(launch.to_dict(), indent=2) if args.json else shell_text(launch))
-        return 0
+        return _dry_run(launch, args.json)
     if not topology.is_this_system:
         raise TopologyError("cannot run on a topology that is not this machine", topology.source)
     from .execute import CommandError, execute, show_current  # lazy: binding layer + compiled core, only to really run
@@ -111,8 +111,31 @@ def cmd_run(args: argparse.Namespace) -> int:
             n.os_index for n in topology.numa_nodes)
         print(show_current(launch, topology, mems))
         return 0
+    key = getattr(args, "launch_key", None)  # set by the program's entry (affinity.tools.cli.main)
+    if key is not None and _rememberable(launch):
+        inst = launch.instances[0]
+        fastpath.remember(key, inst.cpus, dict(inst.env), inst.argv)
     try:
         return execute(launch)
     except CommandError as e:
         say(f"error: {e}")
         return e.status
+
+
+def _dry_run(launch: Launch, as_json: bool) -> int:
+    """``--dry-run``: the launch as shell lines or JSON."""
+    import json  # lazy: only --dry-run --json prints JSON
+
+    from .numactl import shell_text  # lazy: only for --dry-run
+
+    print(json.dumps(launch.to_dict(), indent=2) if as_json else shell_text(launch))
+    return 0
+
+
+def _rememberable(launch: Launch) -> bool:
+    """A launch :mod:`~affinity.launcher.fastpath` can replay: one process given a
+    mask and variables, and nothing to say or to set besides."""
+    if len(launch.instances) != 1 or launch.warnings or launch.verbose:
+        return False
+    inst = launch.instances[0]
+    return inst.mempolicy is None and inst.log is None and bool(inst.argv)

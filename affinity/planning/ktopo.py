@@ -8,10 +8,15 @@ runtime's table of hardware threads exactly as Intel's runtime does with its
 1. one row per available PU: ids ``(physical id, core id, rank in core)``,
    sorted by ids then OS proc id (ranks count only the available PUs of a
    core, by OS id, as when the runtime numbers the hardware threads of a
-   ``/proc/cpuinfo`` record without ``thread id``);
-2. extra layers a richer topology knows (dies, tiles, modules, L1/L2/L3
-   caches) are inserted by the runtime's layer insertion rule and the rows
-   re-sorted (as the hwloc/x2APIC methods produce them);
+   ``/proc/cpuinfo`` record without ``thread id``).  A core is its
+   ``(physical id, core id)``: on machines whose core ids restart in every
+   die, the same-numbered cores of a package's dies are one core to the
+   runtime (checked against libiomp5 on such machines, ``x_die_*``);
+2. extra layers a richer topology knows (dies, tiles, modules) are inserted
+   by the runtime's layer insertion rule and the rows re-sorted (as the
+   hwloc/x2APIC methods produce them) -- unless a layer cuts through one of
+   the runtime's cores (die-restarting core ids), which the runtime then has
+   no such layer; caches become equivalences, never layers;
 3. the NUMA layer: libiomp5 reads ``node0``, ``node1``, ... until the first
    missing node; every PU gets the number of the node listing it (0 when
    none does) and the layer is inserted *without* re-sorting the rows;
@@ -48,6 +53,9 @@ def cat(t: int, plural: bool = False) -> str:
     return CATALOG[KEYWORDS[t]][1 if plural else 0]
 
 
+#: per layer L, the byte table of :meth:`KTopo.gather`: a change above L -> ``a``, at L -> ``b``
+_RUNS = [bytes.maketrans(bytes(range(layer + 1)), b"a" * layer + b"b") for layer in range(NLAYERS + 1)]
+
 #: core type indexer values (``kmp_hw_core_type_t``) of a hybrid machine's cores; 0 is unknown
 CORE_TYPE_ATOM, CORE_TYPE_CORE = 1, 2
 #: how many values :meth:`KTopo.memo` keeps before it starts over
@@ -59,7 +67,7 @@ _T = TypeVar("_T")
 class KTopo:
     """The runtime's topology table.  Attributes mirror ``kmp_topology_t``."""
 
-    __slots__ = ("depth", "types", "os", "ids", "sub_ids", "core_type", "core_eff", "equivalent",
+    __slots__ = ("depth", "types", "os", "ids", "_sub_ids", "_changes", "core_type", "core_eff", "equivalent",
                  "ratio", "count", "uniform", "n_threads_per_core", "n_cores_per_pkg", "n_packages",
                  "n_cores", "hybrid", "num_core_effs", "_memo", "subset_warnings", "filtered",
                  "machine_procs")
@@ -69,7 +77,8 @@ class KTopo:
         self.types: list[int] = []
         self.os: list[int] = []
         self.ids: list[list[int]] = []
-        self.sub_ids: list[tuple[int, ...]] = []
+        self._sub_ids: list[tuple[int, ...]] = []
+        self._changes: list[int] | None = None  # sub_ids still to be made from these
         self.core_type: list[int] = []
         self.core_eff: list[int] = []
         self.equivalent = [UNKNOWN] * NLAYERS
@@ -102,6 +111,20 @@ class KTopo:
         return value
 
     # ------------------------------------------------------------- queries
+    @property
+    def sub_ids(self) -> list[tuple[int, ...]]:
+        """Per row, the index of its object at each layer within its parent
+        (``kmp_hw_thread_t::sub_ids``).  Made on first use: a plan whose order
+        is the table's own (``compact``) never needs them."""
+        if self._changes is not None:
+            self._sub_ids = _sub_ids(self._changes, self.depth)
+            self._changes = None
+        return self._sub_ids
+
+    @sub_ids.setter
+    def sub_ids(self, value: list[tuple[int, ...]]) -> None:
+        self._sub_ids, self._changes = value, None
+
     @property
     def num_threads(self) -> int:
         return len(self.os)
@@ -137,30 +160,40 @@ class KTopo:
     # -------------------------------------------------------- construction
     def insert_layer(self, t: int, new_ids: Sequence[int]) -> None:
         """``_insert_layer``: put the layer above the first layer it does not
-        refine (an equal layer goes above).  Rows are not re-sorted."""
+        refine (an equal layer goes above).  Rows are not re-sorted.
+
+        Each layer is scanned, as in the runtime, for the first row where the
+        layer and the new ids disagree about "a new object starts here"; the
+        previous row's ids carry over from one layer's scan to the next (the
+        runtime's ``previous_id``/``previous_new_id`` are not reset)."""
         prev_id: Any = UNKNOWN
         prev_new: Any = UNKNOWN
         target = 0
         n = len(self.os)
-        while target < self.depth:
-            equal = True
-            above = False
+        new = list(new_ids)
+        # rows 1..n-1: does the new layer start an object where the row before differs?
+        new_starts = [a != b for a, b in zip(new[1:], new)]
+        while target < self.depth and n:
             col = [row[target] for row in self.ids]
-            for i in range(n):
-                cur, new = col[i], new_ids[i]
-                if cur != prev_id and new == prev_new:
-                    above = True
-                    equal = False
-                    break
-                if cur == prev_id and new != prev_new:
-                    equal = False
-                    break
-                prev_id, prev_new = cur, new
-            if above or equal:
+            # row 0 against the ids carried over, then the first disagreement after it
+            start_cur, start_new = col[0] != prev_id, new[0] != prev_new
+            cur_starts = [a != b for a, b in zip(col[1:], col)]
+            if start_cur != start_new:
+                i = 0
+            elif cur_starts == new_starts:
+                i = n
+            else:
+                i = next(j for j, (a, b) in enumerate(zip(cur_starts, new_starts)) if a != b) + 1
+            if i == n:  # the layers are equal
+                break
+            above = (col[i] != prev_id) if i == 0 else (col[i] != col[i - 1])
+            if i > 0:
+                prev_id, prev_new = col[i - 1], new[i - 1]
+            if above:  # the new layer is strictly above this one
                 break
             target += 1
         self.types.insert(target, t)
-        for row, v in zip(self.ids, new_ids):
+        for row, v in zip(self.ids, new):
             row.insert(target, v)
         self.equivalent[t] = t
         self.depth += 1
@@ -178,25 +211,17 @@ class KTopo:
         self.core_eff = [self.core_eff[i] for i in order]
 
     def remove_radix1_layers(self) -> None:
+        """``_remove_radix1_layers``: of two adjacent layers (not both socket, core
+        or thread) where each object of the outer one holds one object of the
+        inner one, remove the less preferred and record it as equivalent to
+        the other."""
         t1, t2 = 0, 1
-        n = len(self.os)
         while t1 < self.depth - 1 and t2 < self.depth:
             type1, type2 = self.types[t1], self.types[t2]
             if type1 in _MAIN and type2 in _MAIN:
                 t1, t2 = t2, t2 + 1
                 continue
-            radix1 = True
-            all_same = True
-            id1 = self.ids[0][t1]
-            id2 = self.ids[0][t2]
-            for i in range(1, n):
-                a, b = self.ids[i][t1], self.ids[i][t2]
-                if a == id1 and b != id2:
-                    radix1 = False
-                    break
-                if b != id2:
-                    all_same = False
-                id1, id2 = a, b
+            radix1, all_same = self._radix1(t1, t2)
             if radix1:
                 if _PREFERENCE[type1] > _PREFERENCE[type2]:
                     remove_type, remove_layer, keep = type2, t2, type1
@@ -213,59 +238,76 @@ class KTopo:
             else:
                 t1, t2 = t2, t2 + 1
 
-    def gather(self) -> None:
-        """``_gather_enumeration_information`` + ``_discover_uniformity``."""
+    def _radix1(self, t1: int, t2: int) -> tuple[bool, bool]:
+        """(radix 1: layer ``t2`` never starts an object inside one of ``t1``,
+        ``t2``'s id never changes)."""
+        ids = self.ids
+        radix1 = True
+        all_same = True
+        id1 = ids[0][t1]
+        id2 = ids[0][t2]
+        for row in ids:
+            a, b = row[t1], row[t2]
+            if a == id1 and b != id2:
+                radix1 = False
+                break
+            if b != id2:
+                all_same = False
+            id1, id2 = a, b
+        return radix1, all_same
+
+    def first_changes(self) -> list[int]:
+        """Per row, the first layer whose id differs from the previous row's
+        (0 for the first row, ``depth`` for a row equal to the previous one):
+        where the runtime's loops over ``hw_threads`` see a new object."""
+        n, depth = len(self.ids), self.depth
+        if not n:
+            return []
+        out = [depth] * n
+        cols = list(zip(*self.ids))
+        for layer in range(depth - 1, -1, -1):
+            col = cols[layer]
+            out[1:] = [layer if a != b else f for a, b, f in zip(col[1:], col, out[1:])]
+        out[0] = 0
+        return out
+
+    def gather(self, changes: Sequence[int] | None = None) -> None:
+        """``_gather_enumeration_information`` + ``_discover_uniformity``
+        (``changes``: :meth:`first_changes`, when already known).
+
+        A row whose first change is at layer L starts a new object at L and at
+        every layer below it: the count of layer L is the number of rows whose
+        change is at L or above.  The ratio of layer L (the most objects of L
+        inside one object of the layer above) is one plus the most rows changing
+        exactly at L between two rows changing above L -- read off a byte string
+        of the changes (``b"a"`` above, ``b"b"`` at L, deeper ones dropped)."""
         depth = self.depth
-        prev: list[Any] = [None] * depth
-        mx = [0] * depth
-        count = [0] * depth
-        ratio = [0] * depth
-        core_level = self.get_level(CORE)
-        core_types: list[int] = []
-        num_effs = 0
-        for i, row in enumerate(self.ids):
-            for layer in range(depth):
-                if row[layer] != prev[layer]:
-                    for l2 in range(layer, depth):
-                        count[l2] += 1
-                    mx[layer] += 1
-                    for l2 in range(layer + 1, depth):
-                        if mx[l2] > ratio[l2]:
-                            ratio[l2] = mx[l2]
-                        mx[l2] = 1
-                    if self.hybrid and core_level >= 0 and layer <= core_level:
-                        if self.core_eff[i] >= num_effs:
-                            num_effs = self.core_eff[i] + 1
-                        if self.core_type[i] not in core_types and self.core_type[i] != 0:
-                            core_types.append(self.core_type[i])
-                    break
-            prev = row
-        for layer in range(depth):
-            if mx[layer] > ratio[layer]:
-                ratio[layer] = mx[layer]
+        if changes is None:
+            changes = self.first_changes()
+        raw = bytes(changes)
+        count = [raw.count(layer) for layer in range(depth)]
+        for layer in range(1, depth):  # a new object at a layer is new at every layer below
+            count[layer] += count[layer - 1]
+        ratio = [count[0]] + [1 + max(map(len, raw.translate(_RUNS[layer], bytes(range(layer + 1, 256))).split(b"a")))
+                              for layer in range(1, depth)]
         self.count, self.ratio = count, ratio
         if self.hybrid:
-            self.num_core_effs = num_effs
+            self._gather_core_attributes(changes)
         num = 1
         for r in ratio:
             num *= r
         self.uniform = num == count[depth - 1]
 
-    def set_sub_ids(self) -> None:
-        depth = self.depth
-        prev: list[Any] = [None] * depth
-        sub = [-1] * depth
-        out = []
-        for row in self.ids:
-            for j in range(depth):
-                if row[j] != prev[j]:
-                    sub[j] += 1
-                    for k in range(j + 1, depth):
-                        sub[k] = 0
-                    break
-            prev = row
-            out.append(tuple(sub))
-        self.sub_ids = out
+    def _gather_core_attributes(self, changes: Sequence[int]) -> None:
+        """``_gather_enumeration_information`` on a hybrid machine: the number of
+        core efficiencies (the core types are only collected there)."""
+        core_level = self.get_level(CORE)
+        num_effs = 0
+        if core_level >= 0:
+            for i, layer in enumerate(changes):
+                if layer <= core_level and self.core_eff[i] >= num_effs:
+                    num_effs = self.core_eff[i] + 1
+        self.num_core_effs = num_effs
 
     def set_globals(self) -> None:
         pkg = self.get_level(SOCKET)
@@ -296,8 +338,9 @@ class KTopo:
 
     def canonicalize(self) -> None:
         self.remove_radix1_layers()
-        self.gather()
-        self.set_sub_ids()
+        changes = self.first_changes()
+        self.gather(changes)
+        self._sub_ids, self._changes = [], changes  # sub_ids made from these on first use
         self.set_globals()
         self.set_last_level_cache()
 
@@ -319,7 +362,7 @@ class KTopo:
         k.types = list(self.types)
         k.os = list(self.os)
         k.ids = [list(r) for r in self.ids]
-        k.sub_ids = list(self.sub_ids)
+        k._sub_ids, k._changes = list(self._sub_ids), self._changes
         k.core_type = list(self.core_type)
         k.core_eff = list(self.core_eff)
         k.equivalent = list(self.equivalent)
@@ -393,82 +436,141 @@ def _core_kind(kind: str | None) -> int:
 
 def build(topology: Any, procs: frozenset[int], numa: bool = True) -> KTopo:
     """The canonical runtime topology of ``topology`` restricted to ``procs``
-    (the runtime's full mask)."""
-    pus = [pu for pu in topology.pus if pu.os_index in procs]
-    if not pus:
+    (the runtime's full mask): the steps of the module docstring."""
+    k = _cpuinfo_table(topology, procs)
+    # Layers a richer topology knows (hwloc XML of a real machine).
+    if _insert_groups(k, topology):
+        k.sort_ids()
+    _cache_equivalences(k, topology)
+    if numa and topology.numa_nodes:
+        _insert_numa(k, topology)
+    k.canonicalize()
+    return k
+
+
+def _cpuinfo_table(topology: Any, procs: frozenset[int]) -> KTopo:
+    """``__kmp_affinity_create_cpuinfo_map``: one row ``[physical id, core id,
+    thread]`` per available PU, sorted by ids then OS proc; the thread number
+    counts the available PUs of a ``(physical id, core id)`` by OS proc.  The
+    runtime knows a core only by those two ids: where core ids repeat in the
+    dies of a package (the kernel numbers cores per die on multi-die parts), the
+    same-numbered cores of a package are one core to it."""
+    pkg_os = [p.os_index for p in topology.packages]
+    cores = topology.cores
+    core_os = [c.os_index for c in cores]
+    # [physical id, core id, OS proc] per PU, sorted; the third id then becomes the rank
+    pus = topology.pus
+    if len(procs) < len(pus):  # else every PU (procs are PUs of the machine)
+        pus = [pu for pu in pus if pu.os_index in procs]
+    rows = [[pkg_os[pu.package], core_os[pu.core], pu.os_index] for pu in pus]
+    if not rows:
         raise ValueError("no available processor")
-    packages, cores = topology.packages, topology.cores
-    rows = []
-    for pu in pus:
-        core = cores[pu.core]
-        rows.append((packages[pu.package].os_index, core.os_index, pu.os_index, core))
-    rows.sort(key=lambda r: (r[0], r[1], r[2]))
+    rows.sort()
     k = KTopo()
     k.machine_procs = len(topology.pus)
     kinds = {c.kind for c in cores if c.kind}
-    k.hybrid = len(kinds) > 1
+    k.hybrid = hybrid = len(kinds) > 1
+    k.os = [r[2] for r in rows]
+    last_pkg = last_core = None
     rank = 0
-    last = None
-    effs = sorted({c.efficiency for c in cores if c.efficiency is not None})
-    for pkg, cid, os_i, core in rows:
-        key = (pkg, cid)
-        rank = rank + 1 if key == last else 0
-        last = key
-        k.os.append(os_i)
-        k.ids.append([pkg, cid, rank])
-        k.core_type.append(_core_kind(core.kind) if k.hybrid else 0)
-        if k.hybrid and core.efficiency is not None:
-            k.core_eff.append(effs.index(core.efficiency))
+    for r in rows:
+        pkg, cid = r[0], r[1]
+        if cid == last_core and pkg == last_pkg:
+            rank += 1
         else:
-            k.core_eff.append(-1 if not k.hybrid else 0)
+            rank = 0
+            last_pkg, last_core = pkg, cid
+        r[2] = rank
+    k.ids = rows
+    if hybrid:
+        effs = sorted({c.efficiency for c in cores if c.efficiency is not None})
+        core_of = [cores[topology.pu(o).core] for o in k.os]
+        k.core_type = [_core_kind(c.kind) for c in core_of]
+        k.core_eff = [effs.index(c.efficiency) if c.efficiency is not None else 0 for c in core_of]
+    else:
+        k.core_type = [0] * len(rows)
+        k.core_eff = [-1] * len(rows)
     k.types = [SOCKET, CORE, THREAD]
     k.depth = 3
     for t in k.types:
         k.equivalent[t] = t
-    # Layers a richer topology knows (hwloc XML of a real machine).
-    extra = False
-    for g in getattr(topology, "groups", ()):
+    return k
+
+
+def _insert_groups(k: KTopo, topology: Any) -> bool:
+    """Dies, tiles and modules of a richer topology (the hwloc and x2APIC
+    methods' layers) inserted by the runtime's insertion rule; True when one
+    was.  Such a layer holds whole cores: one that cuts through a runtime core
+    (core ids repeating in every die, which the runtime's cores merge) is a
+    layer the runtime cannot have, and is left out."""
+    inserted = False
+    groups = getattr(topology, "groups", ())
+    for g in groups:
         t = _GROUP_KINDS.get(g.kind)
         if t is None or k.equivalent[t] != UNKNOWN:
             continue
-        gs = [x for x in topology.groups if x.kind == g.kind]
         owner = {}
-        for x in gs:
-            for c in x.cpuset:
-                owner[c] = x.os_index if x.os_index is not None else x.logical_index
-        k.insert_layer(t, [owner.get(o, 0) for o in k.os])
-        extra = True
-    if extra:
-        k.sort_ids()
-    # Caches never become layers (as with the x2APIC method): a cache level is
-    # equivalent to the layer whose objects share it exactly.
-    for level in sorted({c.level for c in getattr(topology, "caches", ())}):
+        for x in groups:
+            if x.kind == g.kind:
+                v = x.os_index if x.os_index is not None else x.logical_index
+                for c in x.cpuset:
+                    owner[c] = v
+        new_ids = [owner.get(o, 0) for o in k.os]
+        if _cuts_cores(k, new_ids):
+            continue
+        k.insert_layer(t, new_ids)
+        inserted = True
+    return inserted
+
+
+def _cuts_cores(k: KTopo, new_ids: Sequence[int]) -> bool:
+    """A new layer's ids differ between two PUs of one runtime core."""
+    core_level = k.types.index(CORE)
+    seen: dict[tuple[int, ...], int] = {}
+    for row, v in zip(k.ids, new_ids):
+        key = tuple(row[:core_level + 1])
+        if seen.setdefault(key, v) != v:
+            return True
+    return False
+
+
+def _cache_equivalences(k: KTopo, topology: Any) -> None:
+    """Caches never become layers (as with the x2APIC method): a cache level is
+    equivalent to the innermost layer (threads excluded) whose objects share it
+    exactly."""
+    caches = getattr(topology, "caches", ())
+    if not caches:
+        return
+    prefixes: dict[int, tuple[int, ...]] = {}
+    for level in sorted({c.level for c in caches}):
         t = _CACHE_TYPES.get(level)
         if t is None:
             continue
         owner: dict[int, int] = {}
-        for c in topology.caches:
+        for c in caches:
             if c.level == level:
                 for cpu in c.cpuset:
                     owner[cpu] = c.logical_index
-        part = _partition([owner.get(o, -1) for o in k.os])
+        part = _labels([owner.get(o, -1) for o in k.os])
         for lvl in range(k.depth - 2, -1, -1):  # innermost first, threads excluded
-            if part == _partition([tuple(r[:lvl + 1]) for r in k.ids]):
+            if lvl not in prefixes:
+                prefixes[lvl] = _labels([tuple(r[:lvl + 1]) for r in k.ids])
+            if part == prefixes[lvl]:
                 k.set_equivalent(t, k.types[lvl])
                 break
-    # libiomp5's NUMA layer: node0, node1, ... until the first missing node.
-    if numa and topology.numa_nodes:
-        by_id = {n.os_index: n for n in topology.numa_nodes}
-        node_of: dict[int, int] = {}
-        i = 0
-        while i in by_id:
-            for cpu in by_id[i].cpuset:
-                node_of[cpu] = i
-            i += 1
-        if i > 0:
-            k.insert_layer(NUMA, [node_of.get(o, 0) for o in k.os])
-    k.canonicalize()
-    return k
+
+
+def _insert_numa(k: KTopo, topology: Any) -> None:
+    """libiomp5's NUMA layer: ``node0``, ``node1``, ... until the first missing
+    node; a PU no node lists is in node 0; inserted without re-sorting."""
+    by_id = {n.os_index: n for n in topology.numa_nodes}
+    node_of: dict[int, int] = {}
+    i = 0
+    while i in by_id:
+        node_of.update(dict.fromkeys(by_id[i].cpuset, i))
+        i += 1
+    if i > 0:
+        k.insert_layer(NUMA, [node_of.get(o, 0) for o in k.os])
 
 
 # ---------------------------------------------------------------------------
@@ -725,8 +827,24 @@ def _attr_name(attr: str, plural: bool) -> str:
     return f"{kind} {'cores' if plural else 'core'}"
 
 
-def _partition(keys: Sequence[Any]) -> frozenset[frozenset[int]]:
-    groups: dict[Any, set[int]] = {}
-    for i, key in enumerate(keys):
-        groups.setdefault(key, set()).add(i)
-    return frozenset(frozenset(g) for g in groups.values())
+def _sub_ids(changes: Sequence[int], depth: int) -> list[tuple[int, ...]]:
+    """``_set_sub_ids``: per row, a counter per layer that grows where the row
+    starts a new object at that layer and restarts at 0 below it."""
+    sub = [-1] * depth
+    out = []
+    last = depth - 1
+    for layer in changes:
+        if layer == last:
+            sub[last] += 1
+        elif layer < depth:
+            sub[layer] += 1
+            sub[layer + 1:] = [0] * (last - layer)
+        out.append(tuple(sub))
+    return out
+
+
+def _labels(keys: Sequence[Any]) -> tuple[int, ...]:
+    """The partition of positions that ``keys`` defines, as canonical labels (each
+    key numbered by its first appearance): equal labels, equal partitions."""
+    first: dict[Any, int] = {}
+    return tuple([first.setdefault(key, len(first)) for key in keys])

@@ -22,10 +22,12 @@ messages it prints.  It follows, step by step:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import ktopo as kt
+from ..cpulist import format_list
 from ..errors import PlanError, SpecError
 from .spec import (SETTINGS_VARIABLES, Diagnostic, KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, Place,
                    ProcList, ProcRange, catalog, kmp_affinity_has_type_name, parse_lenient,
@@ -277,6 +279,7 @@ class _Init:
         self.procarr: list[int] | None = None
         self.balanced_order: list[int] = []
         self.teams: dict[Any, Any] = {}
+        self.shared = False  # k is the table cached per topology: copy before changing it
 
     @property
     def env_var(self) -> str:
@@ -328,56 +331,78 @@ def _set_granularity(ini: _Init) -> None:
 
 def _create_os_id_masks(ini: _Init, attr_filter: Any = None) -> bool:
     """``__kmp_create_os_id_masks``: group consecutive rows that are close at
-    the granularity; returns False when no row has the attribute."""
+    the granularity (each group's procs share one mask, its first proc leads
+    it); returns False when no row has the attribute."""
     k = ini.k
-    rows = [i for i in range(k.num_threads) if attr_filter is None or attr_filter(i)]
+    if attr_filter is None:
+        rows: Sequence[int] = range(k.num_threads)
+        procs = k.os
+    else:
+        rows = [i for i in range(k.num_threads) if attr_filter(i)]
+        procs = [k.os[i] for i in rows]
     if not rows:
         return False
-    depth = k.depth
-    if ini.gran_levels >= depth:
+    if ini.gran_levels >= k.depth:
         ini.warn("Threads may migrate across all available OS procs (granularity setting too coarse).")
-    cut = depth - ini.gran_levels
+    if ini.gran_levels == 0 and not (ini.core_types_gran or ini.core_effs_gran):
+        starts: Sequence[int] = range(len(procs))  # thread granularity: the rows' ids are unique
+    else:
+        keys = _closeness_keys(ini, rows)
+        starts = [0] + [j + 1 for j, (a, b) in enumerate(zip(keys[1:], keys)) if a != b]
     osid_mask: dict[int, frozenset[int]] = {}
-    leaders: set[int] = set()
-    union: set[int] = set()
-
-    def close(a: int, b: int) -> bool:
-        if ini.gran_levels >= depth:
-            return True
-        if ini.core_types_gran:
-            return k.core_type[a] == k.core_type[b]
-        if ini.core_effs_gran:
-            return k.core_eff[a] == k.core_eff[b]
-        return k.ids[a][:cut] == k.ids[b][:cut]
-
-    group: list[int] = []
-    leader = rows[0]
-    for i in rows:
-        if group and not close(leader, i):
-            m = frozenset(k.os[j] for j in group)
-            for j in group:
-                osid_mask[k.os[j]] = m
-            leaders.add(k.os[leader])
-            union |= m
-            group = []
-            leader = i
-        group.append(i)
-    m = frozenset(k.os[j] for j in group)
-    for j in group:
-        osid_mask[k.os[j]] = m
-    leaders.add(k.os[leader])
-    union |= m
+    if len(starts) == len(procs):  # one proc per group (granularity=fine)
+        new = [o for o in procs if o not in _SINGLE]
+        _SINGLE.update(zip(new, map(frozenset, zip(new))))
+        osid_mask.update(zip(procs, map(_SINGLE.__getitem__, procs)))
+    else:
+        for a, b in zip(starts, [*starts[1:], len(procs)]):
+            group = procs[a:b]
+            osid_mask.update(dict.fromkeys(group, frozenset(group)))
     ini.osid_mask = osid_mask
-    ini.leader = leaders
-    _restrict_full(ini, union)
+    ini.leader = set(procs) if len(starts) == len(procs) else {procs[a] for a in starts}
+    if attr_filter is not None:  # else the groups hold every proc: nothing to restrict
+        _restrict_full(ini, frozenset(procs))  # the union of the groups
     return True
 
 
+#: ``{proc}`` for every OS proc seen: the masks of thread granularity, made once
+_SINGLE: dict[int, frozenset[int]] = {}
+
+
+def _closeness_keys(ini: _Init, rows: Sequence[int]) -> Sequence[Any]:
+    """Per row, what two rows share when the runtime's ``close`` test groups them:
+    everything (granularity at or above the topology's depth), the core type or
+    efficiency (``core_type``/``core_efficiency`` granularity), else the ids
+    down to the granularity layer."""
+    k = ini.k
+    depth = k.depth
+    if ini.gran_levels >= depth:
+        return [0] * len(rows)
+    if ini.core_types_gran:
+        return [k.core_type[i] for i in rows]
+    if ini.core_effs_gran:
+        return [k.core_eff[i] for i in rows]
+    cut = depth - ini.gran_levels
+    ids = k.ids
+    if isinstance(rows, range):
+        return ids if cut >= depth else [r[:cut] for r in ids]
+    return [ids[i] if cut >= depth else ids[i][:cut] for i in rows]
+
+
 def _restrict_full(ini: _Init, union: set[int] | frozenset[int]) -> None:
-    """``kmp_full_mask_modifier_t::restrict_to_mask``."""
+    """``kmp_full_mask_modifier_t::restrict_to_mask`` (on a copy of a shared table)."""
     if union and frozenset(union) != ini.full:
+        _own_table(ini)
         ini.k.restrict(frozenset(union) & ini.full)
         ini.full = frozenset(ini.k.os)
+
+
+def _own_table(ini: _Init) -> None:
+    """Before the first change to ``ini.k``: the table cached per topology is
+    shared by every initialization, so this one changes a copy of it."""
+    if ini.shared:
+        ini.k = ini.k.copy()
+        ini.shared = False
 
 
 def _add_mask_os(ini: _Init, out: list[frozenset[int]], os_id: int, max_os: int) -> None:
@@ -488,9 +513,24 @@ def _process_placelist(ini: _Init, places: Sequence[Place]) -> list[frozenset[in
     return out
 
 
-def _compact_key(sub: tuple[int, ...], compact: int, depth: int) -> tuple[int, ...]:
-    return tuple(sub[depth - i - 1] for i in range(compact)) + tuple(sub[i - compact]
-                                                                    for i in range(compact, depth))
+def _compact_order(compact: int, depth: int) -> list[int]:
+    """``__kmp_affinity_cmp_hw_thread_compact``'s key: the sub-id layers in the
+    order they are compared -- the ``compact`` innermost ones first (innermost
+    first), then the others from the outermost."""
+    return [depth - i - 1 for i in range(compact)] + [i - compact for i in range(compact, depth)]
+
+
+def _sorted_by_layers(k: kt.KTopo, layers: Sequence[int]) -> list[int]:
+    """Row indexes sorted (stably) by the sub-ids of ``layers``, in that order.
+    Sub-ids grow along the rows (each row's tuple is the previous one's with
+    one counter up and the ones below it reset), so with every layer in its
+    own order the rows are sorted already."""
+    if not layers or list(layers) == list(range(k.depth)):
+        return list(range(k.num_threads))
+    sub = k.sub_ids
+    pick = itemgetter(*layers)
+    keys = [pick(s) for s in sub] if len(layers) > 1 else [(pick(s),) for s in sub]
+    return sorted(range(len(sub)), key=keys.__getitem__)
 
 
 def _find_core_level(k: kt.KTopo, rows: Sequence[int], bottom: int) -> int:
@@ -529,34 +569,32 @@ def _sort_topology(ini: _Init) -> None:
     if st.bind[0] != "intel" and 0 < st.num_places < num_masks:
         num_masks = st.num_places
     compact = ini.compact
-    sub = k.sub_ids
-    order = k.memo(("order", compact),
-                   lambda: sorted(range(avail), key=lambda i: _compact_key(sub[i], compact, depth)))
-    masks: list[frozenset[int]] = []
-    union: set[int] = set()
-    for i in order:
-        if not st.dups and k.os[i] not in ini.leader:
-            continue
-        m = ini.osid_mask[k.os[i]]
-        masks.append(m)
-        union |= m
-        if len(masks) >= num_masks:
-            break
+    order = k.memo(("order", compact), lambda: _sorted_by_layers(k, _compact_order(compact, depth)))
+    os_, osid_mask = k.os, ini.osid_mask
+    if st.dups:
+        masks = [osid_mask[os_[i]] for i in order[:num_masks]]
+    else:
+        leader = ini.leader
+        masks = [osid_mask[o] for o in (os_[i] for i in order) if o in leader][:num_masks]
     ini.masks = masks
-    _restrict_full(ini, union)
-    # the runtime re-sorts its table by ids afterwards
-    ini.order = sorted(range(k.num_threads), key=lambda i: (k.ids[i], k.os[i]))
+    if not (st.dups and len(masks) == avail):  # else every row's mask: the union is the full mask
+        _restrict_full(ini, frozenset().union(*masks))
+    if ini.type == "balanced":  # the one user of the runtime's re-sorted table
+        k = ini.k
+        ini.order = sorted(range(k.num_threads), key=[(r, o) for r, o in zip(k.ids, k.os)].__getitem__)
 
 
 def initialize(st: RuntimeSettings, topology: Any, initial: frozenset[int], base: kt.KTopo) -> _Init:
-    k = base.copy()
-    full = frozenset(k.os)
-    ini = _Init(st, k, full)
+    ini = _Init(st, base, frozenset(base.os))
+    ini.shared = True  # copied before the first change (_own_table)
     if st.hw_subset is not None:
+        _own_table(ini)
+        k = ini.k
         filtered, msgs = kt.filter_hw_subset(k, st.hw_subset)
         for m in msgs:
             ini.warn(m)
         ini.full = frozenset(k.os)
+    k = ini.k
     if ini.type == "none":
         ini.masks = [ini.full]
         return ini
@@ -573,6 +611,7 @@ def initialize(st: RuntimeSettings, topology: Any, initial: frozenset[int], base
             ini.warn(f'{ini.env_var} ignored: {what} is not available. Using "cores" instead.')
     if not made:
         _create_os_id_masks(ini)
+    k = ini.k  # restricted (a copy) when the masks leave procs out
     t = ini.type
     depth = k.depth
     if t == "explicit":
@@ -918,7 +957,11 @@ def evaluate_settings(st: RuntimeSettings, texts: list[str], topology: Any, init
         _check_team(n)
         return Result(n, [initial] * n, None, [-1] * n, texts, diags, st, None, "disabled", None,
                       "false", nprocs_machine)
-    full = initial if st.respect else machine
+    if st.respect:
+        full = initial
+    else:
+        full = machine
+        _check_norespect(topology)
     base = base_for(full)
     key = ("init", st.type, st.gran, st.gran_levels, st.core_types_gran, st.core_effs_gran, st.core_attr,
            st.compact, st.offset, st.proclist, st.verbose, st.warnings, st.dups, st.omp_places,
@@ -946,6 +989,28 @@ def evaluate_settings(st: RuntimeSettings, texts: list[str], topology: Any, init
                   ini.gran if ini.gran_levels >= 0 else None, pb, avail)
 
 
+def _check_norespect(topology: Any) -> None:
+    """``norespect``: the runtime's full mask is every OS proc of the machine, and
+    it binds to each of them while decoding the topology (x2APIC ids), then
+    binds threads there.  The kernel refuses a CPU outside the process's cpuset
+    (``topology.allowed``; the process mask may be narrower, that is fine):
+    libiomp5 aborts with ``OMP: Error #179: Function pthread_setaffinity_np()
+    failed: Invalid argument``.  Raised here instead of planning CPUs that
+    cannot be had."""
+    allowed = topology.allowed
+    outside = topology.cpuset - allowed if allowed else frozenset()
+    if outside:
+        raise PlanError(
+            f"norespect: the runtime binds to every OS proc of the machine, but "
+            f"{_cpu_list(outside)} {'is' if len(outside) == 1 else 'are'} outside this process's cpuset "
+            f"({_cpu_list(allowed)}): the kernel refuses them and libiomp5 aborts (OMP: Error #179: "
+            f"Function pthread_setaffinity_np() failed); respect the process mask instead")
+
+
+def _cpu_list(cpus: frozenset[int]) -> str:
+    return f"CPU{'s' if len(cpus) != 1 else ''} {format_list(cpus)}"
+
+
 def _team(ini: _Init, bind0: str, n: int) -> tuple[tuple[frozenset[int], ...], tuple[int, ...], str]:
     """Each thread's set and place for a team of ``n`` (cached per init)."""
     masks = ini.masks
@@ -959,8 +1024,11 @@ def _team(ini: _Init, bind0: str, n: int) -> tuple[tuple[frozenset[int], ...], t
             place_nums = [0] * n
         else:
             off = ini.offset
-            place_nums = [(i + off) % nm for i in range(n)]
-            cpusets = [masks[p] for p in place_nums]
+            if off == 0 and n <= nm:
+                place_nums, cpusets = list(range(n)), masks[:n]
+            else:
+                place_nums = [(i + off) % nm for i in range(n)]
+                cpusets = [masks[p] for p in place_nums]
         pb = "intel" if bind0 == "intel" else "false"
     else:
         masters = ini.offset % nm
@@ -970,10 +1038,10 @@ def _team(ini: _Init, bind0: str, n: int) -> tuple[tuple[frozenset[int], ...], t
     # An empty place (``OMP_PLACES=!{...}`` excluding everything): a worker
     # cannot be bound to it and the runtime aborts; the primary thread's
     # failed binding is ignored (see evaluate_settings).
-    for i, c in enumerate(cpusets):
-        if not c and i > 0:
-            raise PlanError(f"thread {i} would be bound to an empty place: the runtime aborts "
-                            "(pthread_setaffinity_np() failed)")
+    if not all(cpusets[1:]):
+        i = next(i for i, c in enumerate(cpusets) if not c and i > 0)
+        raise PlanError(f"thread {i} would be bound to an empty place: the runtime aborts "
+                        "(pthread_setaffinity_np() failed)")
     return tuple(cpusets), tuple(place_nums), pb
 
 

@@ -6,12 +6,31 @@ Every command is a function ``cmd_<name>(args) -> int``; :func:`main` parses
 
 from __future__ import annotations
 
-import argparse
-import json
+import importlib
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..errors import AffinityError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
+
+
+class _OnFirstUse:
+    """A standard module imported when first used: ``affinity run`` starts in the
+    time Python takes, and most commands never print JSON."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        module = importlib.import_module(self._name)
+        globals()[self._name] = module
+        return getattr(module, attr)
+
+
+json: Any = _OnFirstUse("json")
 
 __all__ = ["main"]
 
@@ -172,10 +191,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse  # the standard parser: only once a command line is parsed
+
     parser = argparse.ArgumentParser(
         prog="affinity",
         description="Thread and memory placement for TensorFlow, OpenMP and processes, "
                     "with Intel KMP_AFFINITY semantics.")
+
+    class PrintVersion(argparse.Action):
+        def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+            parser.exit(cmd_version(argparse.Namespace(json=False)))
+
+    parser.add_argument("--version", action=PrintVersion, nargs=0,
+                        help="print the versions of affinity and of the hwloc in use (as 'affinity version') "
+                             "and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -232,6 +261,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_run_parser(sub)
 
+    from ..tuning.cli import add_tune_parser  # lazy: a command loads only its own layers
+
+    add_tune_parser(sub)
+
     p = sub.add_parser("version", help="versions of affinity and of the hwloc in use")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_version)
@@ -239,8 +272,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    launch_key = None
+    if argv is None and sys.argv[1:2] == ["run"]:  # the program, not a caller's argv
+        from ..launcher.fastpath import start  # lazy: affinity run's start-up imports nothing else
+
+        launch_key = start(sys.argv[2:])  # no return when the launch is remembered
     parser = build_parser()
     args = parser.parse_args(argv)
+    if launch_key is not None:
+        args.launch_key = launch_key
     try:
         return int(args.func(args) or 0)
     except UsageError as e:

@@ -1,0 +1,278 @@
+"""``affinity run`` in the time Python takes to start: a launch remembered from an
+earlier run with the same inputs.
+
+Planning a launch loads the topology (hwloc), the planner and the cgroup limits:
+tens of milliseconds of imports and work in a fresh interpreter, for an answer
+that changes only when one of its inputs does.  After a launch that only sets
+the process mask and the environment (one instance; no memory policy, log file
+or verbose output; no warning to print), the full path remembers it here, keyed
+by every input the answer depends on:
+
+* the command line (every word after ``run``) and the environment, but for
+  ``PWD``, ``OLDPWD``, ``_`` and ``SHLVL``, which no step reads;
+* this process's CPU mask and ``Mems_allowed_list``;
+* the machine: the boot (``boot_id``: a new boot may renumber everything), the
+  online and present CPUs and the online NUMA nodes (hotplug);
+* the cgroups: ``/proc/self/cgroup`` and the cgroup mounts of
+  ``/proc/self/mountinfo``, and the content (or absence) of every CPU-limit file
+  (``cpu.max``, ``cpu.cfs_quota_us``, ``cpu.cfs_period_us``, ``cpuset.cpus``,
+  ``cpuset.cpus.effective``, ``cpuset.effective_cpus``) in the process's
+  ``cpu``/``cpuset``/unified cgroup directories and their ancestors, read again
+  at every use;
+* the code: size and modification time of every file of the package, and the
+  Python version (the file's format).
+
+A later run with equal inputs sets the same mask (and reads it back) and
+executes the same command with the same variables, importing nothing of the
+planner, the topology or the compiled core.  Anything else -- another option, a
+changed limit, no entry, a mask the kernel narrows, a command that is not
+there -- takes the full path, which gives the same result it always does and
+remembers it.
+
+The file is ``$XDG_CACHE_HOME/affinity/launches-<python>`` (default
+``~/.cache``).  It holds variables that will be exported (``LD_PRELOAD`` among
+them), so it is used only when the directory and the file belong to the user
+and nobody else may write them; it is written atomically (a new file renamed
+over the old one) and keeps the 32 newest launches.
+``AFFINITY_LAUNCH_CACHE=0`` turns it off.
+
+Only the standard library's built-in modules are imported here: this module is
+the whole of ``affinity run``'s start-up when the launch is remembered.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import sys
+
+__all__ = ["exec_remembered", "inputs", "remember", "start"]
+
+#: the format of an entry; a change makes every stored launch a miss
+FORMAT = 1
+#: launches kept (the oldest goes first)
+KEEP = 32
+#: variables of the environment that no step of a launch reads
+_VOLATILE = ("PWD", "OLDPWD", "_", "SHLVL")
+#: the files that hold a cgroup's CPU limits (cgroup v2 and v1)
+_LIMIT_FILES = ("cpu.max", "cpu.cfs_quota_us", "cpu.cfs_period_us", "cpuset.cpus", "cpuset.cpus.effective",
+                "cpuset.effective_cpus")
+_MACHINE_FILES = ("/proc/sys/kernel/random/boot_id", "/sys/devices/system/cpu/online",
+                  "/sys/devices/system/cpu/present", "/sys/devices/system/node/online")
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _status_line(name: bytes) -> bytes | None:
+    text = _read("/proc/self/status") or b""
+    start = text.find(b"\n" + name)
+    return None if start < 0 else text[start + 1:text.find(b"\n", start + 1)]
+
+
+def _cgroup_mounts() -> bytes:
+    """The cgroup lines of ``/proc/self/mountinfo`` (mount ids and all)."""
+    text = _read("/proc/self/mountinfo") or b""
+    return b"\n".join(line for line in text.split(b"\n") if b" - cgroup" in line)
+
+
+def _package_stamp() -> tuple[tuple[str, int, int], ...]:
+    """(path, size, mtime) of every file of the package, bytecode caches aside."""
+    out = []
+    dirs = [_PACKAGE]
+    while dirs:
+        d = dirs.pop()
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                if e.name != "__pycache__":
+                    dirs.append(e.path)
+            else:
+                try:
+                    st = e.stat()
+                except OSError:
+                    continue
+                out.append((e.path, st.st_size, st.st_mtime_ns))
+    return tuple(sorted(out))
+
+
+def inputs(words: list[str]) -> tuple:
+    """Everything the launch of ``affinity run WORDS`` depends on, but for the CPU
+    limit files (:func:`_limit_files`, read at every use)."""
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k not in _VOLATILE))
+    return (FORMAT, tuple(words), env, tuple(sorted(os.sched_getaffinity(0))), _status_line(b"Mems_allowed_list"),
+            tuple(_read(f) for f in _MACHINE_FILES), _read("/proc/self/cgroup"), _cgroup_mounts(),
+            _package_stamp())
+
+
+def _limit_files() -> tuple[str, ...]:
+    """Every CPU-limit file a launch could read: in this process's cgroup
+    directory for the ``cpu`` and ``cpuset`` controllers (v1) and the unified
+    hierarchy (v2), and in each ancestor up to the mount point."""
+    groups: dict[str, str] = {}
+    for line in (_read("/proc/self/cgroup") or b"").decode(errors="replace").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for c in parts[1].split(",") if parts[1] else [""]:
+                groups[c.removeprefix("name=")] = parts[2]
+    out: list[str] = []
+    for line in _cgroup_mounts().decode(errors="replace").splitlines():
+        f = line.split()
+        sep = f.index("-")
+        fstype, opts = f[sep + 1], f[sep + 3].split(",") if len(f) > sep + 3 else []
+        root, top = f[3].replace("\\040", " "), f[4].replace("\\040", " ")
+        ctrls = [""] if fstype == "cgroup2" else [c for c in ("cpu", "cpuset") if c in opts]
+        for c in ctrls:
+            path = groups.get(c)
+            if path is None:
+                continue
+            rel = path[len(root.rstrip("/")):] if root != "/" and path.startswith(root.rstrip("/") + "/") else (
+                "/" if root != "/" else path)
+            d = os.path.normpath(os.path.join(top, rel.lstrip("/")))
+            while True:
+                out.extend(os.path.join(d, name) for name in _LIMIT_FILES)
+                if len(d) <= len(top) or d == os.path.normpath(top):
+                    break
+                d = os.path.dirname(d)
+    return tuple(dict.fromkeys(out))
+
+
+def _enabled() -> bool:
+    return os.environ.get("AFFINITY_LAUNCH_CACHE", "1").lower() not in ("0", "off", "no", "false")
+
+
+def _cache_file(create: bool = False) -> str | None:
+    """The user's launch file, or None where it may not be trusted (or written)."""
+    if not _enabled():
+        return None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if not os.path.isabs(base):  # no home directory: no cache rather than one in the working directory
+        return None
+    d = os.path.join(base, "affinity")
+    try:
+        if create:
+            os.makedirs(d, mode=0o700, exist_ok=True)
+        st = os.stat(d)
+    except OSError:
+        return None
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        return None
+    return os.path.join(d, f"launches-{sys.hexversion:x}")
+
+
+def _load(path: str) -> dict:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return {}
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return {}
+        with os.fdopen(fd, "rb") as fh:
+            fd = -1
+            data = marshal.loads(fh.read())
+    except (OSError, ValueError, EOFError, TypeError):
+        return {}
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return data if isinstance(data, dict) else {}
+
+
+def remember(key: tuple, cpus: frozenset[int], env: dict[str, str], argv: tuple[str, ...]) -> None:
+    """Store a launch under ``key`` (:func:`inputs` taken before anything ran).
+    Best effort: a cache that cannot be written is no error."""
+    path = _cache_file(create=True)
+    if path is None:
+        return
+    limits = tuple((f, _read(f)) for f in _limit_files())
+    entries = _load(path)
+    entries.pop(key, None)
+    entries[key] = (tuple(sorted(cpus)), tuple(env.items()), tuple(argv), limits)
+    while len(entries) > KEEP:
+        entries.pop(next(iter(entries)))
+    tmp = f"{path}.{os.getpid()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(marshal.dumps(entries))
+        os.replace(tmp, path)
+    except (OSError, ValueError):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def _which(cmd: str, path: str) -> str | None:
+    """``execute``'s command lookup (``shutil.which`` on POSIX) for the case where it
+    succeeds; None sends the launch to the full path, which says what is wrong."""
+    def runnable(f: str) -> bool:
+        return os.path.exists(f) and os.access(f, os.F_OK | os.X_OK) and not os.path.isdir(f)
+
+    if "/" in cmd:
+        return cmd if runnable(cmd) else None
+    if not path:
+        return None
+    seen = set()
+    for d in path.split(os.pathsep):
+        if d not in seen:
+            seen.add(d)
+            f = os.path.join(d, cmd)
+            if runnable(f):
+                return f
+    return None
+
+
+_started: dict[str, tuple | None] = {}
+
+
+def start(words: list[str]) -> tuple | None:
+    """The program's ``affinity run WORDS``: :func:`exec_remembered`, once per
+    process (``python -m affinity`` tries it before the command line is
+    parsed); returns the inputs to :func:`remember` the launch under."""
+    if "key" not in _started:
+        _started["key"] = exec_remembered(words)
+    return _started["key"]
+
+
+def exec_remembered(words: list[str]) -> tuple | None:
+    """Execute the launch remembered for ``affinity run WORDS`` if every input is
+    as it was; no return then.  Otherwise return the inputs (for
+    :func:`remember` after the full path), or None when there is no cache."""
+    if not _enabled():
+        return None
+    key = inputs(words)
+    path = _cache_file()
+    entry = _load(path).get(key) if path is not None else None
+    if entry is None:
+        return key
+    cpus, env_items, argv, limits = entry
+    if any(_read(f) != content for f, content in limits) or not argv:
+        return key
+    env = dict(os.environ)
+    env.update(env_items)
+    exe = _which(argv[0], env.get("PATH", os.defpath))
+    if exe is None:
+        return key
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, cpus)
+        if os.sched_getaffinity(0) == set(cpus):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.execve(exe, list(argv), env)
+    except OSError:
+        pass
+    os.sched_setaffinity(0, before)  # the full path starts from the mask this process had
+    return key

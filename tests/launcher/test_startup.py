@@ -1,0 +1,150 @@
+"""``affinity run``'s start-up: a launch remembered from an earlier run with the
+same inputs (:mod:`affinity.launcher.fastpath`) does exactly what the full path
+does, and any change of an input sends the launch back to the full path.
+
+Whether a run took the remembered launch is read from ``python -X importtime``:
+the full path imports the planner, a remembered launch does not.  Nothing here
+measures time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from affinity.launcher import fastpath
+
+PROBE = ("import json, os; print(json.dumps({'mask': sorted(os.sched_getaffinity(0)), "
+         "'env': {k: v for k, v in os.environ.items() if k.startswith(('OMP_', 'KMP_', 'GOMP_', 'TF_', "
+         "'AFFINITY_', 'LD_PRELOAD'))}}, sort_keys=True))")
+
+
+def _run(tmp_path: Path, *words: str, **env: str) -> tuple[dict, bool]:
+    """Run ``affinity run WORDS -- python -c PROBE``; (what the probe saw, whether
+    the launch was the remembered one)."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "GOMP_", "AFFINITY_"))}
+    e.update(XDG_CACHE_HOME=str(tmp_path / "cache"), **env)
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "affinity", "run", *words, "--",
+                        sys.executable, "-c", PROBE], capture_output=True, text=True, env=e, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout), "affinity.planning.planner" not in p.stderr
+
+
+def _cache_files(tmp_path: Path) -> list[Path]:
+    d = tmp_path / "cache" / "affinity"
+    return sorted(d.iterdir()) if d.is_dir() else []
+
+
+@pytest.mark.parametrize("words", [(), ("--pin-threads",), ("-t", "1", "granularity=fine,scatter")],
+                         ids=["default", "pin-threads", "spec"])
+def test_a_remembered_launch_is_the_full_paths(tmp_path: Path, words: tuple[str, ...]) -> None:
+    first, hit1 = _run(tmp_path, *words)
+    second, hit2 = _run(tmp_path, *words)
+    assert (hit1, hit2) == (False, True)
+    for seen in (first, second):  # the pinning library marks the process it runs in with its pid
+        seen["env"].pop("AFFINITY_PIN_OWNER", None)
+    assert second == first
+    assert first["env"]["KMP_AFFINITY"] and first["env"]["OMP_NUM_THREADS"]
+
+
+def test_a_changed_input_takes_the_full_path(tmp_path: Path) -> None:
+    base, _ = _run(tmp_path)
+    _, hit = _run(tmp_path)
+    assert hit
+    # another environment: planned again, with its own answer
+    one, hit = _run(tmp_path, OMP_NUM_THREADS="1")
+    assert not hit and one["env"]["OMP_NUM_THREADS"] == "1"
+    # another process mask (the launcher started under taskset)
+    cpu = str(min(os.sched_getaffinity(0)))
+    e = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    p = subprocess.run(["taskset", "-c", cpu, sys.executable, "-X", "importtime", "-m", "affinity", "run", "--",
+                        sys.executable, "-c", PROBE], capture_output=True, text=True, env=e, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "affinity.planning.planner" in p.stderr and json.loads(p.stdout)["mask"] == [int(cpu)]
+    # and the first inputs still find their launch
+    again, hit = _run(tmp_path)
+    assert hit and again == base
+
+
+def test_what_is_not_remembered(tmp_path: Path) -> None:
+    for words in (("-v",), ("--instances", "2"), ("--localalloc",)):
+        e = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+        p = subprocess.run([sys.executable, "-m", "affinity", "run", *words, "--", "true"], capture_output=True,
+                           text=True, env=e, timeout=120)
+        assert p.returncode == 0 or "memory policy" in p.stderr, p.stderr
+    assert _cache_files(tmp_path) == []
+    _run(tmp_path, AFFINITY_LAUNCH_CACHE="0")
+    assert _cache_files(tmp_path) == []
+
+
+def test_a_cache_others_may_write_is_ignored(tmp_path: Path) -> None:
+    _run(tmp_path)
+    (f,) = _cache_files(tmp_path)
+    f.chmod(0o666)
+    _, hit = _run(tmp_path)
+    assert not hit
+    assert f.stat().st_mode & 0o777 == 0o600  # rewritten, private again
+    assert _run(tmp_path)[1]
+
+
+class _Exec(Exception):
+    pass
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """An empty launch file, execve captured, the process mask put back."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("AFFINITY_LAUNCH_CACHE", raising=False)
+    limit = tmp_path / "cpu.max"
+    limit.write_text("max 100000\n")
+    monkeypatch.setattr(fastpath, "_limit_files", lambda: (str(limit),))
+    calls: list[tuple] = []
+
+    def execve(exe: str, argv: list[str], env: dict[str, str]) -> None:
+        calls.append((exe, argv, env, frozenset(os.sched_getaffinity(0))))
+        raise _Exec
+
+    monkeypatch.setattr(os, "execve", execve)
+    mask = os.sched_getaffinity(0)
+    yield limit, calls
+    os.sched_setaffinity(0, mask)
+
+
+def test_every_limit_file_is_read_again(cache) -> None:
+    limit, calls = cache
+    words = ["--", "true"]
+    key = fastpath.exec_remembered(words)
+    assert key is not None and calls == []  # nothing remembered yet
+    cpu = min(os.sched_getaffinity(0))
+    fastpath.remember(key, frozenset({cpu}), {"OMP_NUM_THREADS": "1"}, ("true",))
+    mask_now = os.sched_getaffinity(0)
+    with pytest.raises(_Exec):
+        fastpath.exec_remembered(words)
+    os.sched_setaffinity(0, mask_now)  # a real execve would not have come back
+    exe, argv, env, mask = calls[-1]
+    assert (os.path.basename(exe), argv, env["OMP_NUM_THREADS"], mask) == ("true", ["true"], "1", {cpu})
+    limit.write_text("200000 100000\n")  # a CFS quota appeared: plan again
+    before = os.sched_getaffinity(0)
+    assert fastpath.exec_remembered(words) == key and len(calls) == 1
+    assert os.sched_getaffinity(0) == before
+    limit.unlink()
+    assert fastpath.exec_remembered(words) == key and len(calls) == 1
+
+
+def test_a_missing_command_takes_the_full_path(cache) -> None:
+    _, calls = cache
+    key = fastpath.exec_remembered(["--", "no-such-command-here"])
+    fastpath.remember(key, frozenset(os.sched_getaffinity(0)), {}, ("no-such-command-here",))
+    assert fastpath.exec_remembered(["--", "no-such-command-here"]) == key and calls == []
+
+
+def test_the_fast_path_imports_only_builtins() -> None:
+    code = ("import sys, affinity, affinity.launcher; before = set(sys.modules); import affinity.launcher.fastpath; "
+            "print(sorted(m for m in set(sys.modules) - before if m != 'affinity.launcher.fastpath'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert set(eval(out)) <= {"marshal"}
