@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 from ..cpulist import format_list
 from ..errors import AffinityWarning, BindError
-from ..machine import _native
+from ..machine import _native, cgroup
 from ..machine.topology import Topology
 from ..planning.envvars import DEFAULT_BLOCKTIME, plan_environment, worker_slots
 from ..planning.memory import MemorySpec, membind_spec
@@ -417,10 +417,12 @@ def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow
     _threads.require_system(topo)
     _check_modes(tensorflow, openmp, blas, inter, env)
     process_mask = _native.get_thread_cpubind(os.getpid())
-    planned_on = topo.with_allowed(process_mask)
-    if rank is not None:
-        planned_on = rank_topology(planned_on, rank)[0]
-    p = make_plan(spec, threads=threads, topology=planned_on, strict=strict)
+    if rank is not None:  # this rank's share of what the process may use
+        p = make_plan(spec, threads=threads, topology=rank_topology(topo.with_allowed(process_mask), rank)[0],
+                      strict=strict)
+    else:  # the process mask inside the cgroup's cpuset (what `norespect` may reach)
+        p = make_plan(spec, threads=threads, topology=topo.with_allowed(_cgroup_cpus(topo, process_mask)),
+                      strict=strict, initial_mask=process_mask)
     want_mem = membind_spec(membind, topo, p.union)
     snap = _Snapshot(_threads.get_process_affinity(), process_mask,
                      numa.get_membind() if want_mem is not None else None,
@@ -452,6 +454,12 @@ def _caller_level() -> int:
     while frame is not None and frame.f_code.co_filename == here:
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _cgroup_cpus(topo: Topology, process_mask: frozenset[int]) -> frozenset[int]:
+    """The CPUs of the cgroup's cpuset (every CPU of the machine when it sets none)."""
+    cg = (cgroup.cpuset_cpus() or topo.cpuset) & topo.cpuset
+    return cg if process_mask <= cg else process_mask
 
 
 def _oversubscription(p: Any, threads: int | None) -> list[str]:

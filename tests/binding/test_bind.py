@@ -282,3 +282,21 @@ def test_rank_auto_under_a_real_mpirun(tmp_path):
     a, b = (set(g["cpus"]) for g in got)
     assert a and b and not a & b and a | b <= set(CPUS)
     assert all(g["omp"] == str(g["threads"]) and g["omp_after"] is None for g in got)
+
+
+def test_norespect_may_bind_outside_the_process_mask_inside_the_cgroup():
+    """libiomp5 with norespect under taskset (a narrower mask, the whole cgroup) binds
+    outside the mask and works; apply() plans it instead of refusing it."""
+    import shutil
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 or shutil.which("taskset") is None:
+        pytest.skip("needs 2 CPUs and taskset")
+    code = ("import affinity, json, warnings; warnings.simplefilter('ignore')\n"
+            "b = affinity.apply('norespect,granularity=fine,compact', threads=2, tensorflow=False, "
+            "openmp=False, blas=False)\n"
+            "print(json.dumps([sorted(s) for s in b.plan.cpusets])); b.restore()")
+    r = subprocess.run(["taskset", "-c", str(cpus[0]), sys.executable, "-c", code], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert sorted(c for s in json.loads(r.stdout) for c in s) == cpus[:2]

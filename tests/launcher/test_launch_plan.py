@@ -236,3 +236,13 @@ def test_slots_are_the_plans_threads_in_order():
 def test_memory_nodes_are_checked_like_the_api():
     with pytest.raises(PlanError, match=r"--membind 7: no NUMA node 7 on this machine \(nodes: 0-1\)"):
         launch(mempolicy="bind", mem_nodes=IdList.parse("7", "node"))
+
+
+def test_norespect_reaches_the_cgroup_not_beyond():
+    flat = Topology.from_synthetic("pack:1 core:4 pu:1")
+    inside = launch(topology=flat, spec="norespect,granularity=fine,compact", threads=2,
+                    physcpubind=IdList.parse("0", "CPU"))
+    assert inside.instances[0].slots == (frozenset({0}), frozenset({1}))  # outside the mask, inside the cgroup
+    with pytest.raises(PlanError, match="norespect"):
+        launch(topology=flat, spec="norespect,granularity=fine,compact", threads=2,
+               physcpubind=IdList.parse("0", "CPU"), ctx=Context(cgroup_cpus=frozenset({0, 1})))
