@@ -10,6 +10,7 @@ import pytest
 
 from helpers import golden_dir
 from helpers.cgroups import v1_dir
+from helpers.unprivileged import identity, python_runs_as
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +33,16 @@ def scratch_cgroup(request):
         yield d
     finally:
         d.rmdir()
+
+
+@pytest.fixture(params=["root-without-CAP_SYS_NICE", "nobody"])
+def who(request, shared):
+    """An unprivileged identity to run a test's processes as (``shared``: the test
+    module's fixture holding a directory both identities can reach)."""
+    ident, why = identity(request.param)
+    if ident is None:
+        pytest.skip(why)
+    why = python_runs_as(ident, shared["dir"])
+    if why:
+        pytest.skip(why)
+    return ident

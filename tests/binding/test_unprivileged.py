@@ -31,11 +31,9 @@ from pathlib import Path
 import pytest
 
 from helpers.ompprog import build
-from helpers.unprivileged import (build_deny, identity, process_of_another_user, python_runs_as,
-                                  shared_dir)
+from helpers.unprivileged import build_deny, process_of_another_user, shared_dir
 
 CPUS = sorted(os.sched_getaffinity(0))
-IDENTITIES = ["root-without-CAP_SYS_NICE", "nobody"]
 
 
 @pytest.fixture(scope="module")
@@ -43,17 +41,6 @@ def shared():
     with shared_dir() as d:
         deny, libdeny = build_deny(d)
         yield {"dir": d, "deny": deny, "libdeny": libdeny, "omp": build("libgomp", d)}
-
-
-@pytest.fixture(params=IDENTITIES)
-def who(request, shared):
-    ident, why = identity(request.param)
-    if ident is None:
-        pytest.skip(why)
-    why = python_runs_as(ident, shared["dir"])
-    if why:
-        pytest.skip(why)
-    return ident
 
 
 def run_script(shared, who, script: str, *args: str, deny: str | None = None) -> dict:

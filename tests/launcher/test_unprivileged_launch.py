@@ -27,10 +27,9 @@ import pytest
 
 from affinity.cpulist import format_list, parse_list
 from helpers.launch import clean_env
-from helpers.unprivileged import build_deny, identity, python_runs_as, shared_dir
+from helpers.unprivileged import build_deny, shared_dir
 
 CPUS = sorted(os.sched_getaffinity(0))
-IDENTITIES = ["root-without-CAP_SYS_NICE", "nobody"]
 # the shell's own status ($$): the commands it runs are other processes, which the pinning
 # library leaves on the plan's CPUs
 REPORT = ("grep -E '^(Cpus_allowed_list|Mems_allowed_list):' /proc/$$/status; "
@@ -42,17 +41,6 @@ def shared():
     with shared_dir() as d:
         deny, _ = build_deny(d)
         yield {"dir": d, "deny": deny}
-
-
-@pytest.fixture(params=IDENTITIES)
-def who(request, shared):
-    ident, why = identity(request.param)
-    if ident is None:
-        pytest.skip(why)
-    why = python_runs_as(ident, shared["dir"])
-    if why:
-        pytest.skip(why)
-    return ident
 
 
 def run(shared, who, *args: str, deny: str | None = "docker") -> subprocess.CompletedProcess:
