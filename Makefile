@@ -1,12 +1,13 @@
 # The two commands of the README do all the set-up on a fresh machine:
-#   make demo   -- create .venv, install affinity with its extras, run the main job
+#   make demo   -- create .venv, install affinity with its extras (TensorFlow, PyTorch, the
+#                  tuner), run the main job
 #   make test   -- same set-up, then the whole test suite
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check
 STAMP  := $(VENV)/.installed
-EXTRAS ?= test,tf,docs
+EXTRAS ?= test,tf,torch,tune,docs
 
 .PHONY: demo test sanitize bench docs golden-check sysdeps clean distclean
 
