@@ -1,5 +1,6 @@
 """Fixtures of the engine tests: a one-node Slurm for the whole session
-(:mod:`helpers.slurm`), started on first use and ended at the end."""
+(:mod:`helpers.slurm`), started on first use and ended at the end, and the
+OpenMP library the ranks' probe reports its team with."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import pytest
 
 from helpers import slurm as slurm_mod
+from helpers.ranks_probe import build_omp_lib
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +29,9 @@ def slurm(tmp_path_factory):
         yield s
     finally:
         s.stop()
+
+
+@pytest.fixture(scope="session")
+def omp_lib(tmp_path_factory):
+    """libgomp's ``report()`` (:mod:`helpers.ompprog`), built once for the engine tests."""
+    return build_omp_lib(tmp_path_factory.mktemp("omp"))
