@@ -5,8 +5,8 @@ The probe (``probe_command(outdir, mode)``) runs inside a rank started by srun,
 mpirun or torchrun.  Depending on ``mode`` it first places itself
 (``apply``: ``affinity.apply(rank="auto")``) or is placed by ``affinity run
 --ranks auto`` around it (``plain``); it then starts an OpenMP team (libgomp,
-reading the plan's ``OMP_PLACES``; ``torch``: torch's intra-op pool and a gloo
-``all_reduce`` instead), and reads every thread's mask back from the kernel
+reading the plan's ``OMP_PLACES``; ``torch`` or ``apply+torch``: torch's intra-op
+pool and a gloo ``all_reduce`` instead), and reads every thread's mask back from the kernel
 (``/proc/self/task/*/status``) while the team is alive.  Each rank writes its own
 JSON file (``rank-<pid>.json``): launchers merge the ranks' output streams.
 """
@@ -33,12 +33,12 @@ import ctypes, json, os, sys
 
 out, mode, omp_lib = sys.argv[1], sys.argv[2], sys.argv[3]
 extra = {}
-if mode == "apply":
+if "apply" in mode:
     import affinity
     b = affinity.apply(rank="auto", tensorflow=False, blas=False)
     extra["plan"] = [sorted(s) for s in b.plan.cpusets]
 keep = None
-if mode == "torch":
+if "torch" in mode:
     import torch, torch.distributed as dist
     dist.init_process_group("gloo")
     t = torch.ones(4) * (dist.get_rank() + 1)
@@ -63,7 +63,7 @@ for tid in os.listdir("/proc/self/task"):
 with open("/proc/self/status") as fh:
     st = dict(l.rstrip("\n").split(":\t", 1) for l in fh if ":\t" in l)
 env = {k: v for k, v in os.environ.items() if k.startswith(tuple(sys.argv[4].split(",")))}
-if mode == "torch":
+if "torch" in mode:
     dist.barrier()
     dist.destroy_process_group()
 with open(os.path.join(out, f"rank-{os.getpid()}.json"), "w") as fh:
