@@ -28,9 +28,9 @@ from ..cpulist import format_list
 from ..errors import PlanError
 from ..machine.topology import Topology
 
-__all__ = ["BINDING_VARIABLES", "LAUNCHER_VARIABLES", "LauncherBinding", "LocalRank", "Share", "SlurmStep",
-           "launcher_binding", "local_rank", "parse_rank", "partition", "place_rank", "rank_share",
-           "rank_topology", "slurm_step"]
+__all__ = ["BINDING_VARIABLES", "JOB_VARIABLES", "LAUNCHER_VARIABLES", "LauncherBinding", "LocalRank", "Share",
+           "SlurmStep", "job_of", "launcher_binding", "local_rank", "parse_rank", "partition", "place_rank",
+           "rank_share", "rank_topology", "slurm_allocation", "slurm_step"]
 
 #: (launcher, local-rank variable, local-size variable), in the order they are
 #: tried: MPI launchers first (an mpirun inside a Slurm allocation inherits the
@@ -116,6 +116,29 @@ def _int(environ: Mapping[str, str], var: str) -> int:
     return int(v)
 
 
+#: (launcher, variables): what one job's processes on a node share, per launcher (Open
+#: MPI's job id, torchrun's run id, Slurm's job and step); launchers not listed (Hydra,
+#: MVAPICH2, Cray PMI) start a job's local ranks from one proxy: their parent process
+JOB_VARIABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Open MPI", ("OMPI_MCA_ess_base_jobid",)),
+    ("torchrun", ("TORCHELASTIC_RUN_ID",)),
+    ("Slurm srun", ("SLURM_JOB_ID", "SLURM_STEP_ID")),
+)
+
+
+def job_of(environ: Mapping[str, str], parent: int) -> tuple[LocalRank, str] | None:
+    """(local rank, job) of a process with environment ``environ`` and parent PID
+    ``parent``: the job names the launcher and its job variables (:data:`JOB_VARIABLES`),
+    else the parent.  ``None`` for a process that is no launcher's rank."""
+    r = local_rank(environ)
+    if r is None:
+        return None
+    names = dict(JOB_VARIABLES).get(r.launcher, ())
+    if names and all(v in environ for v in names):
+        return r, f"{r.launcher} " + ", ".join(f"{v}={environ[v]}" for v in names)
+    return r, f"{r.launcher} ranks of parent process {parent}"
+
+
 # ---------------------------------------------------------------- Slurm
 
 @dataclass(frozen=True)
@@ -157,6 +180,20 @@ def slurm_step(environ: Mapping[str, str]) -> SlurmStep | None:
     bind_type = environ.get("SLURM_CPU_BIND_TYPE", "").strip()
     return SlurmStep(local_id, node, per_node, cpt, bind_type,
                      _slurm_bind_list(bind_type, environ.get("SLURM_CPU_BIND_LIST", "")))
+
+
+def slurm_allocation(environ: Mapping[str, str]) -> tuple[int, str] | None:
+    """Inside a Slurm allocation but outside a step (a batch script, an ``salloc``
+    shell): how many tasks the allocation runs on this node (``SLURM_TASKS_PER_NODE``
+    at ``SLURM_NODEID``) and what said so; ``None`` elsewhere."""
+    text = environ.get("SLURM_TASKS_PER_NODE")
+    if "SLURM_JOB_ID" not in environ or not text:
+        return None
+    counts = _slurm_counts(text, "SLURM_TASKS_PER_NODE")
+    node = _int(environ, "SLURM_NODEID") if "SLURM_NODEID" in environ else 0
+    if not 0 <= node < len(counts):
+        raise PlanError(f"SLURM_NODEID={node} but SLURM_TASKS_PER_NODE={text!r} lists {len(counts)} nodes")
+    return counts[node], f"Slurm job {environ['SLURM_JOB_ID']} (SLURM_TASKS_PER_NODE={text}, SLURM_NODEID={node})"
 
 
 def _slurm_counts(text: str, var: str) -> tuple[int, ...]:
