@@ -87,7 +87,7 @@ def probe_command(directory: Path, outdir: Path, mode: str, omp_lib: Path | None
     if not script.exists():
         script.write_text(PROBE)
     outdir.mkdir(parents=True, exist_ok=True)
-    return [sys.executable, str(script), str(outdir), mode, str(omp_lib or ""), ",".join(RECORDED)]
+    return [sys.executable, str(script), str(outdir), mode, str(omp_lib or "-"), ",".join(RECORDED)]
 
 
 @dataclass
