@@ -7,6 +7,7 @@ does."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -38,18 +39,8 @@ def check_torch_ranks(reports) -> None:
         assert rep.extra["world"] == [int(rep.env["RANK"]), 2]
 
 
-def test_torchrun_with_affinity_run_as_the_entry(tmp_path):
-    out = tmp_path / "out"
-    r = torchrun("-m", "affinity", "run", "--ranks", "auto", "-v", "--", *probe_command(tmp_path, out, "torch", None))
-    reports = sorted(read_reports(out, 2), key=local_rank_of)
-    shares = check_disjoint_placed(reports, CPUS)
-    assert shares == [s.cpus for s in partition(NODE, 2)]
-    check_torch_ranks(reports)
-    for i, (rep, share) in enumerate(zip(reports, partition(NODE, 2))):
-        assert f"rank {i} of 2 on this node (torchrun (LOCAL_RANK={i}, LOCAL_WORLD_SIZE=2))" in r.stderr
-        # torch's intra-op pool is sized from the share (affinity run's OMP_NUM_THREADS wins
-        # over the 1 torchrun sets for every worker)
-        assert rep.extra["torch_threads"] == len(share.cores) == int(rep.env["OMP_NUM_THREADS"])
+# affinity run --ranks auto as torchrun's entry: the recipe of docs/recipes.md,
+# tests/engines/test_recipes.py::test_torchrun
 
 
 def test_torchrun_with_apply_rank_auto_in_the_script(tmp_path):
@@ -65,13 +56,20 @@ def test_torchrun_with_apply_rank_auto_in_the_script(tmp_path):
         assert rep.extra["torch_threads"] <= len(share.cores)
 
 
-NUMA_BINDING_BARE = r"""
-from torch.numa.binding import AffinityMode, NumaOptions, _maybe_wrap_command_args_with_numa_binding
+# torch's own choice for GPU 0, as it is and with the GPUs' node given by hand (two GPUs, node 0)
+NUMA_BINDING = r"""
+import json
+import torch.numa.binding as b
 try:
-    _maybe_wrap_command_args_with_numa_binding(("true",), gpu_index=0,
-                                               numa_options=NumaOptions(affinity_mode=AffinityMode.NODE))
+    b._maybe_wrap_command_args_with_numa_binding(("true",), gpu_index=0,
+                                                 numa_options=b.NumaOptions(affinity_mode=b.AffinityMode.NODE))
+    bare = None
 except Exception as e:
-    print(type(e).__name__, e)
+    bare = f"{type(e).__name__}: {e}"
+b._get_gpu_count = lambda: 2
+b._get_numa_node_index_for_gpu_index = lambda *, gpu_index: 0
+node = [sorted(b._node_get_logical_cpus_to_bind_to(gpu_index=g)) for g in (0, 1)]
+print(json.dumps({"bare": bare, "node": node}))
 """
 
 # torchrun with torch's GPU lookups answered by hand: two GPUs, both on NUMA node 0
@@ -88,26 +86,26 @@ main(sys.argv[1:])
 def test_torchrun_numa_binding_needs_a_gpu_and_overlaps_where_it_runs(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: torchrun --numa-binding would run for real")  # never on the CPU build
+    r = subprocess.run([sys.executable, "-c", NUMA_BINDING], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.splitlines()[-1])
     # as it is: the binding asks CUDA where GPU 0 is, and the CPU build has no CUDA
-    r = subprocess.run([sys.executable, "-c", NUMA_BINDING_BARE], capture_output=True, text=True, timeout=120)
-    assert "Torch not compiled with CUDA enabled" in r.stdout, r.stdout + r.stderr
-    # where it runs (the GPUs' nodes given): 'node' puts every rank on the whole node,
-    # 'exclusive' splits the node's cores between its GPUs' ranks
+    assert got["bare"] == "AssertionError: Torch not compiled with CUDA enabled"
     if len(NODE.numa_nodes) > 1:
         pytest.skip("the comparison below is for a one-node machine")
+    # where it runs (the GPUs' node given): 'node' gives both ranks every CPU of the node
+    assert [frozenset(n) for n in got["node"]] == [CPUS, CPUS]
+    # ... and 'exclusive', really launched, splits the node's cores between the ranks
     launcher = tmp_path / "torchrun_gpus_on_node0.py"
     launcher.write_text(WITH_GPUS_ON_NODE_0)
-    got = {}
-    for mode in ("node", "exclusive"):
-        out = tmp_path / mode
-        argv = [sys.executable, str(launcher), "--standalone", "--nproc-per-node", "2", "--numa-binding", mode,
-                *probe_command(tmp_path, out, "torch", None)[1:]]
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=clean_env())
-        assert r.returncode == 0, r.stderr
-        reports = sorted(read_reports(out, 2), key=local_rank_of)
-        check_torch_ranks(reports)
-        got[mode] = [rep.cpus for rep in reports]
-        for rep in reports:  # numactl --physcpubind: every thread on the rank's mask
-            assert all(m == rep.cpus for m in rep.threads.values())
-    assert got["node"] == [CPUS, CPUS]  # both ranks on every CPU: they overlap
-    assert got["exclusive"] == [s.cpus for s in partition(NODE, 2)]  # on one node: affinity's shares
+    out = tmp_path / "exclusive"
+    argv = [sys.executable, str(launcher), "--standalone", "--nproc-per-node", "2", "--numa-binding", "exclusive",
+            *probe_command(tmp_path, out, "torch", None)[1:]]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=clean_env())
+    assert r.returncode == 0, r.stderr
+    reports = sorted(read_reports(out, 2), key=local_rank_of)
+    check_torch_ranks(reports)
+    for rep in reports:  # numactl --physcpubind: every thread on the rank's mask
+        assert all(m == rep.cpus for m in rep.threads.values())
+    # on one node this is affinity's partition
+    assert [rep.cpus for rep in reports] == [s.cpus for s in partition(NODE, 2)]
