@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
-CLIENTS = ("srun", "sbatch", "sinfo", "squeue", "scontrol")
+CLIENTS = ("srun", "sbatch", "sinfo", "squeue", "scancel")
 #: how long the daemons may take to come up, and a job to finish (generous: a loaded
 #: machine only waits longer; no test asserts on time)
 START_LIMIT = 60.0
@@ -120,6 +120,17 @@ class Slurm:
                            f"(sinfo says {state!r})\n{self.logs()}")
 
     def stop(self) -> None:
+        """Cancel what is left (a test that timed out leaves its job behind, and its
+        slurmstepd would outlive slurmd), wait until the queue is empty, end the daemons."""
+        ctld = self.procs.get("slurmctld")
+        if ctld is not None and ctld.poll() is None:
+            self.client("scancel", "--full", "-u", "root", timeout=30)
+            end = time.monotonic() + 30
+            while time.monotonic() < end:
+                q = self.client("squeue", "-h", "-o", "%i", timeout=30)
+                if q.returncode != 0 or not q.stdout.strip():
+                    break
+                time.sleep(0.1)
         for name in reversed(list(self.procs)):
             p = self.procs[name]
             if p.poll() is None:
