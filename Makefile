@@ -27,7 +27,7 @@ sysdeps:
 	@# mpirun.mpich / mpirun.openmpi: the two fight over `mpirun` through update-alternatives, and
 	@# installing Open MPI here leaves `mpirun` as it was), a one-node Slurm (slurmctld, slurmd,
 	@# srun/sbatch, munge; configured and started by the tests themselves, not as services).
-	@# Nothing to do when present (a few ms); ~35 s and ~60 MB to install on Debian 12.
+	@# Nothing to do when present (0.1 s); measured on Debian 12: 33 s, 8 MB of packages, 30 MB on disk.
 	@missing=""; \
 	command -v numactl >/dev/null || missing="$$missing numactl"; \
 	command -v mpirun.mpich >/dev/null || missing="$$missing mpich"; \
