@@ -16,7 +16,7 @@ from affinity.machine.topology import Topology
 from affinity.planning.ranks import partition
 
 from helpers.launch import clean_env
-from helpers.ranks_probe import check_disjoint_placed, local_rank_of, probe_command, read_reports
+from helpers.ranks_probe import check_disjoint_placed, local_rank_of, probe_command, read_reports, step_cpus
 
 AFFINITY_RUN = (sys.executable, "-m", "affinity", "run")
 NODE = Topology.from_system()
@@ -36,8 +36,10 @@ def test_srun_ranks_auto_gives_each_task_a_disjoint_share_with_its_plan(slurm, o
              *probe_command(tmp_path, out, "plain", omp_lib))
     reports = read_reports(out, 2)
     shares = check_disjoint_placed(reports, CPUS)
-    # srun bound nothing: the tasks cut the node the way the pure partition says
-    assert shares == [s.cpus for s in partition(NODE, 2)]
+    if slurm.cgroup:  # task/cgroup put the step in a cpuset of its own
+        assert all("/job_" in rep.extra["cpuset_path"] and "/step_0" in rep.extra["cpuset_path"] for rep in reports)
+    # srun bound nothing: the tasks cut the step's CPUs the way the pure partition says
+    assert shares == [s.cpus for s in partition(NODE.with_allowed(step_cpus(reports, CPUS)), 2)]
     for rep in reports:
         i = local_rank_of(rep)
         assert rep.env["SLURM_CPU_BIND_TYPE"] == "none"
@@ -81,7 +83,7 @@ def test_apply_rank_auto_inside_srun_tasks(slurm, omp_lib, tmp_path):
     srun(slurm, "-n", "2", "--cpu-bind=none", *probe_command(tmp_path, out, "apply", omp_lib))
     reports = sorted(read_reports(out, 2), key=local_rank_of)
     plans = [frozenset().union(*map(frozenset, rep.extra["plan"])) for rep in reports]
-    assert plans == [s.cpus for s in partition(NODE, 2)]
+    assert plans == [s.cpus for s in partition(NODE.with_allowed(step_cpus(reports, CPUS)), 2)]
     for rep, plan in zip(reports, plans):
         # apply() pinned the threads it knows (main, OpenMP team) inside its share; none strays
         assert all(m <= plan for m in rep.threads.values()), (plan, rep.threads)
@@ -133,7 +135,7 @@ def test_sbatch_job_script_runs_both_steps(slurm, omp_lib, tmp_path):
     assert r.returncode == 0, f"{r.stdout}{r.stderr}\n--- job output\n{log}\n{slurm.logs()}"
     assert r.stdout.startswith("Submitted batch job")
     free = check_disjoint_placed(read_reports(none, 2), CPUS)
-    assert free == [s.cpus for s in partition(NODE, 2)]
+    assert free == [s.cpus for s in partition(NODE.with_allowed(step_cpus(read_reports(none, 2), CPUS)), 2)]
     bound_shares = check_disjoint_placed(read_reports(bound, 2), CPUS)
     assert all(len(s) < len(CPUS) for s in bound_shares)
     assert "planning inside that mask" in log  # the bound step said it followed srun
