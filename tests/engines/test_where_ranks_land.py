@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ def affinity(*args: str, env: dict | None = None) -> subprocess.CompletedProcess
     return subprocess.run([*AFFINITY, *args], capture_output=True, text=True, timeout=120, env=env or clean_env())
 
 
-def test_plan_ranks_is_what_affinity_run_will_do():
+def test_plan_ranks_is_what_affinity_run_will_do(tmp_path):
     r = affinity("plan", "granularity=fine,compact,1,0", "--ranks", "4", "--topology", XEON, "--json")
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
@@ -48,6 +49,14 @@ def test_plan_ranks_is_what_affinity_run_will_do():
     text = affinity("plan", "--ranks", "4", "--topology", XEON).stdout
     assert text.splitlines()[0] == "4 local ranks on 2 packages x 4 cores x 2 PUs (16 PUs, 2 NUMA nodes) (--ranks 4):"
     assert text.splitlines()[2].split() == ["0", "0-1,8-9", "2", "2", "bind", "0", "{0}", "{1}"]
+    # the picture: each PU carries the number of the rank whose share it is
+    pic = affinity("plan", "--ranks", "4", "--topology", XEON, "--picture", "/dev/null/x.svg")
+    assert pic.returncode == 1 and "cannot write the picture" in pic.stderr
+    svg = tmp_path / "ranks.svg"
+    assert affinity("plan", "--ranks", "4", "--topology", XEON, "--picture", str(svg)).returncode == 0
+    drawn = {int(el.get("data-os-index")): el.get("data-threads") for el in ET.parse(svg).iter()
+             if el.get("data-os-index") and el.get("data-threads") is not None}
+    assert drawn == {c: str(i) for i, s in enumerate(partition(Topology.load(XEON), 4)) for c in s.cpus}
     bad = affinity("plan", "--ranks", "auto", "--topology", XEON)
     assert bad.returncode == 1 and "neither launcher variables nor a Slurm allocation" in bad.stderr
 
