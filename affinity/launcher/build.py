@@ -322,9 +322,10 @@ def _rank_share(opts: RunOptions, topology: Topology, ctx: Context, selected: fr
         hint = ""
         if ctx.cgroup_cpus and selected < (ctx.cgroup_cpus & topology.cpuset):
             hint = (f"; this process may use only {format_list(selected)} of the cgroup's "
-                    f"{format_list(ctx.cgroup_cpus)}: if the launcher bound the ranks itself "
-                    f"(Open MPI does by default), start it with --bind-to none "
-                    f"(srun: --cpu-bind=none) or pass --norespect")
+                    f"{format_list(ctx.cgroup_cpus)}: if something bound the ranks without a variable "
+                    f"saying so (torchrun --numa-binding, taskset, an MPI launcher affinity does not "
+                    f"read), start them unbound (mpirun --bind-to none, srun --cpu-bind=none) or pass "
+                    f"--norespect")
         raise PlanError(f"--ranks: {rank.size} ranks on this node ({rank.source}): {e}{hint}") from e
     (notices if binding is not None else notes).append(how)
     return rank, share
