@@ -78,12 +78,18 @@ def test_srun_binding_is_followed_never_fought_and_said(slurm, omp_lib, tmp_path
         assert shares == [s.cpus for s in reversed(partition(NODE.with_allowed(shares[0] | shares[1]), 2))]
 
 
-def test_apply_rank_auto_inside_srun_tasks(slurm, omp_lib, tmp_path):
+@pytest.mark.parametrize("bind", ["none", "map_cpu:{rev}"])
+def test_apply_rank_auto_inside_srun_tasks(slurm, omp_lib, tmp_path, bind):
     out = tmp_path / "out"
-    srun(slurm, "-n", "2", "--cpu-bind=none", *probe_command(tmp_path, out, "apply", omp_lib))
+    rev = [min(c.cpuset) for c in reversed(NODE.cores[:2])]
+    srun(slurm, "-n", "2", f"--cpu-bind={bind.format(rev=','.join(map(str, rev)))}",
+         *probe_command(tmp_path, out, "apply", omp_lib))
     reports = sorted(read_reports(out, 2), key=local_rank_of)
     plans = [frozenset().union(*map(frozenset, rep.extra["plan"])) for rep in reports]
-    assert plans == [s.cpus for s in partition(NODE.with_allowed(step_cpus(reports, CPUS)), 2)]
+    if bind == "none":  # the step's CPUs cut between the tasks
+        assert plans == [s.cpus for s in partition(NODE.with_allowed(step_cpus(reports, CPUS)), 2)]
+    else:  # srun's binding followed: task i plans on the CPU srun gave it
+        assert plans == [frozenset({c}) for c in rev]
     for rep, plan in zip(reports, plans):
         # apply() pinned the threads it knows (main, OpenMP team) inside its share; none strays
         assert all(m <= plan for m in rep.threads.values()), (plan, rep.threads)
