@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from affinity.cpulist import format_list, parse_list
+from affinity.launcher.build import Context
 from affinity.machine.topology import Topology
 from affinity.planning.ranks import partition
+from affinity.tools.ranks_report import plan_ranks
 
 from helpers.launch import clean_env
 from helpers.ranks_probe import check_disjoint_placed, probe_command, read_reports
@@ -188,3 +190,23 @@ def test_show_ranks_of_a_live_srun_step(slurm, tmp_path):
     got = json.loads(r.stdout)
     check_show(got, masks)
     assert list(got)[0].startswith("Slurm srun SLURM_JOB_ID=")
+
+
+def test_plan_ranks_auto_from_each_source():
+    xeon = Topology.load(XEON)
+    # a batch script on node 1 of a 2-node allocation of 4 tasks per node
+    alloc = {"SLURM_JOB_ID": "7", "SLURM_TASKS_PER_NODE": "4(x2)", "SLURM_NODEID": "1",
+             "SLURM_CPU_BIND": "quiet,none"}
+    plans, header = plan_ranks(xeon, "auto", ctx=Context(alloc))
+    assert [p.instance.cpus for p in plans] == [s.cpus for s in partition(xeon, 4)]
+    assert header.startswith("Slurm job 7 (SLURM_TASKS_PER_NODE=4(x2), SLURM_NODEID=1)")
+    # inside an Open MPI rank it bound to one core: only that rank can be known
+    core = xeon.cores[5].cpuset
+    ompi = {"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            "OMPI_MCA_orte_bound_at_launch": "1"}
+    plans, header = plan_ranks(xeon.with_allowed(core), "auto", ctx=Context(ompi, cgroup_cpus=xeon.cpuset))
+    assert [(p.rank, p.instance.cpus) for p in plans] == [(1, core)]
+    assert header.endswith("Open MPI bound this rank and lists no other rank's mask: this rank only")
+    # inside a torchrun worker: every worker's share
+    plans, _ = plan_ranks(xeon, "auto", ctx=Context({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}))
+    assert [p.instance.cpus for p in plans] == [s.cpus for s in partition(xeon, 2)]
