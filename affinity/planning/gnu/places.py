@@ -16,10 +16,16 @@ from .builds import Build
 from .cparse import ULONG_MAX, Cursor, strtol, strtoul
 from .sysfs import SysfsView
 
-__all__ = ["Context", "parse_places_var", "parse_affinity", "init_level", "LEVELS"]
+__all__ = ["Context", "parse_places_var", "parse_affinity", "init_level", "LEVELS", "cpu_limit"]
 
 #: abstract place names -> libgomp's level numbers
 LEVELS = {"threads": 1, "cores": 2, "sockets": 3, "ll_caches": 4, "numa_domains": 5}
+
+
+def cpu_limit(mask: frozenset[int]) -> int:
+    """CPU numbers at or above this do not fit libgomp's CPU sets: it sizes them
+    (``CPU_ALLOC_SIZE``) for the highest CPU of the process mask, in 64-bit words."""
+    return (max(mask) // 64 + 1) * 64
 
 
 @dataclass
@@ -33,9 +39,8 @@ class Context:
 
     @property
     def max_cpu(self) -> int:
-        """CPU numbers at or above this do not fit libgomp's CPU sets: it sizes them
-        (``CPU_ALLOC_SIZE``) for the highest CPU of the process mask, in 64-bit words."""
-        return (max(self.mask) // 64 + 1) * 64
+        """:func:`cpu_limit` of the process mask."""
+        return cpu_limit(self.mask)
 
     def error(self, text: str) -> None:
         self.messages.append(text)
