@@ -40,11 +40,14 @@ class Build:
     #: a number field that holds no digits is an error (later GCCs check
     #: ``end == start`` after ``strtoul``); GCC 8 reads it as 0
     strict_numbers: bool
+    #: ``OMP_PLACES=threads(N)`` with N ending inside a core writes past its place
+    #: array and crashes at load (SIGSEGV): GCC 8 checks N only between cores
+    threads_count_overrun: bool
 
 
 BUILDS: dict[str, Build] = {
-    "gcc12": Build("gcc12", "GCC 12 libgomp (Debian 12 libgomp1 12.2.0)", True, True, True, True),
-    "torch": Build("torch", "PyTorch's bundled libgomp (GCC 8.5, AlmaLinux 8)", False, False, False, False),
+    "gcc12": Build("gcc12", "GCC 12 libgomp (Debian 12 libgomp1 12.2.0)", True, True, True, True, False),
+    "torch": Build("torch", "PyTorch's bundled libgomp (GCC 8.5, AlmaLinux 8)", False, False, False, False, True),
 }
 
 #: the build :func:`affinity.plan` follows for ``runtime="gnu"`` when none is named

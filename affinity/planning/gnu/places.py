@@ -50,6 +50,10 @@ class _Reject(Exception):
     """A parse step failed (libgomp's ``return false`` / ``goto invalid``)."""
 
 
+class _Crash(Exception):
+    """The library crashes on this value (the text says how)."""
+
+
 # --------------------------------------------------------------- CPU sets
 def _add_cpus(ctx: Context, place: set[int], num: int, length: int, stride: int, quiet: bool) -> None:
     """``gomp_affinity_add_cpus``: ``length`` CPUs from ``num``, ``stride`` apart."""
@@ -307,7 +311,12 @@ def parse_places_var(ctx: Context, value: str | None, ignore: bool) -> list[froz
         level = _abstract_name(ctx, cur)
         if level:
             count = _abstract_count(ctx, cur)
-            return None if ignore else init_level(ctx, level, count, quiet=False)
+            if ignore:
+                return None
+            try:
+                return init_level(ctx, level, count, quiet=False)
+            except _Crash as e:
+                raise PlanError(f"OMP_PLACES={value!r}: {ctx.build.library} {e}") from None
         rest = value[cur.pos:]
         _check_list(ctx, rest)
         if ignore:
@@ -335,7 +344,8 @@ def init_level(ctx: Context, level: int, count: int, quiet: bool) -> list[frozen
     elif level == 3:
         places = _group_places(ctx.view.core_siblings, copy, count, split=False)
     else:
-        places = _group_places(ctx.view.thread_siblings, copy, count, split=(level == 1))
+        places = _group_places(ctx.view.thread_siblings, copy, count, split=(level == 1),
+                               overrun=ctx.build.threads_count_overrun)
     if not places:
         if not quiet:
             ctx.error("Error reading core/socket topology")
@@ -343,8 +353,10 @@ def init_level(ctx: Context, level: int, count: int, quiet: bool) -> list[frozen
     return places
 
 
-def _group_places(groups, copy: set[int], count: int, split: bool) -> list[frozenset[int]]:
-    """Sibling-list places (``threads``, ``cores``, ``sockets``)."""
+def _group_places(groups, copy: set[int], count: int, split: bool, overrun: bool = False) -> list[frozenset[int]]:
+    """Sibling-list places (``threads``, ``cores``, ``sockets``).  ``overrun``: the
+    build checks the count of ``threads`` only between cores (GCC 8) and
+    crashes when it is reached inside one."""
     out: list[frozenset[int]] = []
     for cpu in sorted(copy):
         if len(out) >= count:
@@ -358,9 +370,13 @@ def _group_places(groups, copy: set[int], count: int, split: bool) -> list[froze
         if split:
             for c in sorted(members):
                 if c in copy:
+                    if len(out) >= count:
+                        raise _Crash(f"crashes at load (SIGSEGV): {count} places end inside the core of "
+                                     f"CPU {cpu} and it writes past its place list; use a count that ends "
+                                     "on a core boundary, or cores(N)")
                     out.append(frozenset((c,)))
                     copy.discard(c)
-                    if len(out) >= count:
+                    if len(out) >= count and not overrun:
                         return out
         else:
             here = frozenset(c for c in members if c in copy)

@@ -133,3 +133,15 @@ def test_thread_limit_and_num_threads_lists(linux16):
 def test_unknown_build(linux16):
     with pytest.raises(PlanError, match="unknown libgomp build 'gcc4'"):
         plan_gomp({}, linux16, build="gcc4")
+
+
+def test_torch_build_crashes_on_a_threads_count_inside_a_core(linux16):
+    """Measured with PyTorch's libgomp: OMP_PLACES=threads(3) on 2-way SMT is a SIGSEGV at load."""
+    with pytest.raises(PlanError, match=r"OMP_PLACES='threads\(3\)'.*SIGSEGV"):
+        plan_gomp({"OMP_PLACES": "threads(3)"}, linux16, build="torch")
+    assert _masks(plan_gomp({"OMP_PLACES": "threads(3)", "OMP_NUM_THREADS": "3"}, linux16)) == ["0", "8", "1"]
+    assert [format_list(p) for p in plan_gomp({"OMP_PLACES": "threads(4)"}, linux16, build="torch").places] \
+        == ["0", "8", "1", "9"]
+    # GCC 8 reads a missing number as 0
+    assert [format_list(p) for p in plan_gomp({"OMP_PLACES": "{,1}"}, linux16, build="torch").places] == ["0-1"]
+    assert [format_list(p) for p in plan_gomp({"OMP_PLACES": "{0:4:}"}, linux16, build="torch").places] == ["0"]
