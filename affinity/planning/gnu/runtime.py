@@ -68,20 +68,24 @@ class GompPlan:
 
 
 # ------------------------------------------------------------- machine
-_VIEWS: dict[int, tuple[weakref.ref[Topology], SysfsView]] = {}
+#: id(topology) -> (weak reference, its sysfs view, {inputs: plan}); the plans of
+#: one topology are remembered (they are immutable values), at most _MAX_MEMO
+_VIEWS: dict[int, tuple[weakref.ref[Topology], SysfsView, dict]] = {}
 _VIEWS_LOCK = threading.Lock()
+_MAX_MEMO = 1024
 
 
-def _view(topology: Topology) -> SysfsView:
-    """:func:`sysfs_view` of ``topology``, kept while the topology lives."""
+def _view(topology: Topology) -> tuple[SysfsView, dict]:
+    """:func:`sysfs_view` of ``topology`` and its plans, kept while the topology lives."""
     entry = _VIEWS.get(id(topology))
     if entry is not None and entry[0]() is topology:
-        return entry[1]
+        return entry[1], entry[2]
     view = sysfs_view(topology)
     key = id(topology)
+    memo: dict = {}
     with _VIEWS_LOCK:
-        _VIEWS[key] = (weakref.ref(topology, lambda _r, k=key: _VIEWS.pop(k, None)), view)
-    return view
+        _VIEWS[key] = (weakref.ref(topology, lambda _r, k=key: _VIEWS.pop(k, None)), view, memo)
+    return view, memo
 
 
 # ------------------------------------------------------- the variables
@@ -278,7 +282,19 @@ def plan_gomp(env: Mapping[str, str | None], topology: Topology, initial_mask: I
     mask &= topology.cpuset
     if not mask:
         raise PlanError(f"initial_mask selects no processor of {topology.describe()}")
-    view = _view(topology)
+    view, memo = _view(topology)
+    key = (tuple(sorted((k, v) for k, v in env.items() if k in GOMP_VARIABLES and v is not None)), mask, b)
+    hit = memo.get(key)
+    if hit is None:
+        hit = _plan(env, view, mask, b)
+        if len(memo) >= _MAX_MEMO:
+            memo.clear()
+        memo[key] = hit
+    return hit
+
+
+def _plan(env: Mapping[str, str | None], view: SysfsView, mask: frozenset[int], b: Build) -> GompPlan:
+    """:func:`plan_gomp` once its inputs are checked (a pure function of them)."""
     ctx = Context(mask, view, b)
     limit, nthreads, bind, places, source = _settings(env, b, ctx)
     max_threads = nthreads if nthreads is not None else len(mask)
