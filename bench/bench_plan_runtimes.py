@@ -7,7 +7,9 @@ packages x 64 cores x 2 threads, its tree written from the topology), settings
 
 * ``plan gnu gcc12`` / ``plan gnu torch``: :func:`affinity.planning.gnu.plan_gomp`
   (GNU libgomp's rules, GCC 12 and PyTorch's GCC 8.5 build) on a Topology
-  already planned on;
+  already planned on (plans are remembered per Topology, as Intel's are);
+* ``plan gnu gcc12 (cold)``: the first plan on a fresh Topology value (the sysfs
+  view derived, the places built);
 * ``plan intel``: today's planner (Intel's rules) on the same variables;
 * ``real libgomp start-up`` ◆: Debian's libgomp started on that machine under the
   golden set's harness (``tests/golden_gomp/replay``: fake ``/sys``, fake CPU count)
@@ -33,7 +35,7 @@ GNU_TESTS = ROOT / "tests" / "planning" / "gnu"
 GOLDEN = ROOT / "tests" / "golden_gomp"
 ENV = {"OMP_PLACES": "cores", "OMP_PROC_BIND": "spread"}
 MACHINES = {16: "2s4c2t_linux", 112: "skx8180_2s28c2t", 1024: "pack:8 [numa] l3:1 core:64 pu:2"}
-ROWS = ["plan gnu gcc12", "plan gnu torch", "plan intel", "real libgomp start-up"]
+ROWS = ["plan gnu gcc12", "plan gnu torch", "plan gnu gcc12 (cold)", "plan intel", "real libgomp start-up"]
 
 _TOPOS: dict[int, tuple[Topology, dict[str, str]]] = {}
 _REAL: dict[str, object] = {}
@@ -77,7 +79,17 @@ def test_plan_runtimes(benchmark, npus: int, row: str) -> None:
     t, files = _machine(npus)
     want = plan_gomp(ENV, t)
     assert want.threads == npus
-    if row.startswith("plan gnu"):
+    if row.endswith("(cold)"):
+        name = MACHINES[npus]
+
+        def fresh():
+            topo = Topology.from_synthetic(name) if name.startswith("pack:") else \
+                Topology.from_xml(GOLDEN / "hwloc" / f"{name}.xml")
+            return (ENV, topo), {}
+
+        p = benchmark.pedantic(plan_gomp, setup=fresh, rounds=15)
+        assert p.cpusets == want.cpusets
+    elif row.startswith("plan gnu"):
         build = row.split()[-1]
         plan_gomp(ENV, t, build=build)
         p = benchmark(plan_gomp, ENV, t, None, build)
