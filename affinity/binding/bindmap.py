@@ -183,7 +183,7 @@ def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
                                                        else None)
         rows.append(ThreadRow(tid, name, role, pin.index if pin is not None else None,
                               requested, actual, cpu, node_of.get(cpu),
-                              mempolicy_self if tid == caller else None))
+                              mempolicy_self if tid == caller else None, getattr(pin, "note", None)))
     if bindings:
         rows = _explain_late_openmp(rows, pid, bindings[-1])
     return BindMap(pid, tuple(rows), mems, _census(pid))
