@@ -17,7 +17,7 @@ import sys
 import pytest
 
 import affinity
-from affinity.cpulist import parse_list
+from affinity.cpulist import format_list, parse_list
 from affinity.machine.topology import Topology
 from affinity.planning.envvars import worker_slots
 from affinity.planning.workers import worker_layout
@@ -238,3 +238,25 @@ def test_dataloader_workers_each_on_their_own_cpus(order, threads):
     # two workers never share one CPU by inheritance: here they are on different CPUs
     assert by_worker[0]["mask"] != by_worker[1]["mask"]
     assert out["layout"] == layout.to_env_value() and not out["left"]
+
+
+def test_the_readme_card_line_for_a_pytorch_user():
+    """README: ``import affinity; affinity.apply("compact,1,0"); import torch`` pins torch's threads."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "import torch" in b)
+    assert block.index('affinity.apply("compact,1,0")') < block.index("import torch")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(CLEAN)}
+    r = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    p = expected("compact,1,0", None)
+    rows = [line for line in r.stdout.splitlines() if "[torch-" in line]
+    intra = [line for line in rows if "[torch-intra" in line]
+    assert len(intra) == p.intra_op_threads and len(rows) == p.intra_op_threads + p.inter_op_threads
+    slots = worker_slots(p)
+    for i, s in enumerate(slots[1:], start=1):
+        assert any(f"thread {i} [torch-intra python] bound to OS proc set {{{format_list(s)}}}" in line
+                   for line in intra), (i, rows)
+    assert "MISMATCH" not in r.stdout and "bundled by torch" in r.stdout
