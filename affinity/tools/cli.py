@@ -261,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_run_parser(sub)
 
-    from ..tuning.cli import add_tune_parser  # lazy: a command loads only its own layers
+    from .tune_cli import add_tune_parser  # lazy: a command loads only its own layers
 
     add_tune_parser(sub)
 
