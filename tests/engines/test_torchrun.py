@@ -27,8 +27,8 @@ TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 pytestmark = pytest.mark.skipif(len(NODE.cores) < 2, reason="two ranks need two cores")
 
 
-def torchrun(*args: str) -> subprocess.CompletedProcess:
-    r = subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=240, env=clean_env())
+def torchrun(*args: str, **env: str) -> subprocess.CompletedProcess:
+    r = subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=240, env=clean_env(**env))
     assert r.returncode == 0, f"torchrun {' '.join(args)}: rc={r.returncode}\n{r.stdout}\n{r.stderr}"
     return r
 
@@ -45,7 +45,9 @@ def check_torch_ranks(reports) -> None:
 
 def test_torchrun_with_apply_rank_auto_in_the_script(tmp_path):
     out = tmp_path / "out"
-    torchrun(*probe_command(tmp_path, out, "apply+torch", None)[1:])  # torchrun runs the script with python
+    # OMP_NUM_THREADS as a user sets it for the whole node: torch alone would start that many
+    torchrun(*probe_command(tmp_path, out, "apply+torch", None)[1:],  # torchrun runs the script with python
+             OMP_NUM_THREADS=str(len(NODE.cores)))
     reports = sorted(read_reports(out, 2), key=local_rank_of)
     check_torch_ranks(reports)
     plans = [frozenset().union(*map(frozenset, rep.extra["plan"])) for rep in reports]
@@ -53,7 +55,9 @@ def test_torchrun_with_apply_rank_auto_in_the_script(tmp_path):
     for rep, plan, share in zip(reports, plans, partition(NODE, 2)):
         # every thread of the rank -- main, gloo's, torch's pool -- inside its share
         assert all(m <= plan for m in rep.threads.values()), (plan, rep.threads)
-        assert rep.extra["torch_threads"] <= len(share.cores)
+        # torch's intra-op pool sized from the share by apply() (affinity.binding.torch), not
+        # from the node-wide OMP_NUM_THREADS
+        assert rep.extra["torch_threads"] == len(rep.extra["plan"]) == len(share.cores)
 
 
 # torch's own choice for GPU 0, as it is and with the GPUs' node given by hand (two GPUs, node 0)
