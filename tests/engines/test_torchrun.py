@@ -18,7 +18,7 @@ from affinity.machine.topology import Topology
 from affinity.planning.ranks import partition
 
 from helpers.launch import clean_env
-from helpers.ranks_probe import check_disjoint_placed, local_rank_of, probe_command, read_reports
+from helpers.ranks_probe import local_rank_of, probe_command, read_reports
 
 # never imported here: torch in the pytest process would change what every later test sees
 # (its threads, its OpenMP runtime); the workers and the helper scripts import it

@@ -175,7 +175,7 @@ def test_show_ranks_says_when_ranks_overlap(tmp_path):
     finally:
         end_job(job, tmp_path)
     assert r.returncode == 1
-    assert f"OVERLAP: ranks 0 (pid " in r.stdout and f"share cpus {format_list(CPUS)}" in r.stdout, r.stdout
+    assert "OVERLAP: ranks 0 (pid " in r.stdout and f"share cpus {format_list(CPUS)}" in r.stdout, r.stdout
 
 
 @two_cores
