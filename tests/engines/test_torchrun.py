@@ -7,7 +7,6 @@ does."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -20,15 +19,13 @@ from affinity.planning.ranks import partition
 from helpers.launch import clean_env
 from helpers.ranks_probe import local_rank_of, probe_command, read_reports
 
-# never imported here: torch in the pytest process would change what every later test sees
-# (its threads, its OpenMP runtime); the workers and the helper scripts import it
-pytestmark_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
-                                      reason="torch is an extra (make installs it: EXTRAS has torch)")
+# torch is never imported here (tests/conftest.py keeps it out of the test process): the
+# workers and the helper scripts import it
 
 NODE = Topology.from_system()
 CPUS = NODE.allowed
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2")
-pytestmark = [pytestmark_torch, pytest.mark.skipif(len(NODE.cores) < 2, reason="two ranks need two cores")]
+pytestmark = pytest.mark.skipif(len(NODE.cores) < 2, reason="two ranks need two cores")
 
 
 def torchrun(*args: str, **env: str) -> subprocess.CompletedProcess:
