@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -147,9 +148,17 @@ def _plan_table(plans: list[RankPlan], header: str, topology: Topology) -> str:
 
 
 def cmd_plan_ranks(args: argparse.Namespace, topology: Topology, write_picture: Any) -> int:
-    """``affinity plan [SPEC] --ranks N|auto``: the table (or JSON), and the picture."""
+    """``affinity plan [SPEC] --ranks N|auto``: the table (or JSON), and the picture; 2
+    with options that do not apply to ranks (``--mask``, ``--env``, ...)."""
     import json  # lazy: only --json prints JSON (this module is loaded with every command's parser)
 
+    other = [name for name, given in (("--mask", args.mask is not None), ("--env", bool(args.env)),
+                                      ("--lenient", args.lenient), ("--translate", args.translate),
+                                      ("-v", args.verbose)) if given]
+    if other:  # each rank's mask and settings come from its share, as affinity run's
+        print(f"affinity plan: error: --ranks does not go with {', '.join(other)} (see 'affinity plan --help')",
+              file=sys.stderr)
+        return 2
     ctx = Context.of_this_process() if topology.is_this_system else Context(dict(os.environ))
     plans, header = plan_ranks(topology, args.ranks, args.spec, args.threads, ctx)
     if args.json:

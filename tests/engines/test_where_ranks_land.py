@@ -59,6 +59,8 @@ def test_plan_ranks_is_what_affinity_run_will_do(tmp_path):
     drawn = {int(el.get("data-os-index")): el.get("data-threads") for el in ET.parse(svg).iter()
              if el.get("data-os-index") and el.get("data-threads") is not None}
     assert drawn == {c: str(i) for i, s in enumerate(partition(Topology.load(XEON), 4)) for c in s.cpus}
+    usage = affinity("plan", "--ranks", "4", "--mask", "0-3", "--topology", XEON)
+    assert usage.returncode == 2 and "--ranks does not go with --mask" in usage.stderr
     bad = affinity("plan", "--ranks", "auto", "--topology", XEON)
     assert bad.returncode == 1 and "neither launcher variables nor a Slurm allocation" in bad.stderr
 
