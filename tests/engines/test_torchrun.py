@@ -61,9 +61,11 @@ def test_torchrun_with_apply_rank_auto_in_the_script(tmp_path):
         assert rep.extra["torch_threads"] == len(rep.extra["plan"]) == len(share.cores)
 
 
-# torch's own choice for GPU 0, as it is and with the GPUs' node given by hand (two GPUs, node 0)
-NUMA_BINDING = r"""
-import json
+# torchrun, in one process (one torch import): first torch's own choice for GPU 0 as it is,
+# then with torch's GPU lookups answered by hand (two GPUs, both on NUMA node 0) its choice
+# in 'node' mode, printed; then torchrun itself, launched with that answer
+WITH_GPUS_ON_NODE_0 = r"""
+import json, sys
 import torch
 import torch.numa.binding as b
 try:
@@ -75,40 +77,34 @@ except Exception as e:
 b._get_gpu_count = lambda: 2
 b._get_numa_node_index_for_gpu_index = lambda *, gpu_index: 0
 node = [sorted(b._node_get_logical_cpus_to_bind_to(gpu_index=g)) for g in (0, 1)]
-print(json.dumps({"torch": torch.__version__, "bare": bare, "node": node}))
-"""
-
-# torchrun with torch's GPU lookups answered by hand: two GPUs, both on NUMA node 0
-WITH_GPUS_ON_NODE_0 = r"""
-import sys
-import torch.numa.binding as b
-b._get_gpu_count = lambda: 2
-b._get_numa_node_index_for_gpu_index = lambda *, gpu_index: 0
-from torch.distributed.run import main
-main(sys.argv[1:])
+print("torch-numa:", json.dumps({"torch": torch.__version__, "bare": bare, "node": node}), flush=True)
+if len(sys.argv) > 1:
+    from torch.distributed.run import main
+    main(sys.argv[1:])
 """
 
 
 def test_torchrun_numa_binding_needs_a_gpu_and_overlaps_where_it_runs(tmp_path):
-    r = subprocess.run([sys.executable, "-c", NUMA_BINDING], capture_output=True, text=True, timeout=120)
+    launcher = tmp_path / "torchrun_gpus_on_node0.py"
+    launcher.write_text(WITH_GPUS_ON_NODE_0)
+    one_node = len(NODE.numa_nodes) == 1  # the launch below compares on a one-node machine
+    out = tmp_path / "exclusive"
+    argv = [sys.executable, str(launcher)]
+    if one_node:
+        argv += ["--standalone", "--nproc-per-node", "2", "--numa-binding", "exclusive",
+                 *probe_command(tmp_path, out, "torch", None)[1:]]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=clean_env())
     assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout.splitlines()[-1])
+    got = json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith("torch-numa: "))[12:])
     # as it is: the binding asks CUDA where GPU 0 is, and the CPU build (torch 2.13.0+cpu,
     # what make installs) has no CUDA
     assert got["torch"].endswith("+cpu"), got["torch"]
     assert got["bare"] == "AssertionError: Torch not compiled with CUDA enabled"
-    if len(NODE.numa_nodes) > 1:
+    if not one_node:
         pytest.skip("the comparison below is for a one-node machine")
     # where it runs (the GPUs' node given): 'node' gives both ranks every CPU of the node
     assert [frozenset(n) for n in got["node"]] == [CPUS, CPUS]
     # ... and 'exclusive', really launched, splits the node's cores between the ranks
-    launcher = tmp_path / "torchrun_gpus_on_node0.py"
-    launcher.write_text(WITH_GPUS_ON_NODE_0)
-    out = tmp_path / "exclusive"
-    argv = [sys.executable, str(launcher), "--standalone", "--nproc-per-node", "2", "--numa-binding", "exclusive",
-            *probe_command(tmp_path, out, "torch", None)[1:]]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=clean_env())
-    assert r.returncode == 0, r.stderr
     reports = sorted(read_reports(out, 2), key=local_rank_of)
     check_torch_ranks(reports)
     for rep in reports:  # numactl --physcpubind: every thread on the rank's mask
