@@ -13,7 +13,7 @@ import pytest
 
 from affinity.cpulist import format_list
 from affinity.machine.topology import Topology
-from affinity.planning.ranks import partition
+from affinity.planning.ranks import local_rank, partition
 
 from helpers.launch import clean_env
 from helpers.ranks_probe import check_disjoint_placed, local_rank_of, probe_command, read_reports, step_cpus
@@ -119,6 +119,26 @@ def test_slurm_variables_read_as_srun_writes_them(slurm, tmp_path):
         assert g["raw"]["SLURM_STEP_TASKS_PER_NODE"] == "2" and g["raw"]["SLURM_CPUS_PER_TASK"] == "1"
         # the mask SLURM_CPU_BIND_LIST gives this task is the one the kernel says it has
         assert bind_list[local_id] == g["mask"], g["raw"]
+
+
+def test_slurm_variables_of_a_step_across_nodes(slurm, tmp_path):
+    """Partition ``multi``: the real node and emulated ones (helpers.slurm); 7 tasks on 4
+    nodes, block distribution: srun writes SLURM_STEP_TASKS_PER_NODE=2(x3),1."""
+    (tmp_path / "vars.py").write_text(VARS)
+    r = slurm.client("srun", "-p", "multi", "-N", "4", "-n", "7", "--cpu-bind=none", sys.executable,
+                     str(tmp_path / "vars.py"), str(tmp_path), env=clean_env())
+    assert r.returncode == 0, r.stderr + slurm.logs()
+    got = [json.loads(f.read_text()) for f in tmp_path.glob("task-*.json")]
+    assert len(got) == 7
+    assert {g["raw"]["SLURM_STEP_TASKS_PER_NODE"] for g in got} == {"2(x3),1"}
+    per_node: dict[int, list[int]] = {}
+    for g in got:
+        local_id, node_id, per, _, _, _ = g["step"]
+        assert per == [2, 2, 2, 1]
+        per_node.setdefault(node_id, []).append(local_id)
+        rank = local_rank(g["raw"])  # the rank and size --ranks auto takes: this node's
+        assert (rank.rank, rank.size) == (local_id, per[node_id]) and rank.launcher == "Slurm srun"
+    assert {n: sorted(ids) for n, ids in per_node.items()} == {0: [0, 1], 1: [0, 1], 2: [0, 1], 3: [0]}
 
 
 JOB = """#!/bin/bash
