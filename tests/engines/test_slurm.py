@@ -78,6 +78,26 @@ def test_srun_binding_is_followed_never_fought_and_said(slurm, omp_lib, tmp_path
         assert shares == [s.cpus for s in reversed(partition(NODE.with_allowed(shares[0] | shares[1]), 2))]
 
 
+@pytest.mark.skipif(len(NODE.packages) != 1, reason="one socket: srun gives both tasks the whole node")
+@pytest.mark.parametrize("bind", ["sockets", "rank"])
+def test_srun_binding_without_a_mask_of_its_own(slurm, omp_lib, tmp_path, bind):
+    """--cpu-bind=sockets: srun lists the same mask for both tasks, which cut it between
+    them; --cpu-bind=rank: srun lists no mask, each task's own is planned inside."""
+    out = tmp_path / "out"
+    r = srun(slurm, "-n", "2", f"--cpu-bind={bind}", *AFFINITY_RUN, "--ranks", "auto", "--",
+             *probe_command(tmp_path, out, "plain", omp_lib))
+    reports = read_reports(out, 2)
+    shares = check_disjoint_placed(reports, CPUS)
+    step = step_cpus(reports, CPUS)
+    if bind == "sockets":
+        assert all(srun_mask(rep.env, i) == step for rep in reports for i in (0, 1))  # one mask, twice
+        assert shares == [s.cpus for s in partition(NODE.with_allowed(step), 2)]
+        assert "as it bound local ranks 0-1: this rank takes share 1 of 2 of that mask" in r.stderr, r.stderr
+    else:
+        assert {rep.env["SLURM_CPU_BIND_TYPE"] for rep in reports} == {"rank"}
+        assert "(SLURM_CPU_BIND=quiet,rank): planning inside that mask" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("bind", ["none", "map_cpu:{rev}"])
 def test_apply_rank_auto_inside_srun_tasks(slurm, omp_lib, tmp_path, bind):
     out = tmp_path / "out"
