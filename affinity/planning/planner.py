@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..cpulist import format_list, parse_list, runs
-from ..errors import PlanError, SpecError
+from ..errors import PlanError
 from ..machine.topology import Topology
+from .intel import llvm
 from .intel import runtime as intel
 from .intel.runtime import kmp_mask_str
 from .rules import Memo, Outcome, Rules
-from .spec import (SETTINGS_VARIABLES, KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, ProcList,
-                   Settings, parse_assignments)
+from .spec import SETTINGS_VARIABLES, VARIABLES, KmpAffinity, ProcList, Settings, parse_assignments
 
 __all__ = ["Plan", "RUNTIMES", "plan", "plan_env"]
 
@@ -45,6 +45,7 @@ __all__ = ["Plan", "RUNTIMES", "plan", "plan_env"]
 #: is a sibling package of ``intel/`` and one entry here.
 RUNTIMES: dict[str, Rules] = {
     intel.NAME: intel,
+    llvm.NAME: llvm,
 }
 #: The runtime whose rules a plan follows when none is named.
 DEFAULT_RUNTIME = "intel"
@@ -418,15 +419,6 @@ def _forget_topology(key: int, ref: weakref.ref[Topology]) -> None:
         _BASES.pop(key, None)
 
 
-@functools.lru_cache(maxsize=1024)
-def _spec_settings(items: tuple[tuple[str, str], ...]) -> Settings | None:
-    """The spec-level settings of (strictly validated) sorted variables (memoized)."""
-    try:
-        return Settings.from_env(dict(items))
-    except SpecError:  # pragma: no cover - strict settings were validated before
-        return None
-
-
 # ---------------------------------------------------------------------------
 # Entry points
 # ---------------------------------------------------------------------------
@@ -460,25 +452,19 @@ def _rules(runtime: Any) -> Rules:
 
 
 def _run(env_items: tuple[tuple[str, str], ...], topology: Topology | None, initial_mask: Any,
-         strict: bool, threads: int | None, rules: Rules) -> Plan:
+         strict: bool, rules: Rules) -> Plan:
     """Plan sorted settings variables on ``topology`` (default: this machine) by ``rules``."""
     if topology is None:
         topology = Topology.from_system()
     if not isinstance(topology, Topology):
         raise TypeError(f"topology must be a Topology, not {type(topology).__name__}")
-    if threads is not None:
-        if isinstance(threads, bool) or not isinstance(threads, int):
-            raise TypeError(f"threads must be an int, not {type(threads).__name__}")
-        if threads < 1:
-            raise PlanError(f"threads must be at least 1, got {threads}")
     init = _mask(topology, initial_mask)
-    res: Outcome = rules.evaluate(env_items, topology, init, strict=strict, threads=threads,
+    res: Outcome = rules.evaluate(env_items, topology, init, strict=strict,
                                   memo=_memo(topology, rules.NAME))
-    spec_settings = _spec_settings(env_items) if strict else None
     return Plan(threads=res.threads, cpusets=res.cpusets, places=res.places, place_nums=res.place_nums,
                 warnings=res.warnings, affinity_type=res.affinity_type, granularity=res.granularity,
                 proc_bind=res.proc_bind, num_procs=res.num_procs, env=env_items, initial_mask=init,
-                topology=topology, settings=spec_settings, runtime=rules.NAME, _view=res.view)
+                topology=topology, settings=res.settings, runtime=rules.NAME, _view=res.view)
 
 
 def _env_items(env: Mapping[str, Any], variables: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
@@ -531,15 +517,10 @@ def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,
         :class:`~affinity.machine.topology.Topology`.
     """
     rules = _rules(runtime)
-    return _run(_env_items(env, rules.VARIABLES), topology, initial_mask, False, None, rules)
+    return _run(_env_items(env, rules.VARIABLES), topology, initial_mask, False, rules)
 
 
 _ENV_FORM = re.compile(r"^\s*(" + "|".join(SETTINGS_VARIABLES) + r")=")
-
-
-# spec value -> the variable its str() is a value of
-_SPEC_VARS = ((KmpAffinity, "KMP_AFFINITY"), (OmpPlaces, "OMP_PLACES"), (OmpProcBind, "OMP_PROC_BIND"),
-              (KmpHwSubset, "KMP_HW_SUBSET"), (NumThreads, "OMP_NUM_THREADS"), (ProcList, "GOMP_CPU_AFFINITY"))
 
 
 def _spec_env(spec: Any) -> dict[str, str]:
@@ -552,9 +533,9 @@ def _spec_env(spec: Any) -> dict[str, str]:
         return {"KMP_AFFINITY": spec}
     if isinstance(spec, Settings):
         return spec.to_env()
-    for cls, var in _SPEC_VARS:
-        if isinstance(spec, cls):
-            return {var: str(spec)}
+    for var in VARIABLES:
+        if var.exported and isinstance(spec, var.type):
+            return {var.name: str(spec)}
     if isinstance(spec, Mapping):
         return {k: v for k, v in spec.items()}
     raise TypeError(f"cannot plan from a {type(spec).__name__}")
@@ -617,5 +598,5 @@ def plan(spec: Any = None, threads: int | None = None, topology: Topology | None
         if threads < 1:
             raise PlanError(f"threads must be at least 1, got {threads}")
         merged["OMP_NUM_THREADS"] = str(threads)
-    return _run(_env_items(merged, rules.VARIABLES), topology, initial_mask, strict, None, rules)
+    return _run(_env_items(merged, rules.VARIABLES), topology, initial_mask, strict, rules)
 

@@ -9,12 +9,12 @@ libomp, a sibling package per further runtime), registered under its name in
     Its registry name (``"intel"``).
 ``VARIABLES``
     The environment variables it reads, sorted; the planner passes it only those.
-``evaluate(env, topology, initial, *, strict, threads, memo) -> Outcome``
+``evaluate(env, topology, initial, *, strict, memo) -> Outcome``
     Where the runtime binds each thread of the first parallel region: ``env``
     the sorted ``(name, value)`` pairs of its variables, ``topology`` the
     machine, ``initial`` the process mask the runtime starts with, ``strict``
-    whether malformed values raise :class:`~affinity.errors.SpecError`,
-    ``threads`` a team size that overrides the environment, and ``memo(key,
+    whether malformed values raise :class:`~affinity.errors.SpecError` (and the
+    outcome carries the parsed :class:`~affinity.planning.spec.Settings`), and ``memo(key,
     make)`` the planner's per-topology memo (what depends on the topology
     only, such as the runtime's table of the machine, is kept there: ``make()``
     runs once per key and topology).  It raises
@@ -51,6 +51,7 @@ class Outcome:
     proc_bind: str
     num_procs: int
     view: Any = None  #: the runtime's own view of the machine, for its ``explain``
+    settings: Any = None  #: a strict plan's parsed :class:`~affinity.planning.spec.Settings`, else None
 
 
 class Rules(Protocol):
@@ -60,6 +61,6 @@ class Rules(Protocol):
     VARIABLES: tuple[str, ...]
 
     def evaluate(self, env: tuple[tuple[str, str], ...], topology: Any, initial: frozenset[int], *,
-                 strict: bool, threads: int | None, memo: Memo) -> Outcome: ...
+                 strict: bool, memo: Memo) -> Outcome: ...
 
     def explain(self, plan: Any) -> list[str]: ...

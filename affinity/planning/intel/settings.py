@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ...errors import PlanError
 from ..syntax import (CORE_ATTRS, HW_LAYERS, Diag, Malformed, atoi, cdiv, char_at, isalnum, isalpha,
                       isdigit, lower, match, quote, run_parser, skip_digits, skip_to, skip_ws, str_to_int, upper)
 
@@ -110,9 +111,9 @@ def _parse_proc_id_list(var: str, s: str, i: int, diag: Diag) -> tuple[ProcList 
             nxt = skip_ws(s, nxt)
             c = char_at(s, nxt)
             if c == "{":
-                item, nxt = _parse_proc_set(s, nxt + 1)
+                item, nxt = _parse_proc_set(s, nxt + 1, diag.dialect.wrap_ints)
             elif isdigit(c):
-                item, nxt = _parse_proc_range(s, nxt)
+                item, nxt = _parse_proc_range(s, nxt, diag.dialect.wrap_ints)
             elif c == "" or items:
                 break
             else:
@@ -128,19 +129,19 @@ def _parse_proc_id_list(var: str, s: str, i: int, diag: Diag) -> tuple[ProcList 
     return ProcList(tuple(items)), nxt
 
 
-def _proc_id(s: str, i: int, expected: str) -> tuple[int, int]:
+def _proc_id(s: str, i: int, expected: str, wrap: bool = False) -> tuple[int, int]:
     """One proc id of a proc list, blanks before it skipped: (id, end)."""
     i = skip_ws(s, i)
     if not isdigit(char_at(s, i)):
         raise Malformed(i, expected)
     j = skip_digits(s, i)
-    return str_to_int(s, i, j), j
+    return str_to_int(s, i, j, wrap), j
 
 
-def _parse_proc_set(s: str, i: int) -> tuple[tuple[int, ...], int]:
+def _parse_proc_set(s: str, i: int, wrap: bool = False) -> tuple[tuple[int, ...], int]:
     """The ``{a,b,...}`` branch of ``__kmp_parse_affinity_proc_id_list`` (from
     after the ``{``; commas optional): one place, ids sorted.  Returns (ids, end)."""
-    first, nxt = _proc_id(s, i, "expected a proc id after '{'")
+    first, nxt = _proc_id(s, i, "expected a proc id after '{'", wrap)
     members = [first]
     while True:
         nxt = skip_ws(s, nxt)
@@ -148,19 +149,19 @@ def _parse_proc_set(s: str, i: int) -> tuple[tuple[int, ...], int]:
             return tuple(sorted(set(members))), nxt + 1
         if char_at(s, nxt) == ",":
             nxt += 1
-        member, nxt = _proc_id(s, nxt, "expected a proc id or '}'")
+        member, nxt = _proc_id(s, nxt, "expected a proc id or '}'", wrap)
         members.append(member)
 
 
-def _parse_proc_range(s: str, i: int) -> tuple[int | ProcRange, int]:
+def _parse_proc_range(s: str, i: int, wrap: bool = False) -> tuple[int | ProcRange, int]:
     """The ``start[-end[:stride]]`` branch of ``__kmp_parse_affinity_proc_id_list``
     (``s[i]`` is a digit): a proc id, or a range checked as the runtime checks it."""
     j = skip_digits(s, i)
-    start = str_to_int(s, i, j)
+    start = str_to_int(s, i, j, wrap)
     nxt = skip_ws(s, j)
     if char_at(s, nxt) != "-":
         return start, nxt
-    end, nxt = _proc_id(s, nxt + 1, "expected the end of the range")
+    end, nxt = _proc_id(s, nxt + 1, "expected the end of the range", wrap)
     stride = 1
     nxt = skip_ws(s, nxt)
     if char_at(s, nxt) == ":":
@@ -168,7 +169,7 @@ def _parse_proc_range(s: str, i: int) -> tuple[int | ProcRange, int]:
         sign = 1
         if char_at(s, nxt) == "-":
             sign, nxt = -1, nxt + 1
-        stride, nxt = _proc_id(s, nxt, "expected the stride")
+        stride, nxt = _proc_id(s, nxt, "expected the stride", wrap)
         stride *= sign
     _check_proc_range(start, end, stride, i)
     return ProcRange(start, end, stride), nxt
@@ -426,7 +427,7 @@ def _aff_gran_value(st: _AffState, start: int, i: int) -> int:
         flag, nxt = core
         layer, levels = "core", None
     else:
-        found = _layer_gran(st.s, i)
+        found = _layer_gran(st.s, i, st.diag.dialect.wrap_ints)
         if found is None:
             return st.skip_invalid(start, i, "unknown granularity")
         layer, levels, nxt = found
@@ -448,7 +449,7 @@ def _core_gran(s: str, i: int) -> tuple[str, int] | None:
     return None
 
 
-def _layer_gran(s: str, i: int) -> tuple[str | None, int | None, int] | None:
+def _layer_gran(s: str, i: int, wrap: bool = False) -> tuple[str | None, int | None, int] | None:
     """A layer keyword, an alias or a number of levels at ``s[i]``: (layer, levels, end), or None."""
     for layer in HW_LAYERS:
         e = match(layer, s, i)
@@ -460,7 +461,7 @@ def _layer_gran(s: str, i: int) -> tuple[str | None, int | None, int] | None:
             return layer, None, e
     if isdigit(char_at(s, i)):
         e = skip_digits(s, i)
-        return None, str_to_int(s, i, e), e
+        return None, str_to_int(s, i, e, wrap), e
     return None
 
 
@@ -501,7 +502,7 @@ def _aff_integer(st: _AffState, start: int) -> int | None:
     if len(st.numbers) >= 2:
         st.diag.warn(f"{st.name}: too many integer parameters specified, ignoring {quote(s[start:])}.", start,
                      detail=f"too many integer parameters, ignoring {quote(s[start:nxt])}")
-    st.numbers.append(str_to_int(s, start, nxt))
+    st.numbers.append(str_to_int(s, start, nxt, st.diag.dialect.wrap_ints))
     return st.after_token(nxt)
 
 
@@ -541,6 +542,9 @@ def _aff_resolve_proclist(st: _AffState) -> None:
         st.diag.warn(f'{st.name}: proclist specified without "explicit" affinity type, proclist ignored.',
                      0, detail=f'proclist given with the "{st.type}" type (it needs "explicit")')
         st.proclist = None
+        if st.diag.dialect.strict_crashes:
+            raise PlanError(f"{st.name}={st.s!r}: a proclist with the {st.type!r} type: LLVM's libomp 19 warns "
+                            "that it ignores the proclist, then crashes (SIGSEGV)")
 
 
 def _aff_integer_params(st: _AffState) -> tuple[int | None, int | None]:
