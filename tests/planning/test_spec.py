@@ -496,8 +496,7 @@ def test_every_variable_is_defined_once_in_the_table() -> None:
 
 def test_a_strict_plan_parses_each_variable_once(monkeypatch: pytest.MonkeyPatch) -> None:
     from affinity.machine.topology import Topology
-    from affinity.planning import spec
-    from affinity.planning.intel import runtime as intel
+    from affinity.planning import planner, spec
     from affinity.planning.planner import plan
 
     calls: list[str] = []
@@ -508,8 +507,10 @@ def test_a_strict_plan_parses_each_variable_once(monkeypatch: pytest.MonkeyPatch
         return real(fn, value, strict, what, *rest)
 
     monkeypatch.setattr(spec, "run_parser", counting)
-    intel._settings.cache_clear()
+    planner._read.cache_clear()
     env = {"KMP_AFFINITY": "granularity=fine,compact", "OMP_NUM_THREADS": "3", "KMP_HW_SUBSET": "1s"}
-    p = plan(env, topology=Topology.from_synthetic("package:2 core:2 pu:2"))
+    topo = Topology.from_synthetic("package:2 core:2 pu:2")
+    p = plan(env, topology=topo)
     assert sorted(calls) == sorted(env)
+    assert plan(env, topology=topo) == p and sorted(calls) == sorted(env)  # the read is memoized
     assert p.settings == Settings.of({k: real(spec._parser(k), v, True, k)[0] for k, v in env.items()})

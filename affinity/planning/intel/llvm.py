@@ -37,7 +37,7 @@ from ..rules import Memo, Outcome
 from ..syntax import Dialect
 from . import runtime as intel
 
-__all__ = ["LLVM", "NAME", "VARIABLES", "evaluate", "explain"]
+__all__ = ["LLVM", "NAME", "VARIABLES", "evaluate", "explain", "read"]
 
 #: The name the planner's registry knows these rules by.
 NAME = "llvm"
@@ -47,11 +47,15 @@ VARIABLES = intel.VARIABLES
 LLVM = Dialect(NAME, wrap_ints=True, places_fallback="cores", numa_layer=False, strict_crashes=True)
 
 
-def evaluate(env: tuple[tuple[str, str], ...], topology: Any, initial: frozenset[int], *, strict: bool,
-             memo: Memo) -> Outcome:
-    """What libomp 19 does with the sorted variables ``env`` on ``topology``
-    (see :mod:`affinity.planning.rules`)."""
-    return intel.evaluate(env, topology, initial, strict=strict, memo=memo, dialect=LLVM)
+def read(env: tuple[tuple[str, str], ...], *, strict: bool) -> intel.Read:
+    """How libomp 19 reads the sorted variables ``env`` (see :mod:`affinity.planning.rules`)."""
+    return intel.read(env, strict=strict, dialect=LLVM)
+
+
+def evaluate(settings: intel.Read, topology: Any, initial: frozenset[int], *, memo: Memo) -> Outcome:
+    """What libomp 19 does on ``topology`` with the settings it read: Intel's
+    steps, in the dialect the settings carry."""
+    return intel.evaluate(settings, topology, initial, memo=memo)
 
 
 def explain(plan: Any) -> list[str]:

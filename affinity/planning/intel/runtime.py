@@ -71,6 +71,30 @@ class RuntimeSettings:
     nth: NumThreads | None = None
     dialect: Dialect = INTEL  # whose rules (libiomp5's, or a sibling's such as LLVM's libomp)
 
+    @functools.cached_property
+    def key(self) -> "_Key":
+        """What an initialization depends on besides the machine (hashed once)."""
+        return _Key((self.type, self.gran, self.gran_levels, self.core_types_gran, self.core_effs_gran,
+                     self.core_attr, self.compact, self.offset, self.proclist, self.verbose, self.warnings,
+                     self.dups, self.omp_places, self.bind[0] == "intel", self.num_places, self.hw_subset,
+                     self.dialect))
+
+
+class _Key:
+    """A tuple whose hash is computed once (a memo key looked up on every plan)."""
+
+    __slots__ = ("items", "hash")
+
+    def __init__(self, items: tuple[Any, ...]):
+        self.items = items
+        self.hash = hash(items)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Key) and self.hash == other.hash and self.items == other.items
+
 
 # ---------------------------------------------------------------------------
 # Environment processing
@@ -285,7 +309,6 @@ class _Init:
         self.order: list[int] | None = None  # hw thread order after sortTopology (sort_ids)
         self.procarr: list[int] | None = None
         self.balanced_order: list[int] = []
-        self.teams: dict[Any, Any] = {}
         self.shared = False  # k is the table cached per topology: copy before changing it
         self.machine: frozenset[int] = frozenset()  # every OS proc of the machine
 
@@ -359,9 +382,7 @@ def _create_os_id_masks(ini: _Init, attr_filter: Any = None) -> bool:
         starts = [0] + [j + 1 for j, (a, b) in enumerate(zip(keys[1:], keys)) if a != b]
     osid_mask: dict[int, frozenset[int]] = {}
     if len(starts) == len(procs):  # one proc per group (granularity=fine)
-        new = [o for o in procs if o not in _SINGLE]
-        _SINGLE.update(zip(new, map(frozenset, zip(new))))
-        osid_mask.update(zip(procs, map(_SINGLE.__getitem__, procs)))
+        osid_mask.update(zip(procs, map(frozenset, zip(procs))))
     else:
         for a, b in zip(starts, [*starts[1:], len(procs)]):
             group = procs[a:b]
@@ -371,10 +392,6 @@ def _create_os_id_masks(ini: _Init, attr_filter: Any = None) -> bool:
     if attr_filter is not None:  # else the groups hold every proc: nothing to restrict
         _restrict_full(ini, frozenset(procs))  # the union of the groups
     return True
-
-
-#: ``{proc}`` for every OS proc seen: the masks of thread granularity, made once
-_SINGLE: dict[int, frozenset[int]] = {}
 
 
 def _closeness_keys(ini: _Init, rows: Sequence[int]) -> Sequence[Any]:
@@ -591,7 +608,7 @@ def _sort_topology(ini: _Init) -> None:
     if st.bind[0] != "intel" and 0 < st.num_places < num_masks:
         num_masks = st.num_places
     compact = ini.compact
-    order = k.memo(("order", compact), lambda: _sorted_by_layers(k, _compact_order(compact, depth)))
+    order = _sorted_by_layers(k, _compact_order(compact, depth))
     os_, osid_mask = k.os, ini.osid_mask
     if st.dups:
         masks = [osid_mask[os_[i]] for i in order[:num_masks]]
@@ -1006,12 +1023,12 @@ def team_size(st: RuntimeSettings, avail: int, machine_procs: int) -> int:
 
 
 def evaluate_settings(st: RuntimeSettings, texts: tuple[str, ...], topology: Any, initial: frozenset[int], *,
-                      base_for: Callable[[frozenset[int]], kt.KTopo],
-                      settings: Any = None) -> Outcome:
+                      memo: Memo, settings: Any = None) -> Outcome:
     """Run the emulation for settings :func:`process_env` made (``texts``:
     the messages it printed; ``settings``: the parsed values, carried to the
-    plan).  ``base_for(procs)`` returns the cached canonical runtime topology
-    for a full mask."""
+    plan).  What depends on the topology alone -- the runtime's table for a
+    full mask, an initialization, a team -- is kept in the planner's
+    per-topology ``memo``."""
     nprocs_machine = len(topology.pus)
     bind0 = st.bind[0]
     if st.type == "disabled":
@@ -1024,22 +1041,16 @@ def evaluate_settings(st: RuntimeSettings, texts: tuple[str, ...], topology: Any
     else:
         full = topology.cpuset
         _check_norespect(topology)
-    base = base_for(full)
-    key = ("init", st.type, st.gran, st.gran_levels, st.core_types_gran, st.core_effs_gran, st.core_attr,
-           st.compact, st.offset, st.proclist, st.verbose, st.warnings, st.dups, st.omp_places,
-           bind0 == "intel", st.num_places, st.hw_subset)
-    ini = base.memo(key, lambda: initialize(st, topology, base))
+    numa = st.dialect.numa_layer
+    table = ("table", full, numa)
+    base = memo(table, lambda: kt.build(topology, full, numa=numa))
+    key = ("init", full, numa, st.key)
+    ini = memo(key, lambda: initialize(st, topology, base))
     k = ini.k
     avail = k.num_threads
     n = team_size(st, avail, nprocs_machine)
     _check_team(n)
-    team = ini.teams.get((bind0, n))
-    if team is None:
-        team = _team(ini, bind0, n)
-        if len(ini.teams) > 64:
-            ini.teams.clear()
-        ini.teams[(bind0, n)] = team
-    cpusets, place_nums, pb = team
+    cpusets, place_nums, pb = memo(("team", key, bind0, n), lambda: _team(ini, bind0, n))
     if not cpusets[0]:
         # the primary thread keeps the process mask it started with
         cpusets = (initial,) + tuple(cpusets[1:])
@@ -1073,7 +1084,7 @@ def _cpu_list(cpus: frozenset[int]) -> str:
 
 
 def _team(ini: _Init, bind0: str, n: int) -> tuple[tuple[frozenset[int], ...], tuple[int, ...], str]:
-    """Each thread's set and place for a team of ``n`` (cached per init)."""
+    """Each thread's set and place for a team of ``n``."""
     masks = ini.masks
     nm = len(masks)
     if ini.type == "none":
@@ -1117,24 +1128,27 @@ def _check_team(n: int) -> None:
 # The planner's entry points (see affinity.planning.rules)
 # ---------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=4096)
-def _settings(items: tuple[tuple[str, str], ...], strict: bool,
-              dialect: Dialect) -> tuple[RuntimeSettings, tuple[str, ...], Settings | None]:
-    """The runtime's settings for sorted variables, with its messages and (strict:
-    every variable parsed, so once) their values as :class:`Settings` (memoized)."""
-    st, texts, values = process_env(dict(items), strict, dialect)
-    return st, tuple(texts), Settings.of(values) if strict else None
+@dataclass(frozen=True)
+class Read:
+    """What the runtime made of the environment: its settings, the messages it
+    printed while reading, and (strict) the parsed values as :class:`Settings`."""
+
+    st: RuntimeSettings
+    texts: tuple[str, ...]
+    settings: Settings | None
 
 
-def evaluate(env: tuple[tuple[str, str], ...], topology: Any, initial: frozenset[int], *, strict: bool,
-             memo: Memo, dialect: Dialect = INTEL) -> Outcome:
-    """What libiomp5 (or the sibling runtime of ``dialect``) does with the
-    sorted variables ``env`` on ``topology`` (see :mod:`affinity.planning.rules`)."""
-    st, texts, settings = _settings(env, strict, dialect)
-    numa = dialect.numa_layer
-    return evaluate_settings(st, texts, topology, initial, settings=settings,
-                             base_for=lambda procs: memo(("table", procs, numa),
-                                                         lambda: kt.build(topology, procs, numa=numa)))
+def read(env: tuple[tuple[str, str], ...], *, strict: bool, dialect: Dialect = INTEL) -> Read:
+    """How libiomp5 (or the sibling runtime of ``dialect``) reads the sorted
+    variables ``env`` (see :mod:`affinity.planning.rules`)."""
+    st, texts, values = process_env(dict(env), strict, dialect)
+    return Read(st, tuple(texts), Settings.of(values) if strict else None)
+
+
+def evaluate(settings: Read, topology: Any, initial: frozenset[int], *, memo: Memo) -> Outcome:
+    """What the runtime does on ``topology`` with the settings it read
+    (see :mod:`affinity.planning.rules`)."""
+    return evaluate_settings(settings.st, settings.texts, topology, initial, memo=memo, settings=settings.settings)
 
 
 def kmp_mask_str(cpus: Any) -> str:

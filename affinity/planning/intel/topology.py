@@ -26,13 +26,13 @@ runtime's table of hardware threads exactly as Intel's runtime does with its
 5. ``KMP_HW_SUBSET`` filtering (counts/ratios recomputed, sub-ids kept).
 
 Everything here is pure and deterministic; instances are cached by the
-planner per (topology, mask, subset).
+planner per (topology, full mask, NUMA layer or not).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 from ..syntax import CATALOG, HW_LAYERS
 from .settings import KmpHwSubset
@@ -59,10 +59,6 @@ _RUNS = [bytes.maketrans(bytes(range(layer + 1)), b"a" * layer + b"b") for layer
 
 #: core type indexer values (``kmp_hw_core_type_t``) of a hybrid machine's cores; 0 is unknown
 CORE_TYPE_ATOM, CORE_TYPE_CORE = 1, 2
-#: how many values :meth:`KTopo.memo` keeps before it starts over
-MEMO_LIMIT = 256
-
-_T = TypeVar("_T")
 
 
 class KTopo:
@@ -70,7 +66,7 @@ class KTopo:
 
     __slots__ = ("depth", "types", "os", "ids", "_sub_ids", "_changes", "core_type", "core_eff", "equivalent",
                  "ratio", "count", "uniform", "n_threads_per_core", "n_cores_per_pkg", "n_packages",
-                 "n_cores", "hybrid", "num_core_effs", "_memo", "subset_warnings", "filtered",
+                 "n_cores", "hybrid", "num_core_effs", "subset_warnings", "filtered",
                  "machine_procs")
 
     def __init__(self) -> None:
@@ -92,25 +88,11 @@ class KTopo:
         self.n_cores = 1
         self.hybrid = False
         self.num_core_effs = 0
-        self._memo: dict[Any, Any] = {}
         self.subset_warnings: list[str] = []
         self.filtered = False
         self.machine_procs = 0
 
     # ---------------------------------------------------------------- memo
-    def memo(self, key: Any, make: Callable[[], _T]) -> _T:
-        """The value memoized for ``key`` on this instance, made by ``make()``
-        on first use (``make`` must not return ``None``).  At most
-        :data:`MEMO_LIMIT` values are kept: beyond that the memo starts over.
-        Not copied by :meth:`copy`."""
-        value = self._memo.get(key)
-        if value is None:
-            value = make()
-            if len(self._memo) > MEMO_LIMIT:
-                self._memo.clear()
-            self._memo[key] = value
-        return value
-
     # ------------------------------------------------------------- queries
     @property
     def sub_ids(self) -> list[tuple[int, ...]]:
