@@ -38,11 +38,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import SpecError
+from ..errors import MalformedValue, SpecError
 from .intel.settings import (HwSubsetItem, KmpAffinity, KmpHwSubset, ProcList, ProcRange, parse_gomp_cpu_affinity,
                              parse_kmp_affinity, parse_kmp_hw_subset)
 from .intel.settings import _parse_gomp, _parse_kmp_affinity, _parse_kmp_hw_subset
-from .syntax import (CORE_ATTRS, HW_LAYERS, INTEL, PLURAL, Diag, Dialect, Diagnostic, Malformed, catalog, char_at, isalpha, isdigit,
+from .syntax import (CORE_ATTRS, HW_LAYERS, INTEL, PLURAL, Diag, Dialect, Diagnostic, catalog, char_at, isalpha, isdigit,
                      lower, match, quote, run_parser, skip_digits, skip_to, skip_ws, str_to_int)
 
 
@@ -176,7 +176,7 @@ def _parse_signed(s: str, i: int, wrap: bool = False) -> tuple[int, int]:
         break
     i = skip_ws(s, i)
     if not isdigit(char_at(s, i)):
-        raise Malformed(i, "expected a stride")
+        raise MalformedValue(i, "expected a stride")
     j = skip_digits(s, i)
     return sign * str_to_int(s, i, j, wrap), j
 
@@ -184,7 +184,7 @@ def _parse_signed(s: str, i: int, wrap: bool = False) -> tuple[int, int]:
 def _parse_number(s: str, i: int, what: str, wrap: bool = False) -> tuple[int, int]:
     i = skip_ws(s, i)
     if not isdigit(char_at(s, i)):
-        raise Malformed(i, f"expected {what}")
+        raise MalformedValue(i, f"expected {what}")
     j = skip_digits(s, i)
     return str_to_int(s, i, j, wrap), j
 
@@ -202,7 +202,7 @@ def _parse_subplaces(s: str, i: int, wrap: bool = False) -> tuple[tuple[SubPlace
             i += 1
             continue
         if char_at(s, i) != ":":
-            raise Malformed(i, "expected ',', ':' or '}'")
+            raise MalformedValue(i, "expected ',', ':' or '}'")
         count, i = _parse_number(s, i + 1, "a count", wrap)
         i = skip_ws(s, i)
         if char_at(s, i) in ("}", ","):
@@ -212,7 +212,7 @@ def _parse_subplaces(s: str, i: int, wrap: bool = False) -> tuple[tuple[SubPlace
             i += 1
             continue
         if char_at(s, i) != ":":
-            raise Malformed(i, "expected ',', ':' or '}'")
+            raise MalformedValue(i, "expected ',', ':' or '}'")
         stride, i = _parse_signed(s, i + 1, wrap)
         i = skip_ws(s, i)
         subs.append(SubPlace(start, count, stride))
@@ -221,7 +221,7 @@ def _parse_subplaces(s: str, i: int, wrap: bool = False) -> tuple[tuple[SubPlace
         if char_at(s, i) == ",":
             i += 1
             continue
-        raise Malformed(i, "expected ',' or '}'")
+        raise MalformedValue(i, "expected ',' or '}'")
 
 
 def _parse_place(s: str, i: int, wrap: bool = False) -> tuple[Place, int]:
@@ -230,7 +230,7 @@ def _parse_place(s: str, i: int, wrap: bool = False) -> tuple[Place, int]:
     if c == "{":
         subs, i = _parse_subplaces(s, i + 1, wrap)
         if char_at(s, i) != "}":
-            raise Malformed(i, "expected '}'")
+            raise MalformedValue(i, "expected '}'")
         return Place(members=subs), i + 1
     if c == "!":
         inner, i = _parse_place(s, i + 1, wrap)
@@ -238,7 +238,7 @@ def _parse_place(s: str, i: int, wrap: bool = False) -> tuple[Place, int]:
     if isdigit(c):
         j = skip_digits(s, i)
         return Place(proc=str_to_int(s, i, j, wrap)), j
-    raise Malformed(i, "expected a place ('{...}', '!place' or a proc id)")
+    raise MalformedValue(i, "expected a place ('{...}', '!place' or a proc id)")
 
 
 def _parse_place_list(s: str, wrap: bool = False) -> tuple[Place, ...]:
@@ -255,7 +255,7 @@ def _parse_place_list(s: str, wrap: bool = False) -> tuple[Place, ...]:
             i += 1
             continue
         if s[i] != ":":
-            raise Malformed(i, "expected ',' or ':'")
+            raise MalformedValue(i, "expected ',' or ':'")
         count, i = _parse_number(s, i + 1, "a count", wrap)
         i = skip_ws(s, i)
         if i >= len(s) or s[i] == ",":
@@ -265,7 +265,7 @@ def _parse_place_list(s: str, wrap: bool = False) -> tuple[Place, ...]:
             i += 1
             continue
         if s[i] != ":":
-            raise Malformed(i, "expected ',' or ':'")
+            raise MalformedValue(i, "expected ',' or ':'")
         stride, i = _parse_signed(s, i + 1, wrap)
         i = skip_ws(s, i)
         places.append(Place(p.members, p.proc, p.exclude, count, stride))
@@ -274,36 +274,55 @@ def _parse_place_list(s: str, wrap: bool = False) -> tuple[Place, ...]:
         if s[i] == ",":
             i += 1
             continue
-        raise Malformed(i, "expected ',' or the end")
+        raise MalformedValue(i, "expected ',' or the end")
     return tuple(places)
 
 
-def _parse_omp_places(value: str, diag: Diag, name: str = "OMP_PLACES") -> OmpPlaces:
-    s = value
-    scan = 0
-    kind: str | None = None
-    for std in _STD_PLACES:
-        e = match(std, s, scan)
+#: The names ``__kmp_stg_parse_places`` tries after the standard ones: (token, kind).
+_CORE_KINDS = (("core_types", "core_types"), ("core_effs", "core_effs"), ("core_efficiencies", "core_effs"))
+
+
+def _places_kind(s: str) -> tuple[str | None, int]:
+    """The abstract name ``s`` starts with (standard names, then hybrid-core kinds,
+    then every layer's plural), and where it ends; ``(None, 0)`` for a place list."""
+    names = [(std, std) for std in _STD_PLACES] + list(_CORE_KINDS) + \
+        [(PLURAL[layer], PLURAL[layer]) for layer in HW_LAYERS]
+    for token, kind in names:
+        e = match(token, s, 0)
         if e is not None:
-            kind, scan = std, e
-            break
-    if kind is None:
-        for tok, k in (("core_types", "core_types"), ("core_effs", "core_effs"),
-                       ("core_efficiencies", "core_effs")):
-            e = match(tok, s, scan)
-            if e is not None:
-                kind, scan = k, e
-                break
-    if kind is None:
-        for layer in HW_LAYERS:
-            e = match(PLURAL[layer], s, scan)
-            if e is not None:
-                kind, scan = PLURAL[layer], e
-                break
+            return kind, e
+    return None, 0
+
+
+def _core_attribute(s: str, a: int, wrap: bool) -> tuple[str | None, int]:
+    """The attribute of ``cores:<attr>`` starting at ``s[a]`` (``intel_atom``,
+    ``intel_core``, ``eff<N>``, letters allowed between ``eff`` and the number)
+    and where it ends; ``(None, a)`` for an unknown one."""
+    for attr in CORE_ATTRS:
+        e = match(attr, s, a)
+        if e is not None:
+            return attr, e
+    e = match("eff", s, a)
+    if e is None:
+        return None, a
+    j = e
+    while j < len(s) and isalpha(s[j]):
+        j += 1
+    if not isdigit(char_at(s, j)):
+        return None, a
+    k = skip_digits(s, j)
+    return "eff" + str(str_to_int(s, j, k, wrap)), k
+
+
+def _parse_omp_places(value: str, diag: Diag, name: str = "OMP_PLACES") -> OmpPlaces:
+    """``__kmp_stg_parse_places``: an abstract name (with ``:attr`` and
+    ``(count)``), else a place list; malformed input falls back as the runtime does."""
+    s = value
+    kind, scan = _places_kind(s)
     if kind is None:
         try:
             return OmpPlaces(places=_parse_place_list(s, diag.dialect.wrap_ints))
-        except Malformed as err:
+        except MalformedValue as err:
             # Intel's libiomp5 falls back to "threads" (LLVM's libomp to "cores").
             fallback = diag.dialect.places_fallback
             diag.warn(f"{name}: syntax error, using {fallback}.", err.pos, detail=f"syntax error: {err.detail}")
@@ -317,40 +336,32 @@ def _parse_omp_places(value: str, diag: Diag, name: str = "OMP_PLACES") -> OmpPl
     attribute: str | None = None
     if kind == "cores" and char_at(s, skip_ws(s, scan)) == ":":
         a = skip_ws(s, scan) + 1
-        for attr in CORE_ATTRS:
-            e = match(attr, s, a)
-            if e is not None:
-                attribute, scan = attr, e
-                break
-        if attribute is None:
-            e = match("eff", s, a)
-            if e is not None:
-                j = e
-                while j < len(s) and isalpha(s[j]):
-                    j += 1
-                if isdigit(char_at(s, j)):
-                    k = skip_digits(s, j)
-                    attribute, scan = "eff" + str(str_to_int(s, j, k, diag.dialect.wrap_ints)), k
+        attribute, scan = _core_attribute(s, a, diag.dialect.wrap_ints)
         if attribute is None:
             diag.warn(f"{name}: syntax error, using {kind_name}.", a, detail="unknown core attribute")
             return OmpPlaces(kind=kind)
+    return _places_count(s, scan, diag, name, OmpPlaces(kind=kind, attribute=attribute), kind_name)
+
+
+def _places_count(s: str, scan: int, diag: Diag, name: str, places: OmpPlaces, kind_name: str) -> OmpPlaces:
+    """The optional ``(count)`` after an abstract name (from ``s[scan]``)."""
     scan = skip_ws(s, scan)
     if scan >= len(s):
-        return OmpPlaces(kind=kind, attribute=attribute)
+        return places
     if s[scan] != "(":
         diag.warn(f"{name}: syntax error, using {kind_name}.", scan, detail="expected '(count)' or the end")
-        return OmpPlaces(kind=kind, attribute=attribute)
+        return places
     scan = skip_ws(s, scan + 1)
     e = skip_digits(s, scan)
     count = str_to_int(s, scan, e, diag.dialect.wrap_ints)
     scan = skip_ws(s, e)
     if char_at(s, scan) != ")":
         diag.warn(f"{name}: syntax error, using {kind_name}.", scan, detail="expected a count and ')'")
-        return OmpPlaces(kind=kind, attribute=attribute)
+        return places
     scan = skip_ws(s, scan + 1)
     if scan < len(s):
         diag.warn(f"{name}: extra trailing characters ignored: {quote(s[scan:])}.", scan)
-    return OmpPlaces(kind=kind, attribute=attribute, count=count if count > 0 else None)
+    return OmpPlaces(kind=places.kind, attribute=places.attribute, count=count if count > 0 else None)
 
 
 # ---------------------------------------------------------------------------

@@ -131,16 +131,6 @@ class Diag:
         self.items.append(Diagnostic(text, error, pos, detail))
 
 
-class Malformed(Exception):
-    """A malformed value found inside a helper: where (``pos``), why (``detail``)
-    and what kind of error; the parser that catches it issues the runtime's warning."""
-
-    def __init__(self, pos: int, detail: str | None, what: str = "syntax error"):
-        self.pos = pos
-        self.detail = detail
-        self.what = what
-
-
 def quote(s: str) -> str:
     return '"' + s + '"'
 

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ...errors import PlanError
-from ..syntax import (CORE_ATTRS, HW_LAYERS, Diag, Malformed, atoi, cdiv, char_at, isalnum, isalpha,
+from ...errors import MalformedValue, PlanError
+from ..syntax import (CORE_ATTRS, HW_LAYERS, Diag, atoi, cdiv, char_at, isalnum, isalpha,
                       isdigit, lower, match, quote, run_parser, skip_digits, skip_to, skip_ws, str_to_int, upper)
 
 __all__ = ["HwSubsetItem", "KmpAffinity", "KmpHwSubset", "ProcList", "ProcRange", "parse_gomp_cpu_affinity",
@@ -117,12 +117,12 @@ def _parse_proc_id_list(var: str, s: str, i: int, diag: Diag) -> tuple[ProcList 
             elif c == "" or items:
                 break
             else:
-                raise Malformed(nxt, "expected a proc id, a range or a set")
+                raise MalformedValue(nxt, "expected a proc id, a range or a set")
             items.append(item)
             nxt = skip_ws(s, nxt)
             if char_at(s, nxt) == ",":
                 nxt += 1
-    except Malformed as err:
+    except MalformedValue as err:
         detail = None if err.detail is None else f"{err.what}: {err.detail}"
         diag.warn(f"{var}: {err.what}, not using affinity.", err.pos, detail=detail)
         return None, i
@@ -133,7 +133,7 @@ def _proc_id(s: str, i: int, expected: str, wrap: bool = False) -> tuple[int, in
     """One proc id of a proc list, blanks before it skipped: (id, end)."""
     i = skip_ws(s, i)
     if not isdigit(char_at(s, i)):
-        raise Malformed(i, expected)
+        raise MalformedValue(i, expected)
     j = skip_digits(s, i)
     return str_to_int(s, i, j, wrap), j
 
@@ -179,13 +179,13 @@ def _check_proc_range(start: int, end: int, stride: int, pos: int) -> None:
     """The range checks of ``__kmp_parse_affinity_proc_id_list`` (zero stride,
     bounds against the stride's sign, at most 65536 steps)."""
     if stride == 0:
-        raise Malformed(pos, None, "range error (zero stride)")
+        raise MalformedValue(pos, None, "range error (zero stride)")
     if stride > 0 and start > end:
-        raise Malformed(pos, None, f"range error ({start} > {end})")
+        raise MalformedValue(pos, None, f"range error ({start} > {end})")
     if stride < 0 and start < end:
-        raise Malformed(pos, None, f"range error ({start} < {end} & stride < 0)")
+        raise MalformedValue(pos, None, f"range error ({start} < {end} & stride < 0)")
     if cdiv(end - start, stride) > 65536:
-        raise Malformed(pos, None, f"range error (({end}-{start})/{stride} too big)")
+        raise MalformedValue(pos, None, f"range error (({end}-{start})/{stride} too big)")
 
 
 # ---------------------------------------------------------------------------
@@ -662,7 +662,7 @@ def _parse_kmp_hw_subset(value: str, diag: Diag, name: str = "KMP_HW_SUBSET") ->
     text, posmap, absolute = canonical
     try:
         items = _subset_items(text)
-    except Malformed as err:
+    except MalformedValue as err:
         diag.warn(invalid, posmap[min(err.pos, len(posmap) - 1)], detail=err.detail)
         return None
     return KmpHwSubset(items, absolute)
@@ -702,10 +702,10 @@ def _subset_canonical(value: str) -> tuple[str, list[int], bool] | None:
 def _subset_items(text: str) -> tuple[HwSubsetItem, ...]:
     """The component loop of ``__kmp_stg_parse_hw_subset`` over the canonical text
     (``,`` between levels, ``&`` between core kinds); each layer at most once
-    (cores excepted).  Raises :class:`Malformed` with an index into ``text``."""
+    (cores excepted).  Raises :class:`MalformedValue` with an index into ``text``."""
     comps = text.split(",")
     if len(comps) > len(HW_LAYERS):
-        raise Malformed(0, "too many components")
+        raise MalformedValue(0, "too many components")
     items: list[HwSubsetItem] = []
     seen: set[str] = set()
     base = 0
@@ -714,7 +714,7 @@ def _subset_items(text: str) -> tuple[HwSubsetItem, ...]:
         for cc in comp.split("&"):
             item = _subset_item(cc, off)
             if item.layer != "core" and item.layer in seen:
-                raise Malformed(off, f"{item.layer} given twice")
+                raise MalformedValue(off, f"{item.layer} given twice")
             seen.add(item.layer)
             items.append(item)
             off += len(cc) + 1
@@ -728,7 +728,7 @@ def _subset_item(cc: str, off: int) -> HwSubsetItem:
     if isdigit(cc[:1]):
         num: int | None = atoi(cc)
         if num <= 0:
-            raise Malformed(off, "counts must be positive")
+            raise MalformedValue(off, "counts must be positive")
         pos = cc[skip_digits(cc, 0):]
     elif cc[:1] == "*":
         num, pos = None, cc[1:]
@@ -746,9 +746,9 @@ def _subset_item(cc: str, off: int) -> HwSubsetItem:
             cut = min(cut, k)
     layer = _subset_layer(pos[:cut])
     if layer is None:
-        raise Malformed(off, "unknown layer")
+        raise MalformedValue(off, "unknown layer")
     if attr and layer != "core":
-        raise Malformed(off, "only cores take an attribute")
+        raise MalformedValue(off, "only cores take an attribute")
     return HwSubsetItem(layer, num, offset, attr)
 
 
@@ -760,12 +760,12 @@ def _subset_attr(cc: str, colon: int, at: int, off: int) -> str:
     if al in CORE_ATTRS:
         return al
     if al[:3] != "eff":
-        raise Malformed(off + colon, "unknown core attribute")
+        raise MalformedValue(off + colon, "unknown core attribute")
     k = 3
     while k < len(a) and isalpha(a[k]):
         k += 1
     if k >= len(a) or not isdigit(a[k]):
-        raise Malformed(off + colon, "bad core attribute")
+        raise MalformedValue(off + colon, "bad core attribute")
     return "eff" + str(atoi(a, k))
 
 

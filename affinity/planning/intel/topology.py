@@ -674,30 +674,36 @@ def _check_core_attributes(k: KTopo, entries: list[tuple[Any, ...]], using_types
             msgs.append("KMP_HW_SUBSET ignored: Too many attributes specified. This machine is not "
                         "a hybrid architecutre.")
             return None
-    if using_types and using_effs:
-        msgs.append("KMP_HW_SUBSET ignored: core_type, efficiency: attributes are ambiguous, "
-                    "please only specify one.")
+    problem = _attribute_conflict(k, entries, using_types, using_effs)
+    if problem is not None:
+        msgs.append(problem)
         return None
+    return using_types, using_effs
+
+
+def _attribute_conflict(k: KTopo, entries: list[tuple[Any, ...]], using_types: bool,
+                        using_effs: bool) -> str | None:
+    """Why ``filter_hw_subset`` ignores the core item's attributes, if it does:
+    both kinds given, an efficiency out of range, an item without an attribute
+    beside attributed ones, or an attribute given twice."""
+    if using_types and using_effs:
+        return "KMP_HW_SUBSET ignored: core_type, efficiency: attributes are ambiguous, please only specify one."
     if using_effs:
         for (_n, _o, attr) in entries:
             if attr and attr.startswith("eff"):
                 eff = int(attr[3:])
                 if eff < 0 or eff >= k.num_core_effs:
-                    msgs.append(f"KMP_HW_SUBSET ignored: efficiency: attribute value {eff} is invalid.")
-                    return None
+                    return f"KMP_HW_SUBSET ignored: efficiency: attribute value {eff} is invalid."
     if (using_types or using_effs) and len(entries) > 1:
         attrs = [a for (_n, _o, a) in entries]
         if any(a is None for a in attrs):
             other = next(a for a in attrs if a is not None)
-            msgs.append(f"KMP_HW_SUBSET ignored: core, {_attr_name(other, True)}: attributes are "
-                        "ambiguous, please only specify one.")
-            return None
+            return (f"KMP_HW_SUBSET ignored: core, {_attr_name(other, True)}: attributes are "
+                    "ambiguous, please only specify one.")
         if len(set(attrs)) != len(attrs):
             dup = next(a for a in attrs if attrs.count(a) > 1)
-            msgs.append(f"KMP_HW_SUBSET ignored: {_attr_name(dup, True)}: attribute specified more "
-                        "than once.")
-            return None
-    return using_types, using_effs
+            return f"KMP_HW_SUBSET ignored: {_attr_name(dup, True)}: attribute specified more than once."
+    return None
 
 
 def _absolute_sub_ids(k: KTopo, levels: Sequence[int]) -> list[dict[int, int]]:
