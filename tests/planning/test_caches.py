@@ -104,3 +104,17 @@ def test_the_caches_are_bounded() -> None:
 
     gc.collect()
     assert all(ref() is not None for ref, _store in planner._BASES.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=40000), min_size=1, max_size=20))
+def test_interned_singletons_are_the_singletons(procs: list[int]) -> None:
+    """The masks of thread granularity are interned ``{o}`` (bounded: ids past
+    the bound are made anew), equal to the sets made afresh."""
+    from affinity.planning.intel import runtime as intel
+
+    for o in procs:
+        assert intel._singleton(o) == frozenset({o})
+        if o < intel._SINGLETONS_MAX:
+            assert intel._singleton(o) is intel._singleton(o)
+    assert len(intel._SINGLETONS) <= intel._SINGLETONS_MAX

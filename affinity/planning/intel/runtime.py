@@ -304,13 +304,28 @@ class _Init:
         self.core_types_gran = st.core_types_gran
         self.core_effs_gran = st.core_effs_gran
         self.st_gran_levels = st.gran_levels
-        self.osid_mask: dict[int, frozenset[int]] = {}
-        self.leader: set[int] = set()  # OS ids of the group leaders
+        self._osid_mask: dict[int, frozenset[int]] = {}
+        self._leader: set[int] = set()  # OS ids of the group leaders
+        self.fine: list[int] | None = None  # thread granularity: the procs, each its own group
         self.order: list[int] | None = None  # hw thread order after sortTopology (sort_ids)
         self.procarr: list[int] | None = None
         self.balanced_order: list[int] = []
         self.shared = False  # k is the table cached per topology: copy before changing it
         self.machine: frozenset[int] = frozenset()  # every OS proc of the machine
+
+    @property
+    def osid_mask(self) -> dict[int, frozenset[int]]:
+        """``osId2Mask``: each proc's group (made on first use at thread granularity)."""
+        if self.fine is not None and not self._osid_mask:
+            self._osid_mask = dict(zip(self.fine, map(_singleton, self.fine)))
+        return self._osid_mask
+
+    @property
+    def leader(self) -> set[int]:
+        """The OS ids of the group leaders (every proc at thread granularity)."""
+        if self.fine is not None and not self._leader:
+            self._leader = set(self.fine)
+        return self._leader
 
     @property
     def env_var(self) -> str:
@@ -380,18 +395,38 @@ def _create_os_id_masks(ini: _Init, attr_filter: Any = None) -> bool:
     else:
         keys = _closeness_keys(ini, rows)
         starts = [0] + [j + 1 for j, (a, b) in enumerate(zip(keys[1:], keys)) if a != b]
-    osid_mask: dict[int, frozenset[int]] = {}
-    if len(starts) == len(procs):  # one proc per group (granularity=fine)
-        osid_mask.update(zip(procs, map(frozenset, zip(procs))))
+    if len(starts) == len(procs):  # one proc per group (granularity=fine): masks made when needed
+        ini.fine, ini._osid_mask, ini._leader = list(procs), {}, set()
     else:
+        osid_mask: dict[int, frozenset[int]] = {}
         for a, b in zip(starts, [*starts[1:], len(procs)]):
             group = procs[a:b]
             osid_mask.update(dict.fromkeys(group, frozenset(group)))
-    ini.osid_mask = osid_mask
-    ini.leader = set(procs) if len(starts) == len(procs) else {procs[a] for a in starts}
+        ini.fine, ini._osid_mask, ini._leader = None, osid_mask, {procs[a] for a in starts}
     if attr_filter is not None:  # else the groups hold every proc: nothing to restrict
         _restrict_full(ini, frozenset(procs))  # the union of the groups
     return True
+
+
+#: How many OS procs' singleton sets :func:`_singleton` keeps (ids 0..N-1; beyond, made anew).
+_SINGLETONS_MAX = 16384
+#: ``_SINGLETONS[o]`` is ``frozenset({o})``: constants, grown on demand up to the bound and
+#: rebound whole (never mutated), so threads share them safely.
+_SINGLETONS: tuple[frozenset[int], ...] = ()
+
+
+def _singleton(o: int) -> frozenset[int]:
+    """``{o}``, the mask of proc ``o`` at thread granularity, interned: a cold plan on
+    1024 PUs would otherwise make 1024 new sets (and the garbage collector runs
+    they cause -- ``bench/bench_plan.py``, row ``plan compact (cold)``)."""
+    global _SINGLETONS
+    if o < len(_SINGLETONS):
+        return _SINGLETONS[o]
+    if o >= _SINGLETONS_MAX:
+        return frozenset((o,))
+    grown = max(o + 1, 2 * len(_SINGLETONS), 64)
+    _SINGLETONS = _SINGLETONS + tuple(map(frozenset, zip(range(len(_SINGLETONS), min(grown, _SINGLETONS_MAX)))))
+    return _SINGLETONS[o]
 
 
 def _closeness_keys(ini: _Init, rows: Sequence[int]) -> Sequence[Any]:
@@ -604,15 +639,19 @@ def _sort_topology(ini: _Init) -> None:
     if st.dups:
         num_masks = avail
     else:
-        num_masks = len(ini.leader)
+        num_masks = len(ini.fine) if ini.fine is not None else len(ini.leader)
     if st.bind[0] != "intel" and 0 < st.num_places < num_masks:
         num_masks = st.num_places
     compact = ini.compact
     order = _sorted_by_layers(k, _compact_order(compact, depth))
-    os_, osid_mask = k.os, ini.osid_mask
-    if st.dups:
+    os_ = k.os
+    if ini.fine is not None:  # every proc leads its own group: {proc} in the sorted order
+        masks = [_singleton(os_[i]) for i in order[:num_masks]]
+    elif st.dups:
+        osid_mask = ini.osid_mask
         masks = [osid_mask[os_[i]] for i in order[:num_masks]]
     else:
+        osid_mask = ini.osid_mask
         leader = ini.leader
         masks = [osid_mask[o] for o in (os_[i] for i in order) if o in leader][:num_masks]
     ini.masks = masks
