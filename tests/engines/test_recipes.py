@@ -197,7 +197,6 @@ def test_mpi_and_srun_ranks(slurm, omp_lib, tmp_path):
 
 
 def test_torchrun(tmp_path):
-    pytest.importorskip("torch", reason="torch is an extra (make installs it)")
     line, = blocks("torchrun (DistributedDataParallel on CPUs)")
     out = tmp_path / "out"
     probe = " ".join(probe_command(tmp_path, out, "torch", None))
