@@ -1,11 +1,14 @@
 """Emulation of Intel's OpenMP runtime affinity initialization and binding.
 
-Private to the planner.  :func:`process_env` reads the environment (as the
-runtime reads it) into :class:`RuntimeSettings`; :func:`evaluate_settings`
-takes those settings, a :class:`~affinity.machine.topology.Topology` and the
-process mask, and returns what the runtime would do for the first parallel
-region: the team size, every thread's OS-proc set, the place list and the
-messages it prints.  It follows, step by step:
+The ``"intel"`` rules of the planner (the interface of
+:mod:`affinity.planning.rules`: :func:`read`, :func:`evaluate`, :func:`explain`).
+:func:`process_env` reads the environment (as the runtime reads it) into
+:class:`RuntimeSettings`; :func:`evaluate_settings` takes those settings, a
+:class:`~affinity.machine.topology.Topology` and the process mask, and returns
+what the runtime would do for the first parallel region: the team size, every
+thread's OS-proc set, the place list and the messages it prints.  A sibling
+runtime of the same source (LLVM's libomp, :mod:`.llvm`) runs these steps in
+its :class:`~affinity.planning.syntax.Dialect`.  It follows, step by step:
 
 * ``__kmp_env_initialize`` (``kmp_settings.cpp``): variables are processed in
   name order; ``KMP_AFFINITY`` with an affinity type overrides
