@@ -22,9 +22,10 @@ generic optimizer as a hedge: the priors steer, they do not decide.
    labels down; it makes a failure more likely near it (a kernel over the parameters:
    its twins most, one parameter away half as much, successes nearby cancel it).
 4. **A failed first candidate keeps its neighbourhood.**  When the first trial fails,
-   the next three proposals stay among its neighbours -- the same layout with other
-   pinning or memory policy, the next count, the next copies x threads on the same
-   cores -- the best of them by the model.
+   the next three proposals stay among its neighbours: first the same layout with
+   other pinning or memory policy (the one whose launch differs most, e.g. unbound),
+   then the next count or the next copies x threads on the same cores, the best of
+   them by the model.
 5. **The next trial** maximises the expected improvement (of at least 3 %) over the
    best so far, times the chance that it runs, among configurations never tried; one
    that launches the same thing as a configuration already measured
@@ -67,8 +68,8 @@ INTERRUPTED = "interrupted"
 _NOISE = 0.05  # expected measurement noise, in log units
 _TAU = 0.07  # prior spread of one parameter value's effect, in log units
 _TAU_COUNT = 0.35  # the same for thread and instance counts, which move speed most
-_TAU_FEATURE = 0.3  # prior spread of a topology feature's weight, per standard deviation of the feature
-_TAU_SQUARE = 0.15  # the same for the squares of the count features
+_TAU_FEATURE = 0.2  # prior spread of a topology feature's weight, per standard deviation of the feature
+_TAU_SQUARE = 0.1  # the same for the squares of the count features
 _SQUARED = ("instances", "team", "load", "threads_per_core", "spin")
 _XI = 0.03  # the expected improvement counts only beyond 3 %
 _PRIOR_WEIGHT_SD = 0.4  # prior spread of each prior term's weight around 1
@@ -77,6 +78,9 @@ _FLOOR_MEDIAN = 1.5  # ... and below the median: one terrible trial does not con
 _HEDGE_BASE, _HEDGE_STEP, _HEDGE_MAX = 0.05, 0.05, 0.5  # the hedge's rate: start, per stalled trial, cap
 _HEDGE_AFTER = 3  # trials measured before the hedge may fire
 _STALL_GAIN = 0.01  # an improvement of the best by less than this (log units) is a stall
+_BELIEF = (1.0, 0.5, 0.0)  # how much of the prior the evidence may keep
+_REACH = (0.5, 1.0, 2.0)  # how far the topology features may reach, times their spread
+_EVIDENCE_AFTER = 3  # measurements before the evidence chooses
 _NEIGHBOURS = 3  # trials kept in a failed first candidate's neighbourhood
 
 
@@ -305,20 +309,40 @@ class TopologySampler(optuna.samplers.BaseSampler):
         return self._scale
 
     def _posterior(self, obs: Obs) -> tuple[np.ndarray, np.ndarray, float] | None:
-        """(mean, covariance of the weights, best y) given the trials that ran; None before any."""
+        """(mean, covariance of the weights, best y) given the trials that ran; None before any.
+
+        How much to believe the prior, and how far the topology features may reach, are
+        chosen by the evidence (the marginal likelihood of the measurements) among
+        :data:`_BELIEF` x :data:`_REACH`: a prior the measurements contradict loses its
+        weight as soon as the data say so."""
         ran = [(k, v) for k, v in obs if v is not None]
         if not ran:
             return None
         y, var = self._targets(obs)
         phi = self._design(np.array([k for k, _ in ran], dtype=int))
+        best_m0, best_s0, best_ev = self._prior_weights(1.0, 1.0) + (-math.inf,)
+        if len(ran) >= _EVIDENCE_AFTER:
+            for belief in _BELIEF:
+                for reach in _REACH:
+                    m0, s0 = self._prior_weights(belief, reach)
+                    ev = _log_evidence(phi, y, var, m0, s0)
+                    if ev > best_ev + 1e-9:
+                        best_m0, best_s0, best_ev = m0, s0, ev
+        cov = np.linalg.inv(np.diag(1.0 / best_s0) + (phi.T / var) @ phi)
+        mean = cov @ (best_m0 / best_s0 + (phi.T / var) @ y)
+        return mean, cov, float(np.max(y))
+
+    def _prior_weights(self, belief: float, reach: float) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, variance) of the weights: the prior's terms at ``belief`` (1 = as the
+        priors say, 0 = learned from nothing), the features' spread times ``reach``."""
         m0 = np.zeros(self._width)
-        m0[1:1 + self._ncomp] = 1.0
+        m0[1:1 + self._ncomp] = belief
         s0 = self._tau2.copy()
         s0[0] = 100.0
         s0[1:1 + self._ncomp] = _PRIOR_WEIGHT_SD ** 2
-        cov = np.linalg.inv(np.diag(1.0 / s0) + (phi.T / var) @ phi)
-        mean = cov @ (m0 / s0 + (phi.T / var) @ y)
-        return mean, cov, float(np.max(y))
+        start = 1 + self._ncomp + self._nonehot
+        s0[start:] *= reach ** 2
+        return m0, s0
 
     def _acquisition(self, pool: _Pool, obs: Obs) -> np.ndarray:
         """Expected improvement (beyond :data:`_XI`) of each candidate under the model's
@@ -346,23 +370,25 @@ class TopologySampler(optuna.samplers.BaseSampler):
         return ((mu - best - _XI) * _ncdf(z) + sd * _npdf(z)) * run
 
     def _fail_chance(self, pool: _Pool, obs: Obs) -> np.ndarray:
-        """How likely each candidate is to fail: failures near it (twins count 1, one
-        parameter away 1/2, two 1/4, ...) against successes near it, and a pseudo-count."""
+        """How likely each candidate is to fail: failures near it (one parameter away
+        count 1/2, two 1/4, ...) against successes near it (a twin of one counts 1), and a
+        pseudo-count.  A twin of a failure is only one parameter away: the launch differs
+        in what it exports, which may be what failed."""
         failed = [k for k, v in obs if v is None]
         if not failed:
             return np.zeros(pool.keys.shape[0])
         ran = [k for k, v in obs if v is not None]
 
-        def near(keys: list[tuple[int, ...]]) -> np.ndarray:
+        def near(keys: list[tuple[int, ...]], twins: bool) -> np.ndarray:
             if not keys:
                 return np.zeros(pool.keys.shape[0])
             ks = np.array(keys, dtype=int)
             d = (pool.keys[:, None, :] != ks[None, :, :]).sum(axis=2).astype(float)
             tw = np.array([self._twin_id(k) for k in keys])
-            d[pool.twins[:, None] == tw[None, :]] = 0.0
+            d[pool.twins[:, None] == tw[None, :]] = 0.0 if twins else 1.0
             return (0.5 ** d).sum(axis=1)
 
-        f, ok = near(failed), near(ran)
+        f, ok = near(failed, False), near(ran, True)
         return f / (f + ok + 0.5)
 
     def _neighbourhood(self, pool: _Pool, obs: Obs) -> np.ndarray | None:
@@ -383,6 +409,16 @@ class TopologySampler(optuna.samplers.BaseSampler):
         inside = sum(1 for k, _ in obs[1:] if int((np.array(k) != first).sum()) <= 2)
         if inside >= _NEIGHBOURS:
             return None
+        counts = [j for j, n in enumerate(names) if n in COUNTS]
+        same = mask & (diff[:, counts].sum(axis=1) == 0) if counts else mask
+        if inside == 0 and same.any():  # first the same layout with other pinning or memory policy,
+            # the one whose launch differs most (a twin of the failure is the least informative)
+            mean, sd = self._scaling()
+            f0 = (self._row(tuple(int(i) for i in first))[1] - mean) / sd
+            dist = np.zeros(pool.keys.shape[0])
+            for j in np.flatnonzero(same):
+                dist[j] = float(np.abs((self._row(tuple(int(i) for i in pool.keys[j]))[1] - mean) / sd - f0).sum())
+            return same & (dist >= dist.max() - 1e-9)
         return mask if mask.any() else None
 
     # ------------------------------------------------------------------ candidates
@@ -430,6 +466,16 @@ class _Pool:
 
     def take(self, mask: np.ndarray) -> _Pool:
         return _Pool(self.keys[mask], self.twins[mask])
+
+
+def _log_evidence(phi: np.ndarray, y: np.ndarray, var: np.ndarray, m0: np.ndarray, s0: np.ndarray) -> float:
+    """log p(y) of a Bayesian linear model: y ~ N(phi m0, phi S0 phi' + diag(var))."""
+    cov = (phi * s0) @ phi.T + np.diag(var)
+    r = y - phi @ m0
+    sign, logdet = np.linalg.slogdet(cov)
+    if sign <= 0:
+        return -math.inf
+    return float(-0.5 * (r @ np.linalg.solve(cov, r) + logdet + len(y) * math.log(2 * math.pi)))
 
 
 def _ncdf(z: np.ndarray) -> np.ndarray:
