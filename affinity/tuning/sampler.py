@@ -33,9 +33,10 @@ generic optimizer as a hedge: the priors steer, they do not decide.
    space is ever proposed, and no configuration twice.
 6. **The hedge**: a share of the trials is optuna TPE's proposal (random ones until
    TPE has ten trials to learn from), at a rate that starts at 5 % and grows by 5 % for
-   every trial since the best last improved by 1 % (at most one in two): where the
-   priors and the model stop finding better configurations, a generic optimizer gets
-   more of the budget, so a surface without structure costs about what TPE costs.
+   every trial since the best last improved by 1 %, plus up to 30 % as the model
+   explains less of the measurements (its leave-one-out R²), at most one in two: where
+   the priors and the model stop finding better configurations, or explain nothing, a
+   generic optimizer gets more of the budget.
 7. **Large spaces** (more than :data:`ENUMERATE` configurations) are not listed:
    candidates are one-parameter moves from the best trials and random configurations.
 
@@ -76,6 +77,8 @@ _PRIOR_WEIGHT_SD = 0.4  # prior spread of each prior term's weight around 1
 _FLOOR = 3.0  # log units below the best (5 %) where "terrible" stops getting worse
 _FLOOR_MEDIAN = 1.5  # ... and below the median: one terrible trial does not condemn its labels
 _HEDGE_BASE, _HEDGE_STEP, _HEDGE_MAX = 0.05, 0.05, 0.5  # the hedge's rate: start, per stalled trial, cap
+_HEDGE_FIT = 0.3  # the hedge's rate where the model explains none of the measurements
+_FIT_AFTER = 8  # measurements before the model's fit counts
 _HEDGE_AFTER = 3  # trials measured before the hedge may fire
 _STALL_GAIN = 0.01  # an improvement of the best by less than this (log units) is a stall
 _BELIEF = (1.0, 0.5, 0.0)  # how much of the prior the evidence may keep
@@ -180,18 +183,20 @@ class TopologySampler(optuna.samplers.BaseSampler):
             best = max(done, key=lambda o: self.sign * o[1])[0] if done else next(iter(seen))
             return self.space.config(best)
         near = self._neighbourhood(pool, obs)
-        if rng.uniform() < self.hedge_rate(obs) and near is None:
+        post = self._posterior(obs)
+        if rng.uniform() < self.hedge_rate(obs, post[3] if post else 1.0) and near is None:
             return self._hedge(pool, seen, rng, study, trial)
-        acq = self._acquisition(pool, obs)
+        acq = self._acquisition(pool, obs, post)
         if near is not None:
             acq = np.where(near, acq, -np.inf)
         acq = acq + rng.uniform(0, 1e-12, size=acq.shape)
         return self.space.config(tuple(int(i) for i in pool.keys[int(np.argmax(acq))]))
 
-    def hedge_rate(self, obs: Obs) -> float:
+    def hedge_rate(self, obs: Obs, fit: float = 1.0) -> float:
         """The chance that the next trial is the generic optimizer's: 0 for the first
         :data:`_HEDGE_AFTER` trials, then 5 %, plus 5 % per trial since the best last
-        improved by 1 %, at most 50 %."""
+        improved by 1 %, plus up to 30 % as the model explains less of the measurements
+        (``fit``: its leave-one-out R², from :data:`_FIT_AFTER` measurements on), at most 50 %."""
         if len(obs) < _HEDGE_AFTER:
             return 0.0
         ys = iter(self._targets(obs)[0].tolist())
@@ -201,7 +206,8 @@ class TopologySampler(optuna.samplers.BaseSampler):
             if y > best + _STALL_GAIN:
                 best, last = y, i
         stall = len(obs) - 1 - last
-        return min(_HEDGE_MAX, _HEDGE_BASE + _HEDGE_STEP * stall)
+        unexplained = _HEDGE_FIT * min(1.0, max(0.0, 1.0 - fit)) if len(obs) >= _FIT_AFTER else 0.0
+        return min(_HEDGE_MAX, _HEDGE_BASE + _HEDGE_STEP * stall + unexplained)
 
     def _hedge(self, pool: _Pool, seen: set[tuple[int, ...]], rng: np.random.Generator,
                study: optuna.Study | None, trial: FrozenTrial | None) -> dict[str, Any]:
@@ -308,8 +314,9 @@ class TopologySampler(optuna.samplers.BaseSampler):
             self._scale = (f.mean(axis=0), np.where(sd > 1e-9, sd, 1.0))
         return self._scale
 
-    def _posterior(self, obs: Obs) -> tuple[np.ndarray, np.ndarray, float] | None:
-        """(mean, covariance of the weights, best y) given the trials that ran; None before any.
+    def _posterior(self, obs: Obs) -> tuple[np.ndarray, np.ndarray, float, float] | None:
+        """(mean, covariance of the weights, best y, leave-one-out R² of the fit) given the
+        trials that ran; None before any.
 
         How much to believe the prior, and how far the topology features may reach, are
         chosen by the evidence (the marginal likelihood of the measurements) among
@@ -330,7 +337,12 @@ class TopologySampler(optuna.samplers.BaseSampler):
                         best_m0, best_s0, best_ev = m0, s0, ev
         cov = np.linalg.inv(np.diag(1.0 / best_s0) + (phi.T / var) @ phi)
         mean = cov @ (best_m0 / best_s0 + (phi.T / var) @ y)
-        return mean, cov, float(np.max(y))
+        # a linear smoother: leave-one-out residuals are the residuals over (1 - leverage)
+        lev = np.einsum("ij,jk,ik->i", phi, cov, phi) / var
+        loo = (y - phi @ mean) / np.maximum(1.0 - lev, 1e-6)
+        spread = float(((y - y.mean()) ** 2).sum())
+        r2 = 1.0 - float((loo ** 2).sum()) / spread if spread > 1e-12 else 1.0
+        return mean, cov, float(np.max(y)), r2
 
     def _prior_weights(self, belief: float, reach: float) -> tuple[np.ndarray, np.ndarray]:
         """(mean, variance) of the weights: the prior's terms at ``belief`` (1 = as the
@@ -344,16 +356,16 @@ class TopologySampler(optuna.samplers.BaseSampler):
         s0[start:] *= reach ** 2
         return m0, s0
 
-    def _acquisition(self, pool: _Pool, obs: Obs) -> np.ndarray:
+    def _acquisition(self, pool: _Pool, obs: Obs,
+                     post: tuple[np.ndarray, np.ndarray, float, float] | None) -> np.ndarray:
         """Expected improvement (beyond :data:`_XI`) of each candidate under the model's
         posterior, times the chance it runs; a twin of a measured configuration is
         predicted to measure as its twin did, within the noise."""
-        post = self._posterior(obs)
         run = 1.0 - self._fail_chance(pool, obs)
         cphi = self._design(pool.keys)
         if post is None:  # nothing measured yet: the prior, and the chance to run
             return cphi[:, 1:1 + self._ncomp].sum(axis=1) + np.log(np.maximum(run, 1e-3))
-        mean, cov, best = post
+        mean, cov, best, _ = post
         mu = cphi @ mean
         sd = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", cphi, cov, cphi), 1e-12))
         ys = iter(self._targets(obs)[0].tolist())
