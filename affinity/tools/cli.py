@@ -271,6 +271,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: optional packages a command may need -> (what it is, the extra that installs it)
+_EXTRAS = {"tensorflow": ("TensorFlow", "tf"), "torch": ("PyTorch", "torch"), "optuna": ("optuna", "tune"),
+           "PIL": ("Pillow", "picture")}
+
+
+def _missing_extra(e: ModuleNotFoundError) -> str | None:
+    """One line for an optional package that is not installed, naming the extra that
+    installs it; None for any other missing module (a real bug: its traceback stays)."""
+    top = (e.name or "").partition(".")[0]
+    if top not in _EXTRAS:
+        return None
+    what, extra = _EXTRAS[top]
+    return f"{what} is not installed (no module named {top!r}): pip install 'kmp-affinity[{extra}]'"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     launch_key = None
     if argv is None and sys.argv[1:2] == ["run"]:  # the program, not a caller's argv
@@ -287,6 +302,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _usage(args, str(e))
     except (AffinityError, CommandError) as e:
         print(f"affinity {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as e:
+        missing = _missing_extra(e)
+        if missing is None:
+            raise
+        print(f"affinity {args.command}: error: {missing}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `affinity topology | head`
         return 0

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -38,7 +39,15 @@ def _bench(args: list[str]) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def _require_tensorflow() -> None:
+    """Fail before any output when TensorFlow is not installed: the workload needs it,
+    and the command line says so in one line (a ``ModuleNotFoundError`` named after it)."""
+    if importlib.util.find_spec("tensorflow") is None:
+        raise ModuleNotFoundError("No module named 'tensorflow'", name="tensorflow")
+
+
 def run(out: TextIO, *, model: str = "resnet50", batch_size: int = 16, num_batches: int = 10) -> int:
+    _require_tensorflow()
 
     def say(text: str = "") -> None:
         print(text, file=out, flush=True)
