@@ -44,6 +44,7 @@ from ..planning.memory import MemorySpec, membind_spec
 from ..planning.planner import plan as make_plan
 from ..planning.ranks import rank_topology
 from ..planning.spec import DEFAULT_SPEC
+from . import blas as _blas
 from . import numa, registry
 from . import openmp as _omp
 from . import tf as _tf
@@ -60,7 +61,7 @@ class Pin:
     """What a thread was asked to do."""
 
     tid: int
-    role: str  #: main, tf-intra, tf-inter, tf-other, openmp, other
+    role: str  #: main, tf-intra, tf-inter, tf-other, openmp, blas, other
     cpus: frozenset[int]
     index: int | None = None  #: slot / team member number, where it has one
 
@@ -358,7 +359,8 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
     openmp : {"auto", True, False}
         Size and pin the team of every OpenMP runtime already loaded.
     blas : {"auto", True, False}
-        Limit BLAS pools to the intra-op count (threadpoolctl).
+        Limit BLAS pools to the intra-op count (threadpoolctl) and pin OpenBLAS's
+        worker threads; what cannot be done is a note (:mod:`affinity.binding.blas`).
     membind : None, "auto", str or (policy, nodes)
         ``None`` leaves memory alone; ``"auto"`` binds to the NUMA nodes of the
         plan's CPUs; ``"interleave:all"``, ``"bind:0-1"``, ``("preferred", {0})``...
@@ -591,12 +593,13 @@ def _pin_openmp(b: Binding, runtimes: list[Any] | None = None) -> None:
 
 
 def _limit_blas(b: Binding) -> None:
-    try:
-        from threadpoolctl import threadpool_info, threadpool_limits  # lazy: optional, and it loads every BLAS
-    except ImportError:
-        return
-    if any(i.get("user_api") == "blas" for i in threadpool_info()):
-        b._blas = threadpool_limits(limits=b.intra_op_threads, user_api="blas")
+    """BLAS pools limited to the intra-op count, OpenBLAS's workers pinned (:mod:`.blas`)."""
+    done = _blas.limit_and_pin(b.intra_op_threads, b.slots)
+    b._blas = done.limiter
+    for tid, (i, cpus) in done.pinned.items():
+        b.pins[tid] = Pin(tid, "blas", cpus, i)
+        b._seen.add(tid)
+    b.notes.extend(done.notes)
 
 
 class pinned:
