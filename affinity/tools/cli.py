@@ -190,7 +190,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return main_cli(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line; ``only="run"``: with the ``run`` command alone (what
+    ``affinity run`` parses: it starts without building or importing the others)."""
     import argparse  # the standard parser: only once a command line is parsed
 
     parser = argparse.ArgumentParser(
@@ -207,6 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    if only == "run":
+        from ..launcher.run import add_run_parser  # lazy: a command loads only its own layers
+
+        add_run_parser(sub)
+        return parser
 
     p = sub.add_parser("topology", help="show a machine: packages, NUMA nodes, cores, PUs")
     _add_topology_arg(p)
@@ -292,8 +299,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ..launcher.fastpath import start  # lazy: affinity run's start-up imports nothing else
 
         launch_key = start(sys.argv[2:])  # no return when the launch is remembered
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser("run" if words[:1] == ["run"] else None)
+    args = parser.parse_args(words)
     if launch_key is not None:
         args.launch_key = launch_key
     try:
