@@ -3,10 +3,16 @@
 1. the topology of this machine (and, for scale, of a 2 x 28 x 2 Xeon);
 2. the plan recommended for TensorFlow here, as Intel's runtime would bind it;
 3. a bind + read-back of the calling thread on every allowed CPU;
-4. the tf_cnn_benchmarks-style workload run twice, each in a fresh process
-   (TensorFlow configures its pools once per process): with TensorFlow's
-   defaults, then under the recommended plan; both throughputs, their ratio,
-   the thread counts and the pinned run's bind map.
+4. the tf_cnn_benchmarks-style workload, each run in a fresh process (TensorFlow
+   configures its pools once per process), with TensorFlow's defaults and under the
+   recommended plan, **interleaved** over several rounds (defaults and pinned
+   alternate, so both see the same load); the medians, the spread of each side,
+   the ratio and the tuner's verdict -- "no significant difference" when the spreads
+   overlap; then the thread counts and the last pinned run's bind map.
+
+A row of that comparison is :func:`measure_row` (any workload: a callable that runs
+it once, defaults or pinned, and returns its result) and :func:`row_text`; other
+frameworks' rows use the same two functions.
 """
 
 from __future__ import annotations
@@ -14,15 +20,19 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
 import threading
-from typing import TextIO
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TextIO
 
 from ..binding.threads import get_affinity, set_affinity
 from ..cpulist import format_list
 from ..machine.topology import Topology
 from ..planning.planner import plan
+from ..tuning.report import Comparison, compare
 from .workload import recommend
 
 XEON_2S28C2T = "pack:2 [numa] core:28 pu:2(indexes=2*56:1*2)"
@@ -46,7 +56,63 @@ def _require_tensorflow() -> None:
         raise ModuleNotFoundError("No module named 'tensorflow'", name="tensorflow")
 
 
-def run(out: TextIO, *, model: str = "resnet50", batch_size: int = 16, num_batches: int = 10) -> int:
+@dataclass(frozen=True)
+class Row:
+    """One workload, defaults against pinned, measured in interleaved rounds."""
+
+    label: str
+    defaults: tuple[float, ...]  #: one throughput per round
+    pinned: tuple[float, ...]
+    comparison: Comparison  #: the tuner's verdict (:func:`affinity.tuning.report.compare`)
+    last: dict[str, Any]  #: the last pinned run's result (thread counts, bind map)
+    last_defaults: dict[str, Any]
+
+
+def measure_row(label: str, workload: Callable[[bool], dict[str, Any]], rounds: int,
+                key: str = "images_per_sec", progress: Callable[[str], None] | None = None) -> Row:
+    """Run ``workload(pinned)`` ``rounds`` times each way, interleaved: round ``r``
+    runs defaults then pinned, the next round pinned then defaults, so that a change
+    of the machine's load falls on both sides alike.
+
+    Parameters
+    ----------
+    workload : callable
+        ``workload(False)`` runs with the framework's defaults, ``workload(True)``
+        pinned; each returns a dict with ``key`` (a throughput: higher is better).
+    rounds : int
+        Runs per side (>= 1; 3 gives each side a spread).
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    got: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+    for r in range(rounds):
+        for pinned in ((False, True) if r % 2 == 0 else (True, False)):
+            res = workload(pinned)
+            got[pinned].append(res)
+            if progress is not None:
+                progress(f"  round {r + 1}/{rounds}, {'pinned' if pinned else 'defaults'}: "
+                         f"{res[key]:.1f}")
+    d = tuple(float(x[key]) for x in got[False])
+    p = tuple(float(x[key]) for x in got[True])
+    return Row(label, d, p, compare(d, p, "maximize"), got[True][-1], got[False][-1])
+
+
+def row_text(row: Row, unit: str = "images/sec") -> list[str]:
+    """The row as a reader sees it: each side's median and spread, the ratio, the verdict."""
+    def side(values: tuple[float, ...]) -> str:
+        med = statistics.median(values)
+        spread = f" (spread {min(values):.1f}-{max(values):.1f} over {len(values)} runs)" if len(values) > 1 else \
+            " (one run: spread unknown)"
+        return f"{med:8.1f} {unit}{spread}"
+
+    return [f"{row.label}:",
+            f"  defaults:          {side(row.defaults)}",
+            f"  pinned:            {side(row.pinned)}",
+            f"  pinned / defaults: {row.comparison.verdict}"]
+
+
+def run(out: TextIO, *, model: str = "resnet50", batch_size: int = 16, num_batches: int = 10,
+        rounds: int = 3) -> int:
     _require_tensorflow()
 
     def say(text: str = "") -> None:
@@ -92,16 +158,17 @@ def run(out: TextIO, *, model: str = "resnet50", batch_size: int = 16, num_batch
     common = ["--model", model, "--batch-size", str(batch_size), "--num-batches", str(num_batches),
               "--forward-only"]
     say(f"== Workload: {model}, batch {batch_size}, {num_batches} batches, forward only, "
-        f"synthetic data ==")
-    base = _bench(common)
-    say(f"TensorFlow defaults:        {base['images_per_sec']:8.2f} images/sec   "
-        f"(intra_op={base['intra_op_threads']}, inter_op={base['inter_op_threads']}, threads not pinned)")
-    pinned = _bench([*common, "--pin", spec, "--threads", str(n)])
-    say(f"pinned (recommended plan): {pinned['images_per_sec']:8.2f} images/sec   "
-        f"(intra_op={pinned['intra_op_threads']}, inter_op={pinned['inter_op_threads']}, {spec})")
-    ratio = pinned["images_per_sec"] / base["images_per_sec"]
-    say(f"ratio pinned / defaults: {ratio:.3f}")
+        f"synthetic data; defaults and pinned interleaved, {rounds} run{'s' if rounds != 1 else ''} each ==")
+    pin = ["--pin", spec, "--threads", str(n)]
+    row = measure_row(f"TensorFlow {model}", lambda pinned: _bench([*common, *pin] if pinned else common),
+                      rounds, progress=say)
+    for line in row_text(row):
+        say(line)
+    base, pinned = row.last_defaults, row.last
+    say(f"  threads: defaults intra_op={base['intra_op_threads']} inter_op={base['inter_op_threads']} "
+        f"(not pinned); pinned intra_op={pinned['intra_op_threads']} inter_op={pinned['inter_op_threads']} "
+        f"({spec})")
     say()
-    say("== Bind map of the pinned run ==")
+    say("== Bind map of the last pinned run ==")
     say(pinned["bind_map"])
     return 0
