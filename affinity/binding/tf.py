@@ -150,10 +150,19 @@ def find_running_pools(known: Iterable[int] = (), environ: Mapping[str, str] | N
     main = os.getpid()
     skip = set(known) | {main}
     skip |= {t.native_id for t in threading.enumerate() if t.native_id}
-    inter = sorted(t for t, n in names.items() if n == INTER_NAME)
-    other = sorted(t for t, n in names.items() if n == GRAPH_RUNNER)
     size = (tf.config.threading.get_intra_op_parallelism_threads() or _env_count("TF_NUM_INTRAOP_THREADS", environ)
             or len(os.sched_getaffinity(main)))
+    return pools_of(names, pname, size, skip)
+
+
+def pools_of(names: Mapping[int, str], pname: str, size: int, skip: Iterable[int] = ()) -> TFState:
+    """The rule :func:`find_running_pools` follows, on any process's threads (TID ->
+    name; ``pname``: the process's own name): inter-op workers by name, intra-op
+    workers the ``size`` highest unnamed TIDs below the first inter-op worker, not
+    in ``skip``.  ``affinity show PID`` applies it to other processes."""
+    skip = set(skip)
+    inter = sorted(t for t, n in names.items() if n == INTER_NAME)
+    other = sorted(t for t, n in names.items() if n == GRAPH_RUNNER)
     intra: list[int] = []
     if inter:
         below = sorted((t for t, n in names.items() if n == pname and t < inter[0] and t not in skip),
