@@ -171,8 +171,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         from ..machine.topology import Topology  # lazy: a command loads only its own layers
 
         rows = list(bmap.rows)
-        roles = [r.role if r.role in ("main", "tf-intra", "tf-inter", "tf-other", "openmp") else "other"
-                 for r in rows]
+        from .picture import ROLES  # lazy: a command loads only its own layers
+
+        roles = [r.role if r.role in ROLES else "other" for r in rows]
         _write_picture(args.picture, Topology.from_system(), [r.actual for r in rows], roles=roles,
                        title=f"pid {bmap.pid}: {_plural(len(rows), 'thread')}")
     return 1 if bmap.mismatches else 0
