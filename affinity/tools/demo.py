@@ -8,11 +8,12 @@
    recommended plan, **interleaved** over several rounds (defaults and pinned
    alternate, so both see the same load); the medians, the spread of each side,
    the ratio and the tuner's verdict -- "no significant difference" when the spreads
-   overlap; then the thread counts and the last pinned run's bind map.
+   overlap; then the thread counts and the last pinned run's bind map;
+5. PyTorch's row beside it (:func:`~affinity.tools.workload_torch.demo_rows`).
 
-A row of that comparison is :func:`measure_row` (any workload: a callable that runs
-it once, defaults or pinned, and returns its result) and :func:`row_text`; other
-frameworks' rows use the same two functions.
+Each row of that comparison is :func:`affinity.tools.rows.measure_row` (any
+workload: a callable that runs it once, defaults or pinned) and
+:func:`~affinity.tools.rows.row_text`: TensorFlow's and PyTorch's rows share them.
 """
 
 from __future__ import annotations
@@ -20,20 +21,18 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import statistics
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TextIO
 
 from ..binding.threads import get_affinity, set_affinity
 from ..cpulist import format_list
 from ..machine.topology import Topology
 from ..planning.planner import plan
-from ..tuning.report import Comparison, compare
+from .rows import Row, measure_row, row_text
 from .workload import recommend
+from .workload_torch import demo_rows
 
 XEON_2S28C2T = "pack:2 [numa] core:28 pu:2(indexes=2*56:1*2)"
 
@@ -54,61 +53,6 @@ def _require_tensorflow() -> None:
     and the command line says so in one line (a ``ModuleNotFoundError`` named after it)."""
     if importlib.util.find_spec("tensorflow") is None:
         raise ModuleNotFoundError("No module named 'tensorflow'", name="tensorflow")
-
-
-@dataclass(frozen=True)
-class Row:
-    """One workload, defaults against pinned, measured in interleaved rounds."""
-
-    label: str
-    defaults: tuple[float, ...]  #: one throughput per round
-    pinned: tuple[float, ...]
-    comparison: Comparison  #: the tuner's verdict (:func:`affinity.tuning.report.compare`)
-    last: dict[str, Any]  #: the last pinned run's result (thread counts, bind map)
-    last_defaults: dict[str, Any]
-
-
-def measure_row(label: str, workload: Callable[[bool], dict[str, Any]], rounds: int,
-                key: str = "images_per_sec", progress: Callable[[str], None] | None = None) -> Row:
-    """Run ``workload(pinned)`` ``rounds`` times each way, interleaved: round ``r``
-    runs defaults then pinned, the next round pinned then defaults, so that a change
-    of the machine's load falls on both sides alike.
-
-    Parameters
-    ----------
-    workload : callable
-        ``workload(False)`` runs with the framework's defaults, ``workload(True)``
-        pinned; each returns a dict with ``key`` (a throughput: higher is better).
-    rounds : int
-        Runs per side (>= 1; 3 gives each side a spread).
-    """
-    if rounds < 1:
-        raise ValueError(f"rounds must be >= 1, got {rounds}")
-    got: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
-    for r in range(rounds):
-        for pinned in ((False, True) if r % 2 == 0 else (True, False)):
-            res = workload(pinned)
-            got[pinned].append(res)
-            if progress is not None:
-                progress(f"  round {r + 1}/{rounds}, {'pinned' if pinned else 'defaults'}: "
-                         f"{res[key]:.1f}")
-    d = tuple(float(x[key]) for x in got[False])
-    p = tuple(float(x[key]) for x in got[True])
-    return Row(label, d, p, compare(d, p, "maximize"), got[True][-1], got[False][-1])
-
-
-def row_text(row: Row, unit: str = "images/sec") -> list[str]:
-    """The row as a reader sees it: each side's median and spread, the ratio, the verdict."""
-    def side(values: tuple[float, ...]) -> str:
-        med = statistics.median(values)
-        spread = f" (spread {min(values):.1f}-{max(values):.1f} over {len(values)} runs)" if len(values) > 1 else \
-            " (one run: spread unknown)"
-        return f"{med:8.1f} {unit}{spread}"
-
-    return [f"{row.label}:",
-            f"  defaults:          {side(row.defaults)}",
-            f"  pinned:            {side(row.pinned)}",
-            f"  pinned / defaults: {row.comparison.verdict}"]
 
 
 def run(out: TextIO, *, model: str = "resnet50", batch_size: int = 16, num_batches: int = 10,
@@ -169,6 +113,13 @@ def run(out: TextIO, *, model: str = "resnet50", batch_size: int = 16, num_batch
         f"(not pinned); pinned intra_op={pinned['intra_op_threads']} inter_op={pinned['inter_op_threads']} "
         f"({spec})")
     say()
+    say("== PyTorch beside it: small CNN, batch 32, inference; affinity.apply() before import torch ==")
+    torch_pinned = demo_rows(say, spec, n, rounds=rounds)
+    say()
     say("== Bind map of the last pinned run ==")
     say(pinned["bind_map"])
+    if torch_pinned is not None:
+        say()
+        say("== Bind map of the pinned PyTorch run ==")
+        say(torch_pinned["bind_map"])
     return 0

@@ -81,23 +81,23 @@ def test_a_variable_no_launch_reads_may_change_every_run(tmp_path: Path) -> None
 
 def test_every_variable_the_launch_names_is_in_the_key() -> None:
     """The key's variables (fastpath.READ_PREFIXES / READ_NAMES) cover every
-    environment variable the launcher, the planner and the machine layer name; the
-    rank variables are read only with --ranks, whose launches are never remembered."""
+    environment variable the launcher, the planner, the machine layer and the CLI
+    read by name (``environ.get("X")``, ``environ["X"]``, ``"X" in environ``,
+    ``getenv("X")``); the rank module's are read only with --ranks, whose launches
+    are never remembered."""
     import re
 
-    from affinity.planning.ranks import LAUNCHER_VARIABLES
-
     root = Path(fastpath.__file__).parent.parent
-    files = [*root.glob("launcher/*.py"), *root.glob("machine/*.py"), *root.glob("planning/*.py"),
+    files = [*root.glob("launcher/*.py"), *root.glob("machine/*.py"), *root.glob("planning/**/*.py"),
              root / "tools" / "cli.py", root / "__main__.py", root / "cpulist.py"]
-    names = {m for f in files for m in re.findall(r'"([A-Z][A-Z0-9]*_[A-Z0-9_]+)"', f.read_text())}
-    constants = {"DEFAULT_BLOCKTIME", "EXPORTED_VARIABLES", "LAUNCHER_VARIABLES", "MEM_OPTION", "PIN_LIBRARY",
-                 "O_NOFOLLOW", "RTLD_DEEPBIND"}  # names of Python constants, not variables
-    ranks = {v for _, r, n in LAUNCHER_VARIABLES for v in (r, n)} | set(
-        re.findall(r'"(SLURM_[A-Z_]+)"', (root / "planning" / "ranks.py").read_text()))
-    uncovered = {n for n in names - constants - ranks
-                 if not n.startswith(fastpath.READ_PREFIXES) and n not in fastpath.READ_NAMES
-                 and not n.startswith("MPOL_")}
+    reads = (r'environ\w*\s*(?:\.get\(|\[)\s*"([A-Z][A-Z0-9_]+)"',
+             r'"([A-Z][A-Z0-9_]+)"\s+(?:not\s+)?in\s+[\w.]*environ',
+             r'getenv\(\s*"([A-Z][A-Z0-9_]+)"')
+    names = {(f.name, m) for f in files if f.name != "ranks.py" for pattern in reads
+             for m in re.findall(pattern, f.read_text())}
+    assert ("fastpath.py", "AFFINITY_LAUNCH_CACHE") in names  # the patterns find what they should
+    uncovered = {(f, n) for f, n in names if not n.startswith(fastpath.READ_PREFIXES)
+                 and n not in fastpath.READ_NAMES}
     assert uncovered == set()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from affinity.tools.demo import measure_row, row_text
+from affinity.tools.rows import measure_row, row_text
 
 
 def _workload(defaults: list[float], pinned: list[float]):
