@@ -33,6 +33,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import operator
@@ -56,6 +57,7 @@ __all__ = [
     "ROLES",
     "Rect",
     "layout",
+    "png_font",
     "render_png",
     "render_svg",
     "save",
@@ -1164,6 +1166,24 @@ def _pillow() -> tuple[Any, Any, Any]:
     return Image, ImageDraw, ImageFont
 
 
+@functools.lru_cache(maxsize=64)
+def png_font(size: int, *, bold: bool = False, sans: bool = False) -> Any:
+    """A TrueType font for PNG text (DejaVu Sans Mono, or DejaVu Sans with ``sans``),
+    else Pillow's default at that size: every PNG this package draws uses it, so that
+    text keeps its spaces (Pillow's old bitmap font draws some of them zero-wide)."""
+    _, _, ImageFont = _pillow()
+    family = "DejaVuSans" if sans else "DejaVuSansMono"
+    for name in ([f"{family}-Bold.ttf"] if bold else []) + [f"{family}.ttf"]:
+        try:
+            return ImageFont.truetype(name, size)
+        except OSError:
+            continue
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow < 10.1: a fixed-size bitmap font
+        return ImageFont.load_default()
+
+
 def _rgb(color: str) -> tuple[int, int, int]:
     return int(color[1:3], 16), int(color[3:5], 16), int(color[5:7], 16)
 
@@ -1172,24 +1192,9 @@ def _png(lay: Layout, scale: int) -> bytes:
     Image, ImageDraw, ImageFont = _pillow()
     img = Image.new("RGB", (lay.width * scale, lay.height * scale), _rgb(lay.background))
     draw = ImageDraw.Draw(img)
-    fonts: dict[tuple[int, bool], Any] = {}
 
     def font(size: int, bold: bool) -> Any:
-        key = (size * scale, bold)
-        if key not in fonts:
-            names = (["DejaVuSansMono-Bold.ttf"] if bold else []) + ["DejaVuSansMono.ttf"]
-            for name in names:
-                try:
-                    fonts[key] = ImageFont.truetype(name, key[0])
-                    break
-                except OSError:
-                    continue
-            else:
-                try:
-                    fonts[key] = ImageFont.load_default(size=key[0])
-                except TypeError:  # Pillow < 10.1: a fixed-size bitmap font
-                    fonts[key] = ImageFont.load_default()
-        return fonts[key]
+        return png_font(size * scale, bold=bold)
 
     def rect(r: Rect, fill: str, stroke: str | None, dashed: bool) -> None:
         x0, y0 = r.x * scale, r.y * scale
