@@ -21,7 +21,8 @@ from ..planning import precedence
 from ..planning.envvars import plan_environment
 from ..planning.memory import check_nodes
 from ..planning.planner import plan, plan_env
-from ..planning.ranks import LocalRank, Share, launcher_binding, parse_rank, partition, place_rank
+from ..planning.ranks import (LocalRank, Share, launcher_binding, parse_rank, partition, place_rank,
+                              team_environ)
 from ..planning.spec import DEFAULT_SPEC, PLACEMENT_VARIABLES
 from .options import RunOptions
 from .preload import pin_environment
@@ -239,7 +240,9 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
     shares = _instance_shares(opts, work, rank_share)
     mem_nodes = _explicit_mem_nodes(opts, topology, nodes)
     sharing = opts.instances * (rank.size if rank else 1)
-    env_threads = _env_threads(ctx.environ, warnings)
+    team_env, said = team_environ(ctx.environ, rank) if rank is not None else (ctx.environ, [])
+    notes.extend(said)  # torchrun's OMP_NUM_THREADS=1 is no team size for a share
+    env_threads = _env_threads(team_env, warnings)
     instances = []
     for i, share in enumerate(shares):
         cpus = share.cpus if share is not None else work.allowed

@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from affinity.launcher.build import Context, build_launch
+from affinity.launcher.options import RunOptions
 from affinity.machine.topology import Topology
 from affinity.planning.ranks import partition
 
@@ -46,9 +48,7 @@ def check_torch_ranks(reports) -> None:
 
 def test_torchrun_with_apply_rank_auto_in_the_script(tmp_path):
     out = tmp_path / "out"
-    # OMP_NUM_THREADS as a user sets it for the whole node: torch alone would start that many
-    torchrun(*probe_command(tmp_path, out, "apply+torch", None)[1:],  # torchrun runs the script with python
-             OMP_NUM_THREADS=str(len(NODE.cores)))
+    torchrun(*probe_command(tmp_path, out, "apply+torch", None)[1:])  # torchrun runs the script with python
     reports = sorted(read_reports(out, 2), key=local_rank_of)
     check_torch_ranks(reports)
     plans = [frozenset().union(*map(frozenset, rep.extra["plan"])) for rep in reports]
@@ -57,8 +57,25 @@ def test_torchrun_with_apply_rank_auto_in_the_script(tmp_path):
         # every thread of the rank -- main, gloo's, torch's pool -- inside its share
         assert all(m <= plan for m in rep.threads.values()), (plan, rep.threads)
         # torch's intra-op pool sized from the share by apply() (affinity.binding.torch), not
-        # from the node-wide OMP_NUM_THREADS
+        # from the OMP_NUM_THREADS=1 torchrun sets for every worker, which apply() says it set aside
+        assert rep.env["OMP_NUM_THREADS"] == "1"
+        assert any(n.startswith("OMP_NUM_THREADS=1 is what torchrun sets for every worker") for n in rep.extra["notes"])
         assert rep.extra["torch_threads"] == len(rep.extra["plan"]) == len(share.cores)
+
+
+def test_a_torchrun_worker_is_sized_from_its_share_not_from_torchruns_default():
+    """On a node larger than this one: what affinity run and apply() give a torchrun worker."""
+    xeon = Topology.load("synthetic:pack:2 [numa] core:28 pu:2(indexes=2*56:1*2)")
+    worker = {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}  # as torchrun sets them
+    ln = build_launch(RunOptions(command=("python",), ranks="auto"), xeon, Context(worker))
+    assert ln.instances[0].threads == 28 and ln.instances[0].env["OMP_NUM_THREADS"] == "28"
+    assert any("is what torchrun sets for every worker" in n for n in ln.notes)
+    # a user's own value, an explicit count, a single worker: theirs
+    for env, opts in (({**worker, "OMP_NUM_THREADS": "4"}, {}), (worker, {"threads": 1}),
+                      ({**worker, "LOCAL_WORLD_SIZE": "1", "LOCAL_RANK": "0"}, {})):
+        want = opts.get("threads") or int(env["OMP_NUM_THREADS"])
+        assert build_launch(RunOptions(command=("python",), ranks="auto", **opts), xeon,
+                            Context(env)).instances[0].threads == want
 
 
 # torchrun, in one process (one torch import): first torch's own choice for GPU 0 as it is,

@@ -37,6 +37,7 @@ if "apply" in mode:
     import affinity
     b = affinity.apply(rank="auto", tensorflow=False, blas=False)
     extra["plan"] = [sorted(s) for s in b.plan.cpusets]
+    extra["notes"] = list(b.notes)
 keep = None
 if "torch" in mode:
     import torch, torch.distributed as dist

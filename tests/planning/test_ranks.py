@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from affinity.errors import PlanError
 from affinity.planning.ranks import (LauncherBinding, LocalRank, job_of, launcher_binding, local_rank, parse_rank,
-                                     partition, place_rank, rank_share, rank_topology, slurm_allocation, slurm_step)
+                                     partition, place_rank, rank_share, rank_topology, slurm_allocation, slurm_step,
+                                     team_environ)
 from affinity.machine.topology import Topology
 
 from helpers import golden_dir
@@ -375,3 +376,13 @@ def test_slurm_allocation_outside_a_step():
     assert slurm_allocation({"SLURM_TASKS_PER_NODE": "2"}) is None  # no job
     with pytest.raises(PlanError, match="SLURM_NODEID=3 but SLURM_TASKS_PER_NODE='4\\(x2\\),1' lists 3 nodes"):
         slurm_allocation({**batch, "SLURM_NODEID": "3"})
+
+
+def test_team_environ_sets_aside_only_what_the_launcher_set_by_itself():
+    worker = {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "OMP_NUM_THREADS": "1", "PATH": "/bin"}
+    env, said = team_environ(worker, "auto")
+    assert "OMP_NUM_THREADS" not in env and env["PATH"] == "/bin" and len(said) == 1
+    assert team_environ({**worker, "OMP_NUM_THREADS": "3"}, "auto") == ({**worker, "OMP_NUM_THREADS": "3"}, [])
+    assert team_environ(worker, "0/2")[1] == []  # a rank given by hand: no launcher set anything
+    mpi = {"MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2", "OMP_NUM_THREADS": "1"}
+    assert team_environ(mpi, "auto") == (mpi, [])
