@@ -355,7 +355,8 @@ class Plan:
     def __repr__(self) -> str:
         return (f"<Plan {self.threads} threads, {self.affinity_type}"
                 f"{'/' + self.granularity if self.granularity else ''}, proc_bind={self.proc_bind}, "
-                f"{len(self.warnings)} warnings on {self.topology.describe()}>")
+                f"{len(self.warnings)} warnings on {self.topology.describe()}"
+                f"{'' if self.runtime == DEFAULT_RUNTIME else ', by ' + self.runtime + ' rules'}>")
 
 
 def _place_members(s: frozenset[int]) -> str:
