@@ -166,10 +166,11 @@ class Plan:
     @property
     def intra_op_threads(self) -> int:
         """Threads for an intra-op pool: the PUs in use at thread (fine)
-        granularity, the cores in use otherwise."""
+        granularity, the cores in use otherwise; never more than the team (a team
+        of one thread whose set spans the machine -- ``none``, ``disabled`` -- is one)."""
         if self.granularity == "thread":
-            return len(self.union)
-        return len(self.cores)
+            return min(self.threads, len(self.union))
+        return min(self.threads, len(self.cores))
 
     @property
     def inter_op_threads(self) -> int:
