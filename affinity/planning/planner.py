@@ -32,6 +32,7 @@ from typing import Any
 from ..cpulist import format_list, parse_list, runs
 from ..errors import PlanError, SpecError
 from ..machine.topology import Topology
+from .gnu.rules import GNU, GNU_TORCH
 from .intel import runtime as intel
 from .intel.runtime import kmp_mask_str
 from .rules import Memo, Outcome, Rules
@@ -45,6 +46,8 @@ __all__ = ["Plan", "RUNTIMES", "plan", "plan_env"]
 #: is a sibling package of ``intel/`` and one entry here.
 RUNTIMES: dict[str, Rules] = {
     intel.NAME: intel,
+    GNU.NAME: GNU,  # GNU libgomp, GCC 12 (planning/gnu/)
+    GNU_TORCH.NAME: GNU_TORCH,  # PyTorch's bundled libgomp, GCC 8.5 (planning/gnu/builds.py)
 }
 #: The runtime whose rules a plan follows when none is named.
 DEFAULT_RUNTIME = "intel"
