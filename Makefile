@@ -23,10 +23,12 @@ sysdeps:
 	  fi; \
 	fi
 	@# the tests of `affinity run` compare it with numactl and start ranks with a real MPI
-	@# launcher (MPICH's mpirun: it binds nothing itself and runs as root); ~10 MB, seconds
+	@# launcher (MPICH's mpirun: it binds nothing itself and runs as root); ~10 MB, seconds;
+	@# LLVM's libomp: the exports are read back under every OpenMP runtime (~1 MB)
 	@missing=""; \
 	command -v numactl >/dev/null || missing="$$missing numactl"; \
 	command -v mpirun >/dev/null || missing="$$missing mpich"; \
+	[ -e /usr/lib/llvm-14/lib/libomp.so.5 ] || missing="$$missing libomp5-14"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing$$missing (test tools: numactl to compare with, an MPI launcher)"; \
