@@ -151,3 +151,14 @@ def test_each_runtime_binds_as_planned(program, runtime, args, pre):
     else:
         assert got["init"] == mask  # Intel's and LLVM's runtimes bind at the first region, not at load
         assert "OMP:" not in got["stderr"]
+
+
+def test_a_gomp_cpu_affinity_that_hangs_pytorch_never_reaches_the_command(program):
+    """PyTorch's libgomp never returns from loading on a word in GOMP_CPU_AFFINITY:
+    ``affinity run`` refuses to pass one on (a one-CPU-per-thread plan replaces it)."""
+    env = clean_env(GOMP_CPU_AFFINITY="0-1 junk", LD_LIBRARY_PATH=str(TORCH_LIB))
+    r = affinity_run("explicit,proclist=[{0,1},0]", "-t", "2", "--", str(program["torch-libgomp"]), env=env)
+    assert r.returncode == 1 and "never returns" in r.stderr and r.stdout == ""
+    r = affinity_run("granularity=fine,compact", "-t", "1", "--", str(program["torch-libgomp"]), env=env,
+                     timeout=30)
+    assert r.returncode == 0 and "env GOMP_CPU_AFFINITY=0" in r.stdout

@@ -16,7 +16,7 @@ from .builds import Build
 from .cparse import ULONG_MAX, Cursor, strtol, strtoul
 from .sysfs import SysfsView
 
-__all__ = ["Context", "parse_places_var", "parse_affinity", "init_level", "LEVELS", "cpu_limit"]
+__all__ = ["Context", "parse_places_var", "parse_affinity", "init_level", "LEVELS", "cpu_limit", "affinity_hang"]
 
 #: abstract place names -> libgomp's level numbers
 LEVELS = {"threads": 1, "cores": 2, "sockets": 3, "ll_caches": 4, "numa_domains": 5}
@@ -454,6 +454,19 @@ def _affinity_entries(ctx: Context, value: str) -> list[int]:
             raise PlanError(f"GOMP_CPU_AFFINITY={value!r}: {ctx.build.library} never returns from "
                             f"loading on {value[cur.pos:]!r} (offset {cur.pos}): it loops for ever on a "
                             "token that is not a number; use CPU numbers and ranges only")
+
+
+def affinity_hang(value: str, build: Build) -> str | None:
+    """Why ``build`` never returns from loading with ``GOMP_CPU_AFFINITY=value``
+    (``None``: it returns, the value valid or not)."""
+    ctx = Context(frozenset({0}), SysfsView({}, {}, {}, (), frozenset()), build)
+    try:
+        _affinity_entries(ctx, value)
+    except PlanError as e:
+        return str(e)
+    except _Reject:
+        pass
+    return None
 
 
 def parse_affinity(ctx: Context, value: str | None, ignore: bool) -> list[frozenset[int]] | None:

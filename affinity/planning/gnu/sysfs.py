@@ -20,9 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ...cpulist import parse_list
-from ...machine.topology import Topology
+
+if TYPE_CHECKING:
+    from ...machine.topology import Topology
 
 __all__ = ["SysfsView", "sysfs_view", "view_from_files"]
 
