@@ -57,6 +57,16 @@ def _sets_text(cpusets) -> str:
     return " ".join(f"{i}:{{{format_list(s)}}}" for i, s in enumerate(cpusets))
 
 
+# the same settings under two runtimes' rules (docs/semantics.md, "GNU libgomp"):
+# (file name, variables, threads, runtime)
+RUNTIME_PICTURES = [
+    ("gnu-spread-5", "OMP_PLACES=cores OMP_PROC_BIND=spread", 5, "gnu"),
+    ("intel-spread-5", "OMP_PLACES=cores OMP_PROC_BIND=spread", 5, "intel"),
+    ("gnu-gomp-1-0", "GOMP_CPU_AFFINITY=1,0", 4, "gnu"),
+    ("intel-gomp-1-0", "GOMP_CPU_AFFINITY=1,0", 4, "intel"),
+]
+
+
 def render_all() -> dict[str, str]:
     """{relative path: content} for docs/pictures.md and every docs/img/*.svg."""
     from affinity.tools.picture import render_svg
@@ -79,6 +89,9 @@ def render_all() -> dict[str, str]:
                f"![{spec}](img/{name}.svg)", "",
                f"Per thread: `{_sets_text(p.cpusets)}`", ""]
     files["pictures.md"] = "\n".join(md)
+    for name, spec, n, runtime in RUNTIME_PICTURES:
+        p = plan(spec, threads=n, topology=topo, runtime=runtime)
+        files[f"img/{name}.svg"] = render_svg(topo, p.cpusets, title=f"{runtime}: {spec}, {n} threads")
     return files
 
 
