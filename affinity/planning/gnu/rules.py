@@ -24,7 +24,7 @@ from ..rules import Memo, Outcome
 from .builds import BUILDS
 from .runtime import GOMP_VARIABLES, GompPlan, plan_gomp
 
-__all__ = ["GnuRules", "GNU", "GNU_TORCH"]
+__all__ = ["GnuRules", "GNU", "GNU_TORCH", "runtime_for_library"]
 
 
 
@@ -96,3 +96,11 @@ class GnuRules:
 GNU = GnuRules("gnu", "gcc12")
 #: PyTorch's bundled libgomp (GCC 8.5)
 GNU_TORCH = GnuRules("gnu-torch", "torch")
+
+
+def runtime_for_library(path: str) -> str:
+    """The registry name whose rules a loaded libgomp file follows: ``"gnu-torch"``
+    for the copy a PyTorch wheel ships (``.../torch/lib/libgomp.so.1``, or an
+    auditwheel-renamed ``.../torch.libs/libgomp-<hash>.so.1``), ``"gnu"`` for any
+    other (the distribution's, GCC 12 here)."""
+    return GNU_TORCH.NAME if ("/torch/lib/" in path or "/torch.libs/" in path) else GNU.NAME

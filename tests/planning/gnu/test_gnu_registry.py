@@ -80,3 +80,11 @@ def test_cli_compare_with_a_refusing_runtime():
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "gnu-torch refuses: GOMP_CPU_AFFINITY='x'" in r.stdout
+
+
+def test_which_rules_a_loaded_libgomp_follows():
+    from affinity.planning.gnu.rules import runtime_for_library
+
+    assert runtime_for_library("/venv/lib/python3.11/site-packages/torch/lib/libgomp.so.1") == "gnu-torch"
+    assert runtime_for_library("/venv/site-packages/torch.libs/libgomp-a34b3233.so.1") == "gnu-torch"
+    assert runtime_for_library("/usr/lib/x86_64-linux-gnu/libgomp.so.1") == "gnu"
