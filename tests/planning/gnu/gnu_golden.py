@@ -11,7 +11,6 @@ from affinity.cpulist import format_list, parse_list
 from affinity.errors import PlanError
 from affinity.machine.topology import Topology
 from affinity.planning.gnu import plan_gomp
-from affinity.planning.gnu.runtime import PROC_BIND_NAMES
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden_gomp"
 MACHINES = ("2s4c2t_linux", "doc_2s4c2t_interleaved", "skx8180_2s28c2t")
