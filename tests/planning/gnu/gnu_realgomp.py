@@ -17,7 +17,14 @@ from affinity.machine.topology import Topology
 from affinity.planning.gnu import sysfs_view
 
 REPLAY = Path(__file__).resolve().parents[2] / "golden_gomp" / "replay"
-TORCH_LIB = Path(__import__("torch").__file__).parent / "lib" / "libgomp.so.1"
+
+
+def torch_libgomp() -> Path:
+    """The libgomp PyTorch's wheel ships (found without importing torch)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError("torch is not installed (make installs the torch extra)")
+    return Path(spec.origin).parent / "lib" / "libgomp.so.1"
 
 
 def _replay_module() -> Any:
