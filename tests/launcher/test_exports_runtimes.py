@@ -13,6 +13,7 @@ environment the program saw, must predict every mask, the load-time one included
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 from pathlib import Path
@@ -72,7 +73,7 @@ int main(void) {
 }
 """
 
-TORCH_LIB = Path(__import__("torch").__file__).parent / "lib"
+TORCH_LIB = Path(importlib.util.find_spec("torch").origin).parent / "lib"  # found without importing torch
 LIBOMP = Path("/usr/lib/llvm-14/lib/libomp.so.5")
 RUNTIMES = ("gcc-libgomp", "torch-libgomp", "libiomp5", "libomp")
 
