@@ -280,9 +280,11 @@ def plan_gomp(env: Mapping[str, str | None], topology: Topology, initial_mask: I
     """
     b = build_of(build)
     mask = frozenset(topology.allowed or topology.cpuset) if initial_mask is None else frozenset(initial_mask)
-    mask &= topology.cpuset
+    # a process mask holds only CPUs the kernel lets the process use (topology.allowed)
+    mask &= topology.allowed or topology.cpuset
     if not mask:
-        raise PlanError(f"initial_mask selects no processor of {topology.describe()}")
+        raise PlanError(f"initial_mask selects no processor of {topology.describe()} this process may use "
+                        f"(allowed: {format_list(topology.allowed or topology.cpuset)})")
     view, memo = _view(topology)
     key = (tuple(sorted((k, v) for k, v in env.items() if k in GOMP_VARIABLES and v is not None)), mask, b)
     hit = memo.get(key)
