@@ -87,7 +87,9 @@ class GnuRules:
             lines.append(f"{self.NAME}: OMP_PLACES = '{text}' (from {g.places_from})")
             lines.append(f"{self.NAME}: initial thread bound at load to {{{format_list(g.init_mask)}}}")
         for i, s in enumerate(g.cpusets):
-            where = f"place {g.place_nums[i]}" if g.place_nums[i] >= 0 else "no place"
+            off, n = g.partitions[i]
+            where = (f"place {g.place_nums[i]} of partition {format_list(range(off, off + n))}"
+                     if g.place_nums[i] >= 0 else "no place")
             lines.append(f"{self.NAME}: thread {i} ({where}) bound to OS proc set {{{format_list(s)}}}")
         return lines
 
