@@ -19,7 +19,7 @@ import json
 import pytest
 
 from affinity.planning.gnu import sysfs_view, view_from_files
-from gnu_golden import GOLDEN, MACHINES, differences, doc, expected, topology
+from gnu_golden import GOLDEN, MACHINES, cpuinfo_topology, differences, doc, expected, topology
 
 
 @pytest.mark.parametrize("machine", MACHINES)
@@ -36,14 +36,17 @@ def test_sysfs_view_matches_fake_sys(machine):
     assert derived.usable == from_files.usable
 
 
+@pytest.mark.parametrize("source", ["xml", "cpuinfo"])
 @pytest.mark.parametrize("build", ["gcc12", "torch"])
 @pytest.mark.parametrize("machine", MACHINES)
-def test_every_case_matches_the_real_library(machine, build):
+def test_every_case_matches_the_real_library(machine, build, source):
+    """Each machine loaded twice: its hwloc XML, and the Intel set's cpuinfo file."""
     cases = doc(machine)["cases"]
     assert len(cases) > 700
+    topo = cpuinfo_topology(machine) if source == "cpuinfo" else None
     failures = []
     for i, case in enumerate(cases):
-        diff = differences(machine, case, build)
+        diff = differences(machine, case, build, topo)
         if diff:
             failures.append(f"case {i} {case['section']} env={case['env']} mask={case.get('initial_mask')}: "
                             + "; ".join(f"{k}: recorded {w!r}, planned {g!r}" for k, (w, g) in diff.items()))
