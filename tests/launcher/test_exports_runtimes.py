@@ -13,12 +13,13 @@ environment the program saw, must predict every mask, the load-time one included
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from helpers import torch_package_dir
 
 from affinity.cpulist import parse_list
 from affinity.machine.topology import Topology
@@ -73,7 +74,7 @@ int main(void) {
 }
 """
 
-TORCH_LIB = Path(importlib.util.find_spec("torch").origin).parent / "lib"  # found without importing torch
+TORCH_LIB = torch_package_dir() / "lib"
 LIBOMP = Path("/usr/lib/llvm-14/lib/libomp.so.5")
 RUNTIMES = ("gcc-libgomp", "torch-libgomp", "libiomp5", "libomp")
 

@@ -15,16 +15,10 @@ from typing import Any
 from affinity.cpulist import format_list
 from affinity.machine.topology import Topology
 from affinity.planning.gnu import sysfs_view
+from helpers import torch_package_dir
 
 REPLAY = Path(__file__).resolve().parents[2] / "golden_gomp" / "replay"
-
-
-def torch_libgomp() -> Path:
-    """The libgomp PyTorch's wheel ships (found without importing torch)."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or spec.origin is None:
-        raise FileNotFoundError("torch is not installed (make installs the torch extra)")
-    return Path(spec.origin).parent / "lib" / "libgomp.so.1"
+TORCH_LIB = torch_package_dir() / "lib" / "libgomp.so.1"
 
 
 def _replay_module() -> Any:

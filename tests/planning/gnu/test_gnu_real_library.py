@@ -25,7 +25,7 @@ from affinity.errors import PlanError
 from affinity.machine.topology import Topology
 from affinity.planning.gnu import plan_gomp
 from gnu_golden import GOLDEN, topology
-from gnu_realgomp import RealGomp, gcc_libgomp_available, torch_libgomp, tree_files
+from gnu_realgomp import TORCH_LIB, RealGomp, gcc_libgomp_available, tree_files
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not gcc_libgomp_available(), reason="needs gcc -fopenmp (Debian's libgomp)")]
@@ -110,7 +110,7 @@ def _env(rng, cpus, n):
 
 @pytest.fixture(scope="module", params=["gcc12", "torch"])
 def real(request):
-    lib = None if request.param == "gcc12" else torch_libgomp()
+    lib = None if request.param == "gcc12" else TORCH_LIB
     r = RealGomp(lib)
     yield request.param, r
     r.close()
