@@ -37,10 +37,9 @@ class Context:
     build: Build
     messages: list[str] = field(default_factory=list)
 
-    @property
-    def max_cpu(self) -> int:
-        """:func:`cpu_limit` of the process mask."""
-        return cpu_limit(self.mask)
+    def __post_init__(self) -> None:
+        #: :func:`cpu_limit` of the process mask
+        self.max_cpu = cpu_limit(self.mask)
 
     def error(self, text: str) -> None:
         self.messages.append(text)
