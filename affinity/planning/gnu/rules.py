@@ -24,7 +24,7 @@ from ..rules import Memo, Outcome
 from .builds import BUILDS
 from .runtime import GOMP_VARIABLES, GompPlan, plan_gomp
 
-__all__ = ["GnuRules", "GNU", "GNU_TORCH", "runtime_for_library"]
+__all__ = ["GnuRules", "GnuSettings", "GNU", "GNU_TORCH", "runtime_for_library"]
 
 
 
@@ -42,6 +42,14 @@ def _granularity(g: GompPlan) -> str | None:
 
 
 @dataclass(frozen=True)
+class GnuSettings:
+    """What :meth:`GnuRules.read` keeps: the sorted variables and the strictness."""
+
+    env: tuple[tuple[str, str], ...]
+    strict: bool
+
+
+@dataclass(frozen=True)
 class GnuRules:
     """The rules of one libgomp build (see :mod:`affinity.planning.rules`)."""
 
@@ -49,17 +57,21 @@ class GnuRules:
     build: str
     VARIABLES: tuple[str, ...] = tuple(sorted(GOMP_VARIABLES))
 
-    def evaluate(self, env: tuple[tuple[str, str], ...], topology: Any, initial: frozenset[int], *,
-                 strict: bool, threads: int | None, memo: Memo) -> Outcome:
-        """What this libgomp does with the sorted variables ``env`` on ``topology``.
+    def read(self, env: tuple[tuple[str, str], ...], *, strict: bool) -> GnuSettings:
+        """The sorted variables as libgomp will read them.  Its parsing depends on
+        the process mask and the machine (libgomp sizes its CPU sets from the mask,
+        builds abstract places from sysfs), so it runs in :meth:`evaluate`."""
+        return GnuSettings(env, strict)
 
-        ``strict``: a value libgomp calls invalid (and ignores) raises
+    def evaluate(self, settings: GnuSettings, topology: Any, initial: frozenset[int], *, memo: Memo) -> Outcome:
+        """What this libgomp does with ``settings`` on ``topology`` (plans are
+        remembered per topology by :func:`~affinity.planning.gnu.runtime.plan_gomp`).
+
+        Strict settings: a value libgomp calls invalid (and ignores) raises
         :class:`~affinity.errors.SpecError` naming the variable and value."""
-        values = dict(env)
-        if threads is not None:
-            values["OMP_NUM_THREADS"] = str(threads)
+        values = dict(settings.env)
         g = plan_gomp(values, topology, initial, self.build)
-        if strict:
+        if settings.strict:
             for w in g.warnings:
                 if w.startswith("Invalid value for envir"):
                     var = w.rsplit(" ", 1)[1]
