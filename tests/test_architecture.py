@@ -50,8 +50,6 @@ EXCEPTIONS_ALLOWED = {
     ("affinity.tuning.space", "TuneUsageError"): "#19 item 4: TuneError and its kin into errors.py",
     ("affinity.tuning.space", "SpaceError"): "#19 item 4: TuneError and its kin into errors.py",
     ("affinity.tuning.space", "TuneError"): "#19 item 4: TuneError and its kin into errors.py",
-    ("affinity.planning.gnu.places", "_Reject"): "#19 item 8: libgomp's parser control flow (owner: gnu)",
-    ("affinity.planning.gnu.places", "_Crash"): "#19 item 8: libgomp's parser control flow (owner: gnu)",
 }
 
 

@@ -35,6 +35,7 @@ from typing import Any
 from ..cpulist import format_list, parse_list, runs
 from ..errors import PlanError
 from ..machine.topology import Topology
+from .gnu.rules import GNU, GNU_TORCH
 from .intel import llvm
 from .intel import runtime as intel
 from .intel.runtime import kmp_mask_str
@@ -49,6 +50,8 @@ __all__ = ["Plan", "RUNTIMES", "plan", "plan_env"]
 RUNTIMES: dict[str, Rules] = {
     intel.NAME: intel,
     llvm.NAME: llvm,
+    GNU.NAME: GNU,  # GNU libgomp, GCC 12 (planning/gnu/)
+    GNU_TORCH.NAME: GNU_TORCH,  # PyTorch's bundled libgomp, GCC 8.5 (planning/gnu/builds.py)
 }
 #: The runtime whose rules a plan follows when none is named.
 DEFAULT_RUNTIME = "intel"
