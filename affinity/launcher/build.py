@@ -17,10 +17,11 @@ from ..cpulist import IdList, format_list, parse_list
 from ..errors import PlanError
 from ..machine.cgroup import CpuQuota, cpu_quota, cpuset_cpus, default_thread_count
 from ..machine.topology import Topology
+from ..planning import precedence
 from ..planning.envvars import plan_environment
 from ..planning.memory import check_nodes
 from ..planning.planner import plan, plan_env
-from ..planning.ranks import LocalRank, Share, parse_rank, partition
+from ..planning.ranks import LocalRank, Share, launcher_binding, parse_rank, partition, place_rank
 from ..planning.spec import DEFAULT_SPEC, PLACEMENT_VARIABLES
 from .options import RunOptions
 from .preload import pin_environment
@@ -147,6 +148,9 @@ class Launch:
         A refused memory policy is a warning.
     verbose : bool
         Say what is applied.
+    notices : tuple of str
+        Always said, though nothing is wrong: a launcher's own binding that the
+        rank's share follows.
     """
 
     instances: tuple[Instance, ...]
@@ -155,6 +159,7 @@ class Launch:
     rank: LocalRank | None = None
     membind_optional: bool = False
     verbose: bool = False
+    notices: tuple[str, ...] = ()  #: always said (a launcher's binding followed)
 
     @property
     def spawn(self) -> bool:
@@ -174,6 +179,7 @@ class Launch:
             "rank": None if self.rank is None else {"rank": self.rank.rank, "size": self.rank.size,
                                                      "source": self.rank.source},
             "warnings": list(self.warnings),
+            "notices": list(self.notices),
             "notes": list(self.notes),
             "instances": [{
                 "index": i.index, "argv": list(i.argv), "cpus": format_list(i.cpus),
@@ -225,9 +231,10 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
     """
     warnings: list[str] = []
     notes: list[str] = []
+    notices: list[str] = []
     nodes = _Nodes.of(topology, ctx)
     selected = _select_cpus(opts, topology, ctx, nodes, notes)
-    rank, rank_share = _rank_share(opts, topology, ctx, selected, notes)
+    rank, rank_share = _rank_share(opts, topology, ctx, selected, notes, notices)
     work = topology.with_allowed(rank_share.cpus if rank_share is not None else selected)
     shares = _instance_shares(opts, work, rank_share)
     mem_nodes = _explicit_mem_nodes(opts, topology, nodes)
@@ -240,16 +247,16 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
         p = _make_plan(opts.spec, threads, topology, cpus, ctx)
         warnings.extend(f"planner: {w}" for w in getattr(p, "warnings", ()))
         slots = tuple(p.cpusets)  # thread i of the team on the plan's set i
-        if opts.threads is not None and opts.threads > len(cpus):
-            warnings.append(f"instance {i}: --threads {opts.threads} on {len(cpus)} CPU"
-                            f"{'s' if len(cpus) != 1 else ''} ({format_list(cpus)}) oversubscribes them")
+        warnings.extend(f"instance {i}: {w}" for w in precedence.oversubscription(
+            threads, cpus, "--threads" if opts.threads is not None else "OMP_NUM_THREADS"))
         env = _instance_env(i, len(shares), p, slots, opts, ctx.environ)
+        notes.extend(f"instance {i}: {n}" for n in precedence.replaced(env, ctx.environ))
         policy, policy_nodes, required = _memory_policy(i, share, opts, mem_nodes, nodes, warnings)
         log = os.path.join(opts.log_dir, f"instance-{i}.log") if opts.log_dir else None
         instances.append(Instance(i, tuple(opts.command), cpus, policy, frozenset(policy_nodes), required,
                                   threads, slots, env, log, share))
     return Launch(tuple(instances), tuple(warnings), tuple(notes), rank, opts.membind_optional,
-                  opts.verbose)
+                  opts.verbose, tuple(notices))
 
 
 # 1. the CPUs to work with
@@ -302,12 +309,16 @@ def _cpunodebind(ids: IdList, topology: Topology, base: frozenset[int], nodes: _
 # 2. ranks: this process's share of the node
 
 def _rank_share(opts: RunOptions, topology: Topology, ctx: Context, selected: frozenset[int],
-                notes: list[str]) -> tuple[LocalRank | None, Share | None]:
+                notes: list[str], notices: list[str]) -> tuple[LocalRank | None, Share | None]:
+    """This rank's share (:func:`~affinity.planning.ranks.place_rank`): a launcher
+    that bound the rank itself is followed, and that is said (``notices``)."""
     if opts.ranks is None:
         return None, None
     rank = parse_rank(opts.ranks, ctx.environ)
+    binding = launcher_binding(ctx.environ, rank) if opts.ranks == "auto" else None
+    whole = (ctx.cgroup_cpus or topology.cpuset) & topology.cpuset
     try:
-        share = partition(topology.with_allowed(selected), rank.size)[rank.rank]
+        share, how = place_rank(topology.with_allowed(selected), rank, binding, whole)
     except PlanError as e:
         hint = ""
         if ctx.cgroup_cpus and selected < (ctx.cgroup_cpus & topology.cpuset):
@@ -316,7 +327,7 @@ def _rank_share(opts: RunOptions, topology: Topology, ctx: Context, selected: fr
                     f"(Open MPI does by default), start it with --bind-to none "
                     f"(srun: --cpu-bind=none) or pass --norespect")
         raise PlanError(f"--ranks: {rank.size} ranks on this node ({rank.source}): {e}{hint}") from e
-    notes.append(f"rank {rank.rank} of {rank.size} on this node ({rank.source}): {share.describe()}")
+    (notices if binding is not None else notes).append(how)
     return rank, share
 
 
@@ -369,14 +380,11 @@ def _cores_in(topology: Topology, cpus: frozenset[int]) -> int:
 
 
 def _env_threads(environ: Mapping[str, str], warnings: list[str]) -> int | None:
-    text = environ.get("OMP_NUM_THREADS")
-    if text is None:
-        return None
-    first = text.split(",")[0].strip()
-    if first.isdigit() and int(first) > 0:
-        return int(first)
-    warnings.append(f"ignoring OMP_NUM_THREADS={text!r}: not a positive thread count")
-    return None
+    """``OMP_NUM_THREADS`` by the rule :func:`affinity.planning.precedence.team_size`
+    (``--threads`` wins: see :func:`_thread_count`)."""
+    threads, said = precedence.team_size(None, environ)
+    warnings.extend(said)
+    return threads
 
 
 def _thread_count(i: int, cores: int, opts: RunOptions, ctx: Context, env_threads: int | None, sharing: int,
