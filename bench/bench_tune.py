@@ -22,7 +22,7 @@ over the seeds, and their ratios to TPE and to random) goes to
 Run it as ``.venv/bin/python -m pytest bench/bench_tune.py -q`` (asserts the issue's
 targets, see the tests), or as a script, for other seeds::
 
-    .venv/bin/python bench/bench_tune.py --seeds 10 --first-seed 200
+    .venv/bin/python bench/bench_tune.py --seeds 10 --first-seed 300
     .venv/bin/python bench/bench_tune.py --write   # seeds 0-9 and 200-209 -> surfaces/RESULTS.md
 
 About 70 s per set of 10 seeds on one CPU for the 23 surfaces (cheapest faithful
