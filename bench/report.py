@@ -324,7 +324,7 @@ def tuner_section() -> list[str]:
     table = HERE / "surfaces" / "RESULTS.md"
     if table.exists():
         body = table.read_text().split("\n", 1)[1].strip()  # its own title dropped
-        out += ["### Evaluations to within 3 % of the best: this tuner, plain optuna TPE, random search", "",
+        out += ["### Tuner: sample efficiency (this tuner, plain optuna TPE, random search)", "",
                 body.replace("\n# ", "\n#### "), ""]
     run = HERE / "surfaces" / "real_run_2cpu.txt"
     if run.exists():
