@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..machine import _native
-from ..cpulist import format_list
-from ..errors import ForeignTopologyError, MaskNarrowedError, NoSuchThread
+from ..cpulist import MAX_CPUS, check_ids, format_list
+from ..errors import ForeignTopologyError, MaskNarrowedError, NoSuchThread, SpecError
 from ..machine.topology import Topology
 
 __all__ = [
@@ -67,19 +67,17 @@ def _cpus(cpus: Iterable[int], what: str, tid: int | None = None) -> frozenset[i
     once is returned as it is (:func:`_checked` remembers it)."""
     if cpus.__class__ is frozenset and _checked(cpus):
         return cpus  # type: ignore[return-value]
-    s = frozenset(int(c) for c in cpus)
-    if not s or min(s) < 0:
-        where = what if tid is None else f"{what}[tid={tid}]"
-        if not s:
-            raise ValueError(f"{where}: empty CPU set")
-        raise ValueError(f"{where}: negative CPU index in {sorted(s)}")
+    where = what if tid is None else f"{what}[tid={tid}]"
+    s = check_ids(cpus, "CPU", where=where)
+    if not s:
+        raise SpecError(f"{where}: empty CPU set")
     return s
 
 
 @functools.lru_cache(maxsize=4096)
 def _checked(cpus: frozenset[int]) -> bool:
-    """A non-empty set of non-negative Python ints (what :func:`_cpus` lets through)."""
-    return bool(cpus) and all(c.__class__ is int for c in cpus) and min(cpus) >= 0
+    """A non-empty set of Python ints in range (what :func:`_cpus` lets through)."""
+    return bool(cpus) and all(c.__class__ is int for c in cpus) and min(cpus) >= 0 and max(cpus) < MAX_CPUS
 
 
 def _verify(requested: frozenset[int], got: frozenset[int], call: str, tid: int, strict: bool) -> None:

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..cpulist import format_list, parse_list
+from ..cpulist import check_id, check_ids, format_list, parse_list
 from ..errors import TopologyError
 from . import _native
 
@@ -568,10 +568,11 @@ def _numa_from_arg(arg: Any, source: str) -> list[tuple[int, frozenset[int], int
     out = []
     for node_id, cpus in items:
         try:
-            cs = parse_list(cpus) if isinstance(cpus, str) else frozenset(int(c) for c in cpus)
+            cs = parse_list(cpus) if isinstance(cpus, str) else check_ids(cpus, where=f"NUMA node {node_id}")
+            nid = check_id(node_id, "node", where="numa_nodes")
         except ValueError as e:
             raise TopologyError(f"NUMA node {node_id}: {e}", source) from e
-        out.append((int(node_id), cs, 0, None))
+        out.append((nid, cs, 0, None))
     return out
 
 

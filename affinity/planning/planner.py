@@ -27,7 +27,7 @@ from typing import Any
 
 from . import runtime as rt
 from . import ktopo as kt
-from ..cpulist import format_list, parse_list, runs
+from ..cpulist import check_ids, format_list, parse_list, runs
 from ..errors import PlanError, SpecError
 from .spec import (SETTINGS_VARIABLES, KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, ProcList,
                    Settings, parse_assignments)
@@ -468,7 +468,7 @@ def _mask(topology: Topology, initial_mask: Any) -> frozenset[int]:
         except ValueError as e:
             raise PlanError(f"bad initial_mask: {e}") from e
     else:
-        m = frozenset(int(c) for c in initial_mask)
+        m = check_ids(initial_mask, where="initial_mask")
     m = frozenset(m) & topology.cpuset
     if not m:
         raise PlanError(f"initial_mask {format_list(initial_mask) if not isinstance(initial_mask, str) else initial_mask}"
