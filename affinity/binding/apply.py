@@ -641,8 +641,13 @@ class pinned:
         return b
 
     def __exit__(self, *exc: object) -> None:
-        self._bindings[-1].restore()
-        self._bindings.pop()
+        b = self._bindings[-1]
+        try:
+            b.restore()
+        finally:
+            if b.active:  # a Ctrl-C before restore() began: it is idempotent, run it to its end
+                b.restore()
+            self._bindings.pop()
 
     def __call__(self, func: F) -> F:  # decorator: a fresh binding per call
         @functools.wraps(func)

@@ -192,15 +192,14 @@ def critical(fn: F) -> F:
 
     @functools.wraps(fn)
     def inner(binding: Any, *a: Any, **k: Any) -> Any:
-        with _serial:
-            try:
-                with _Deferred():
-                    return fn(binding, *a, **k)
-            except BaseException:
-                if binding.active:  # interrupted before anything was done: do it now
-                    with _Deferred():
-                        fn(binding, *a, **k)
-                raise
+        try:
+            with _serial, _Deferred():
+                return fn(binding, *a, **k)
+        except BaseException:
+            if binding.active:  # interrupted before it began (or it failed): once more, to its end
+                with _serial, _Deferred():
+                    fn(binding, *a, **k)
+            raise
 
     return inner  # type: ignore[return-value]
 
