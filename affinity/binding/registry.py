@@ -210,16 +210,15 @@ def applying(fn: F) -> F:
 
     @functools.wraps(fn)
     def inner(*a: Any, **k: Any) -> Any:
-        with _serial:
-            b = None
-            try:
-                with _Deferred() as section:
-                    b = fn(*a, **k)
-                    section.undo = b.restore
-                return b
-            except BaseException:
-                if b is not None and b.active:  # a SIGINT right after the handler came back
-                    b.restore()
-                raise
+        b = None
+        try:
+            with _serial, _Deferred() as section:
+                b = fn(*a, **k)
+                section.undo = b.restore
+            return b
+        except BaseException:
+            if b is not None and b.active:  # a SIGINT right after the handler came back
+                b.restore()
+            raise
 
     return inner  # type: ignore[return-value]
