@@ -649,24 +649,104 @@ def _check_size(pus: int | None, source: str) -> None:
 
 
 def _synthetic_pus(description: str) -> int | None:
-    """The PUs an hwloc synthetic description asks for (the product of the level
-    arities; attributes in ``(...)`` and memory children in ``[...]`` aside), or
-    ``None`` where it cannot tell (hwloc then judges the description)."""
-    text, depth = [], 0
-    for ch in description:
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth = max(0, depth - 1)
-        elif depth == 0:
-            text.append(ch)
-    total = 1
-    for level in "".join(text).split():
-        arity = level.rpartition(":")[2]
-        if not arity.isdigit():
+    """The PUs an hwloc synthetic description asks for, read the way hwloc's own
+    parser reads it (``topology-synthetic.c``), so that nothing it would build is
+    missed: levels apart by spaces or newlines, ``type:`` optional, the arity read
+    by ``strtoul(.., 0)`` (``0x40`` hex, ``010`` octal, a leading ``+``), ``(...)``
+    attributes after it, ``[numa...]`` attached objects.  ``None`` where the text is
+    not in that form (hwloc then refuses it itself).
+
+    Raises
+    ------
+    TopologyError
+        A NUL (C would cut the description there), an arity or an explicit
+        ``indexes=`` value too large to be a machine, or more than :data:`MAX_PUS`.
+    """
+    source = "synthetic:" + description[:80].replace("\0", "\\0")
+    if "\0" in description:
+        raise TopologyError("a NUL character in a synthetic description (hwloc would silently read "
+                            "only the text before it)", source)
+    pos, total, n = 0, 1, len(description)
+    if description.startswith("("):
+        pos = _synthetic_attrs(description, 1, source)
+    while True:
+        while pos < n and description[pos] in " \n":
+            pos += 1
+        if pos >= n:
+            return total
+        if description[pos] == "[":  # attached NUMA nodes: indexes only
+            end = description.find("]", pos)
+            if end < 0:
+                return None
+            attr = description.find("(", pos, end)
+            if attr >= 0:
+                _synthetic_attrs(description, attr + 1, source)
+            pos = end + 1
+            continue
+        if not "0" <= description[pos] <= "9":  # "type:" first
+            colon = description.find(":", pos)
+            if colon < 0:
+                return None
+            pos = colon + 1
+        arity, pos = _strtoul(description, pos, source)
+        if arity is None:
             return None
-        total *= int(arity)
-    return total
+        total *= arity  # at most 128 levels of 12 digits: a small product to compute
+        if pos < n and description[pos] == "(":
+            pos = _synthetic_attrs(description, pos + 1, source)
+
+
+#: characters C's isspace() skips before a number
+_C_SPACE = " \t\n\v\f\r"
+
+
+def _strtoul(text: str, pos: int, source: str) -> tuple[int | None, int]:
+    """C's ``strtoul(text + pos, &end, 0)`` for the values a machine can have:
+    (value, end), value ``None`` where no number starts there or it is 0 (hwloc
+    refuses those itself); too many digits is a :class:`TopologyError` at once."""
+    n = len(text)
+    while pos < n and text[pos] in _C_SPACE:
+        pos += 1
+    if pos < n and text[pos] in "+-":
+        if text[pos] == "-":  # strtoul negates into a huge unsigned value
+            raise TopologyError(f"negative count at {text[pos:pos + 20]!r}", source)
+        pos += 1
+    if text.startswith(("0x", "0X"), pos) and pos + 2 < n and text[pos + 2] in "0123456789abcdefABCDEF":
+        base, start = 16, pos + 2
+        digits = "0123456789abcdefABCDEF"
+    elif text.startswith("0", pos):
+        base, start, digits = 8, pos, "01234567"
+    else:
+        base, start, digits = 10, pos, "0123456789"
+    end = start
+    while end < n and text[end] in digits:
+        end += 1
+    if end == start:
+        return None, pos
+    if end - start > 12:
+        raise TopologyError(f"a count of {end - start} digits at {text[start:start + 20]!r}...: no machine "
+                            f"has that many (at most {MAX_PUS} PUs)", source)
+    value = int(text[start:end], base)
+    return (value or None), end
+
+
+def _synthetic_attrs(text: str, pos: int, source: str) -> int:
+    """Check the ``(...)`` attributes starting at ``pos`` (after the parenthesis):
+    an explicit ``indexes=`` list may not name an index a machine cannot have
+    (hwloc allocates a bitmap up to the largest).  Returns the position after ``)``."""
+    end = text.find(")", pos)
+    if end < 0:
+        return len(text)  # hwloc refuses an unclosed attribute list itself
+    for attr in text[pos:end].split(" "):
+        if not attr.startswith("indexes="):
+            continue
+        value = attr[len("indexes="):]
+        if value and all(c in "0123456789," for c in value):  # an explicit list, base 10
+            for item in value.split(","):
+                if len(item) > 12 or (item and int(item) >= MAX_PUS):
+                    raise TopologyError(f"index {item[:20]} in indexes= is out of range: at most {MAX_PUS} "
+                                        f"PUs (hwloc would allocate a bitmap up to it)", source)
+    return end + 1
 
 
 _system_lock = threading.Lock()
