@@ -14,6 +14,7 @@ import os as _os
 __all__ = [
     "AccessDenied",
     "AffinityError",
+    "ArgumentTypeError",
     "AffinityWarning",
     "BindError",
     "ForeignTopologyError",
@@ -136,6 +137,12 @@ ERRNO_CLASSES = {_errno.ESRCH: NoSuchThread, _errno.EPERM: AccessDenied, _errno.
 
 class NativeUnavailableError(AffinityError, ImportError):
     """The compiled core (hwloc binding) cannot be loaded; the reason says why."""
+
+
+class ArgumentTypeError(AffinityError, TypeError):
+    """An argument of the wrong type (``plan(threads=1.5)``): still the ``TypeError``
+    Python code expects, and an :class:`AffinityError` the command line reports in
+    one line."""
 
 
 class PlanError(AffinityError, ValueError):

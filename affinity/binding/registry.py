@@ -24,7 +24,8 @@ who puts it back when a binding is restored:
 After every binding has ended, environment, masks, memory policy, team sizes and
 BLAS limits are what they were before the first, whatever the order of the
 restores.  Applying and restoring are serialized (one lock), so snapshots and the
-stack order agree.
+stack order agree.  A process forked inside a block inherits the binding but not
+its ownership: its restore leaves the child as it is.
 
 Ctrl-C
 ------
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -57,6 +59,8 @@ _active: list[Any] = []
 _default_mask: dict[int, frozenset[int]] = {}
 #: id(binding) -> the native TID of the thread that applied it (its memory policy is that thread's)
 _applier: dict[int, int] = {}
+#: id(binding) -> the process that applied it: a child forked inside a block is left alone
+_process: dict[int, int] = {}
 
 
 def active() -> list[Any]:
@@ -69,6 +73,7 @@ def add(binding: Any) -> None:
     with _lock:
         _active.append(binding)
         _applier[id(binding)] = threading.get_native_id()
+        _process[id(binding)] = os.getpid()
 
 
 def remove(binding: Any) -> None:
@@ -103,6 +108,7 @@ def release(binding: Any) -> tuple[Any, bool]:
         if idx is not None:
             del _active[idx]
         snap = binding._snapshot
+        _process.pop(id(binding), None)
         default = _default_mask.pop(id(binding), snap.process_mask)
         tid = _applier.pop(id(binding), threading.get_native_id())
         env = _hand_down(snap.env, above, lambda o: o._snapshot.env)
@@ -192,6 +198,9 @@ def critical(fn: F) -> F:
 
     @functools.wraps(fn)
     def inner(binding: Any, *a: Any, **k: Any) -> Any:
+        if _process.get(id(binding), os.getpid()) != os.getpid():  # a child forked inside the block
+            binding.active = False  # its masks, policy and environment are its own now: left alone
+            return None
         try:
             with _serial, _Deferred():
                 return fn(binding, *a, **k)

@@ -33,6 +33,7 @@ from typing import Any
 from ..cpulist import check_id, check_ids, format_list, parse_list
 from ..errors import TopologyError
 from . import _native
+from .userfiles import read_file
 
 __all__ = ["Cache", "Core", "Group", "NumaNode", "PU", "Package", "Topology"]
 
@@ -291,9 +292,7 @@ class Topology:
     def from_xml(path: str | os.PathLike[str]) -> Topology:
         """An hwloc XML file (as written by ``lstopo file.xml``)."""
         path = os.fspath(path)
-        if not os.path.exists(path):
-            raise TopologyError("no such file", path)
-        _check_size(_check_xml_syntax(path), path)
+        _check_size(_check_xml_syntax(path, read_file(path)), path)
         return _from_native(_native.load_topology("xml", path), source=path)
 
     @staticmethod
@@ -331,11 +330,7 @@ class Topology:
             An unreadable or malformed file, naming the file and the line.
         """
         path = os.fspath(path)
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
-        except OSError as e:
-            raise TopologyError(f"cannot read: {e.strerror}", path) from e
+        text = read_file(path).decode("utf-8", errors="replace")
         return _from_cpuinfo_text(text, path, _numa_from_arg(numa_nodes, path))
 
     @staticmethod
@@ -367,14 +362,8 @@ class Topology:
         s = os.fspath(src)
         if s.startswith("synthetic:"):
             return Topology.from_synthetic(s[len("synthetic:"):])
-        if not os.path.exists(s):
-            raise TopologyError("no such file (expected an hwloc XML file, a cpuinfo file, "
-                                "'synthetic:<description>' or 'system')", s)
-        try:
-            with open(s, "rb") as fh:
-                head = fh.read(4096).lstrip()
-        except OSError as e:
-            raise TopologyError(f"cannot read: {e.strerror or e}", s) from None
+        head = read_file(s, missing=" (expected an hwloc XML file, a cpuinfo file, "
+                                    "'synthetic:<description>' or 'system')")[:4096].lstrip()
         if head.startswith(b"<?xml") or head.startswith(b"<topology"):
             return Topology.from_xml(s)
         return Topology.from_cpuinfo(s, numa_nodes)
@@ -505,8 +494,8 @@ def _from_cpuinfo_text(text: str, source: str,
             records.append(cur)
         elif cur is None:
             raise TopologyError(f"field {name!r} before any 'processor' line", source, lineno)
-        if not value.isdigit():
-            raise TopologyError(f"{name!r} must be a non-negative integer, got {value!r}", source, lineno)
+        if not (value.isascii() and value.isdigit()) or len(value) > 9:  # isdigit alone: '²', '٣'
+            raise TopologyError(f"{name!r} must be a non-negative integer, got {value[:20]!r}", source, lineno)
         if name in cur:
             raise TopologyError(f"{name!r} given twice for one processor", source, lineno)
         cur[name] = (int(value), lineno)
@@ -588,6 +577,7 @@ def _from_native(loaded: Any, source: str) -> Topology:
     pus = [o for o in objs if o.type == "PU"]
     if not pus:
         raise TopologyError("hwloc found no PU", source)
+    _check_objects(objs, pus, source)
     pkg_of: dict[int, int] = {}
     for p in pkgs:
         for c in p.cpuset:
@@ -619,18 +609,38 @@ def _from_native(loaded: Any, source: str) -> Topology:
                      loaded.allowed, source, loaded.this_system, position)
 
 
-def _check_xml_syntax(path: str) -> int:
-    """hwloc reports a broken XML file without a position: find it ourselves.
-    Returns the number of PUs the file describes."""
+def _check_objects(objs: Sequence[Any], pus: Sequence[Any], source: str) -> None:
+    """What hwloc accepts from a crafted XML file but no machine has: a PU whose
+    index is out of range (``os_index="-1"`` reads as 4294967295) or whose cpuset is
+    not its own bit, twice the same PU, an object whose cpuset names CPUs that are
+    no PU (a garbage ``cpuset=``)."""
+    seen: set[int] = set()
+    for pu in pus:
+        o = pu.os_index
+        if o is None or not 0 <= o < MAX_PUS:
+            raise TopologyError(f"a PU with os_index {'unknown (-1)' if o is None else o} (out of range: PUs "
+                                f"are 0 to {MAX_PUS - 1})", source)
+        if o in seen or frozenset(pu.cpuset) != {o}:
+            raise TopologyError(f"PU {o}: cpuset {{{format_list(pu.cpuset)}}} is not its own CPU "
+                                f"(or the PU is listed twice)", source)
+        seen.add(o)
+    for obj in objs:
+        stray = frozenset(obj.cpuset) - seen
+        if stray:
+            shown = format_list(sorted(stray)[:8]) + ("..." if len(stray) > 8 else "")
+            raise TopologyError(f"{obj.type} {obj.os_index}: cpuset names CPUs that are no PU ({shown})", source)
+
+
+def _check_xml_syntax(path: str, data: bytes) -> int:
+    """hwloc reports a broken XML file without a position: find it ourselves in
+    ``data`` (the file's bytes).  Returns the number of PUs the file describes."""
     import xml.etree.ElementTree as ET
 
     try:
-        root = ET.parse(path).getroot()
+        root = ET.fromstring(data)
     except ET.ParseError as e:
         line = e.position[0] if getattr(e, "position", None) else None
         raise TopologyError(f"not well-formed XML: {e}", path, line) from None
-    except OSError as e:
-        raise TopologyError(f"cannot read: {e.strerror}", path) from e
     if root.tag != "topology":
         raise TopologyError(f"root element is <{root.tag}>, not an hwloc <topology>", path, 1)
     return sum(1 for o in root.iter("object") if o.get("type") == "PU")

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..cpulist import check_ids, format_list, parse_list, runs
-from ..errors import PlanError, SpecError
+from ..errors import ArgumentTypeError, PlanError, SpecError
 from ..machine.topology import Topology
 from .intel import runtime as intel
 from .intel.runtime import kmp_mask_str
@@ -468,7 +468,7 @@ def _run(env_items: tuple[tuple[str, str], ...], topology: Topology | None, init
         raise TypeError(f"topology must be a Topology, not {type(topology).__name__}")
     if threads is not None:
         if isinstance(threads, bool) or not isinstance(threads, int):
-            raise TypeError(f"threads must be an int, not {type(threads).__name__}")
+            raise ArgumentTypeError(f"threads must be an int, not {type(threads).__name__} ({threads!r:.40})")
         if threads < 1:
             raise PlanError(f"threads must be at least 1, got {threads}")
     init = _mask(topology, initial_mask)
@@ -613,7 +613,7 @@ def plan(spec: Any = None, threads: int | None = None, topology: Topology | None
     merged.update(_spec_env(spec))
     if threads is not None:
         if isinstance(threads, bool) or not isinstance(threads, int):
-            raise TypeError(f"threads must be an int, not {type(threads).__name__}")
+            raise ArgumentTypeError(f"threads must be an int, not {type(threads).__name__} ({threads!r:.40})")
         if threads < 1:
             raise PlanError(f"threads must be at least 1, got {threads}")
         merged["OMP_NUM_THREADS"] = str(threads)

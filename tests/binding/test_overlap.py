@@ -177,3 +177,32 @@ def test_decorator_shared_by_two_threads_keeps_each_threads_binding():
     t1.join(10)
     assert seen == {0: [True, True], 1: [True, True]}
     assert _env_now() == env0 and registry.active() == []
+
+
+def test_a_child_forked_inside_a_block_is_left_alone():
+    """Before: a child forked from a thread pinned to {1} was moved to the main
+    thread's mask when it left the block."""
+
+    def go():
+        os.sched_setaffinity(0, {CPUS[1]})
+        r, w = os.pipe()
+        with affinity.pinned("compact", threads=1, **KW) as b:
+            pid = os.fork()
+            if pid == 0:  # the child: leaves the block, reports its mask and environment
+                try:
+                    before = sorted(os.sched_getaffinity(0))
+                    omp = os.environ.get("OMP_NUM_THREADS")
+                    b.restore()
+                    after = sorted(os.sched_getaffinity(0))
+                    os.write(w, repr((before, after, omp, os.environ.get("OMP_NUM_THREADS"))).encode())
+                finally:
+                    os._exit(0)
+            os.close(w)
+            got = os.read(r, 4096).decode()
+            os.waitpid(pid, 0)
+            assert b.active  # the parent's binding is the parent's
+        return got
+
+    before, after, omp, omp_after = eval(in_thread(go))  # noqa: S307 - our own repr
+    assert before == after == [CPUS[1]]
+    assert omp == omp_after == "1"
