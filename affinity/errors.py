@@ -24,6 +24,7 @@ __all__ = [
     "PlanError",
     "SpecError",
     "TopologyError",
+    "UnsafeFile",
     "UnsupportedError",
 ]
 
@@ -133,6 +134,12 @@ class ForeignTopologyError(UnsupportedError):
 
 #: errno -> the class that names it (everything else is a plain :class:`BindError`)
 ERRNO_CLASSES = {_errno.ESRCH: NoSuchThread, _errno.EPERM: AccessDenied, _errno.EACCES: AccessDenied}
+
+
+class UnsafeFile(AffinityError, OSError):
+    """A file or folder of ours (the launch cache) that is not what we created: a
+    symlink, another user's, writable by others, a FIFO or device (see
+    :mod:`affinity.machine.userfiles`)."""
 
 
 class NativeUnavailableError(AffinityError, ImportError):

@@ -22,9 +22,7 @@ import os
 import stat
 from typing import Any
 
-from ..errors import AffinityError, TopologyError
-
-__all__ = ["MAX_READ", "UnsafeFile", "open_private", "private_dir", "read_file", "why"]
+__all__ = ["MAX_READ", "open_private", "private_dir", "read_file", "why"]
 
 #: The most bytes :func:`read_file` reads: an hwloc XML of an 8,192-PU machine is
 #: a few MB; a cpuinfo file of one is about 10 MB.
@@ -35,9 +33,10 @@ _WHY = {errno.ENOENT: "no such file", errno.EACCES: "permission denied (EACCES)"
         errno.EISDIR: "is a folder", errno.ELOOP: "is a symbolic link (not followed)"}
 
 
-class UnsafeFile(AffinityError, OSError):
-    """A private file or folder that is not what we created: a symlink, another
-    user's, writable by others, or not a regular file."""
+def _unsafe(err: int, message: str) -> Exception:
+    from ..errors import UnsafeFile  # lazy: `affinity run`'s fast path imports only built-ins until here
+
+    return UnsafeFile(err, message)
 
 
 def why(err: OSError) -> str:
@@ -53,7 +52,7 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def read_file(path: str | os.PathLike[str], *, limit: int = MAX_READ, error: Any = TopologyError,
+def read_file(path: str | os.PathLike[str], *, limit: int = MAX_READ, error: Any = None,
               missing: str = "") -> bytes:
     """The bytes of the regular file ``path``, at most ``limit`` of them
     (``missing`` is added to the message of a file that does not exist).
@@ -64,6 +63,8 @@ def read_file(path: str | os.PathLike[str], *, limit: int = MAX_READ, error: Any
         Cannot be opened (the errno in words), not a regular file (refused before
         any read: a FIFO or device never blocks), or larger than ``limit``.
     """
+    if error is None:
+        from ..errors import TopologyError as error  # lazy: see _unsafe
     p = os.fspath(path)
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -91,15 +92,19 @@ def read_file(path: str | os.PathLike[str], *, limit: int = MAX_READ, error: Any
 
 
 def private_dir(path: str, *, create: bool) -> str | None:
-    """``path`` as a folder of ours: not a symlink (``lstat``), owned by this user,
-    not writable by group or others.  Created (mode 0700, parents too) when
-    ``create``; ``None`` when it does not exist and ``create`` is false.
+    """``path`` (absolute) as a folder of ours: not a symlink (``lstat``), owned by
+    this user, not writable by group or others; every symlink on the way to it this
+    user's or root's, and every folder above it too (or sticky, like ``/tmp``).
+    Created (mode 0700) when ``create``; ``None`` when it does not exist and
+    ``create`` is false.
 
     Raises
     ------
     UnsafeFile
-        It exists and is a symlink, another user's, or open to others.
+        It or a folder above it is another user's or open to others, a symlink
+        on the way is another user's, or it is a symlink itself.
     """
+    _check_way(os.path.dirname(path))
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -111,15 +116,46 @@ def private_dir(path: str, *, create: bool) -> str | None:
     return path
 
 
+def _check_way(parent: str) -> None:
+    """The folders above a private folder: a symlink on the way must be this user's
+    or root's (another user's ``$XDG_CACHE_HOME -> /etc`` is not followed), and
+    every real folder above owned by this user or root and not open to others
+    unless sticky (another user's home, a world-writable folder)."""
+    me = os.geteuid()
+    cur = "/"
+    for name in parent.split("/"):
+        if not name:
+            continue
+        cur = os.path.join(cur, name)
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            break  # the rest is created by us
+        if stat.S_ISLNK(st.st_mode) and st.st_uid not in (me, 0):
+            raise _unsafe(errno.EPERM, f"{cur}: a symbolic link owned by uid {st.st_uid}; not followed")
+    real = os.path.realpath(parent)
+    while not os.path.exists(real):
+        real = os.path.dirname(real)
+    while True:
+        st = os.stat(real)
+        if st.st_uid not in (me, 0):
+            raise _unsafe(errno.EPERM, f"{real}: owned by uid {st.st_uid}; a folder of ours is not put there")
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+            raise _unsafe(errno.EPERM, f"{real}: writable by other users; a folder of ours is not put there")
+        if real == "/":
+            return
+        real = os.path.dirname(real)
+
+
 def _check_ours(st: os.stat_result, path: str, *, want_dir: bool) -> None:
     if (stat.S_ISDIR(st.st_mode) if want_dir else stat.S_ISREG(st.st_mode)) is False:
-        raise UnsafeFile(errno.EPERM, f"{path}: is {_kind(st.st_mode)}, not a "
+        raise _unsafe(errno.EPERM, f"{path}: is {_kind(st.st_mode)}, not a "
                                       f"{'folder' if want_dir else 'regular file'} of ours; not used")
     if st.st_uid != os.geteuid():
-        raise UnsafeFile(errno.EPERM, f"{path}: owned by uid {st.st_uid}, not by this user "
+        raise _unsafe(errno.EPERM, f"{path}: owned by uid {st.st_uid}, not by this user "
                                       f"(uid {os.geteuid()}); not used")
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UnsafeFile(errno.EPERM, f"{path}: writable by other users; not used")
+        raise _unsafe(errno.EPERM, f"{path}: writable by other users; not used")
 
 
 def open_private(path: str, flags: int, mode: int = 0o600) -> int:
@@ -139,7 +175,7 @@ def open_private(path: str, flags: int, mode: int = 0o600) -> int:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise UnsafeFile(errno.ELOOP, f"{path}: is a symbolic link; not followed") from None
+            raise _unsafe(errno.ELOOP, f"{path}: is a symbolic link; not followed") from None
         raise
     try:
         _check_ours(os.fstat(fd), path, want_dir=False)
