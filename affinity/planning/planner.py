@@ -32,8 +32,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..cpulist import format_list, parse_list, runs
-from ..errors import PlanError
+from ..cpulist import check_ids, format_list, parse_list, runs
+from ..errors import ArgumentTypeError, PlanError
 from ..machine.topology import Topology
 from .gnu.rules import GNU, GNU_TORCH
 from .intel import llvm
@@ -455,7 +455,8 @@ def _mask(topology: Topology, initial_mask: Any) -> frozenset[int]:
         except ValueError as e:
             raise PlanError(f"bad initial_mask: {e}") from e
     else:
-        m = frozenset(int(c) for c in initial_mask)
+        checked = check_ids(initial_mask, where="initial_mask")
+        m = initial_mask if isinstance(initial_mask, frozenset) and checked == initial_mask else checked
     m = frozenset(m)  # the same object when it is one already
     if not m <= topology.cpuset:
         m &= topology.cpuset
@@ -625,7 +626,7 @@ def plan(spec: Any = None, threads: int | None = None, topology: Topology | None
     merged.update(_spec_env(spec))
     if threads is not None:
         if isinstance(threads, bool) or not isinstance(threads, int):
-            raise TypeError(f"threads must be an int, not {type(threads).__name__}")
+            raise ArgumentTypeError(f"threads must be an int, not {type(threads).__name__} ({threads!r:.40})")
         if threads < 1:
             raise PlanError(f"threads must be at least 1, got {threads}")
         merged["OMP_NUM_THREADS"] = str(threads)
