@@ -30,7 +30,9 @@ sysdeps:
 	@# mpirun.mpich / mpirun.openmpi: the two fight over `mpirun` through update-alternatives, and
 	@# installing Open MPI here leaves `mpirun` as it was), a one-node Slurm (slurmctld, slurmd,
 	@# srun/sbatch, munge; configured and started by the tests themselves, not as services).
-	@# Nothing to do when present (0.1 s); measured on Debian 12: 33 s, 8 MB of packages, 30 MB on disk.
+	@# LLVM's libomp: the exports are read back under every OpenMP runtime (~1 MB).
+	@# Nothing to do when present (0.1 s); measured on Debian 12: 33 s, 8 MB of packages, 30 MB on disk
+	@# (MPI, Slurm, munge).
 	@missing=""; \
 	command -v numactl >/dev/null || missing="$$missing numactl"; \
 	command -v mpirun.mpich >/dev/null || missing="$$missing mpich"; \
@@ -39,6 +41,7 @@ sysdeps:
 	command -v slurmd >/dev/null || missing="$$missing slurmd"; \
 	command -v srun >/dev/null || missing="$$missing slurm-client"; \
 	command -v munged >/dev/null || missing="$$missing munge"; \
+	[ -e /usr/lib/llvm-14/lib/libomp.so.5 ] || missing="$$missing libomp5-14"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing$$missing (test tools: numactl to compare with, MPI launchers, a one-node Slurm)"; \
