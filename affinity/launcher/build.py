@@ -18,6 +18,7 @@ from ..errors import PlanError
 from ..machine.cgroup import CpuQuota, cpu_quota, cpuset_cpus, default_thread_count
 from ..machine.topology import Topology
 from ..planning.envvars import plan_environment
+from .torch_env import torch_environment
 from ..planning.memory import check_nodes
 from ..planning.planner import plan, plan_env
 from ..planning.ranks import LocalRank, Share, parse_rank, partition
@@ -414,6 +415,7 @@ def _instance_env(i: int, count: int, p: Any, slots: tuple[frozenset[int], ...],
                   environ: Mapping[str, str]) -> dict[str, str]:
     """The plan's variables, the instance number (several), the preload's (``--pin-threads``)."""
     env = plan_environment(p, blocktime=opts.blocktime)
+    env.update(torch_environment(p, environ))  # PyTorch: inter-op size, libgomp's load-time pin undone
     if count > 1:
         env["AFFINITY_INSTANCE"] = str(i)
         env["AFFINITY_NUM_INSTANCES"] = str(count)
