@@ -516,7 +516,8 @@ def _apply_steps(b: Binding, tensorflow: Any, openmp: Any, blas: Any, want_mem: 
     # 4. OpenMP runtimes already loaded: size and pin from inside a region
     if openmp is True or openmp == "auto":
         _pin_openmp(b)
-    b.notes.extend(w for w in [census().warning()] if w)  # two runtimes in one process
+    if len(b._snapshot.omp_known) > 1:  # two runtimes in one process: say which
+        b.notes.extend(w for w in [census().warning()] if w)
     # 5. BLAS pools (OpenBLAS, MKL, BLIS): counted and limited
     if blas is True or blas == "auto":
         _limit_blas(b)

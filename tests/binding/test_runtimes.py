@@ -108,3 +108,24 @@ def test_intel_beside_gnu():
         assert fams == [("gnu", "libgomp"), ("intel", "libiomp5")]
     finally:
         p.communicate("\n", timeout=60)
+
+
+APPLY_TWO = r"""
+import ctypes, json, sys, warnings
+import torch
+ctypes.CDLL(sys.argv[1])
+import affinity
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    affinity.apply("compact").restore()
+print(json.dumps([str(x.message) for x in w if x.category is affinity.AffinityWarning]))
+"""
+
+
+def test_apply_warns_when_two_runtimes_are_loaded():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "GOMP_"))}
+    r = subprocess.run([sys.executable, "-c", APPLY_TWO, _system_libgomp()], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    msgs = [m for m in json.loads(r.stdout) if "OpenMP runtimes are loaded" in m]
+    assert len(msgs) == 1 and msgs[0].startswith("affinity: 2 OpenMP runtimes are loaded in one process")
