@@ -76,6 +76,7 @@ def measure(rounds: int) -> dict[str, Any]:
 
     spec, threads = _recommended()
     vs = variants(spec, threads)
+    load_before = os.getloadavg()[0]
     values: dict[str, list[float]] = {label: [] for label, _, _ in vs}
     for r in range(rounds):
         order = vs[r % len(vs):] + vs[:r % len(vs)]
@@ -85,7 +86,8 @@ def measure(rounds: int) -> dict[str, Any]:
 
     return {"machine": {"cpus": len(os.sched_getaffinity(0)), "cpu": platform.processor() or platform.machine(),
                         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                        "torch": torch.__version__},
+                        "torch": torch.__version__,
+                        "load": [round(load_before, 1), round(os.getloadavg()[0], 1)]},
             "spec": spec, "threads": threads, "rounds": rounds, "unit": "images/sec",
             "rows": [{"label": k, "values": v} for k, v in values.items()]}
 
@@ -126,7 +128,10 @@ def section(doc: dict[str, Any] | None = None) -> list[str]:
     infer = [r for r in doc["rows"] if not r["label"].startswith("train")]
     train = [r for r in doc["rows"] if r["label"].startswith("train")]
     return ["## PyTorch (issue 20)", "",
-            f"torch {m['torch']} (CPU build, its bundled libgomp), {m['cpus']} CPUs, {m['date']}; plan "
+            f"torch {m['torch']} (CPU build, its bundled libgomp), {m['cpus']} CPUs, {m['date']}"
+            + (f" (load average {m['load'][0]} at the start, {m['load'][1]} at the end: the machine is shared, "
+               "and pinned threads cannot move away from CPUs others keep busy)" if "load" in m else "")
+            + "; plan "
             f"`{doc['spec']}` with {doc['threads']} threads; {doc['rounds']} rounds, variants interleaved (order "
             "rotated each round), each run a fresh process (`bench/bench_torch.py`). Higher is better; the ratio "
             "is the median over the reference's (◆).", "",

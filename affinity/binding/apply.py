@@ -16,6 +16,9 @@ tf-intra       intra-op worker i -> slot i
 tf-inter       inter-op workers -> the union of the plan (``inter="package"``:
                worker j -> the plan's CPUs in the j-th package used)
 openmp         team member i of each loaded OpenMP runtime -> slot i
+torch-intra    PyTorch's OpenMP team: member i -> slot i, member 0 (the main
+               thread) -> the union of the plan (:mod:`affinity.binding.torch`)
+torch-inter    PyTorch's inter-op pool -> as tf-inter
 main           unchanged (TensorFlow never pins it; children inherit its mask),
                except that an OpenMP team pins it as member 0, as the runtime
                itself would
