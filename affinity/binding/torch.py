@@ -171,13 +171,16 @@ def interop_pool(known: Iterable[int] = ()) -> tuple[tuple[int, ...], bool]:
 
 
 def size_interop(n: int) -> str | None:
-    """``torch.set_num_interop_threads(n)``; the one-line reason when torch refuses."""
+    """``torch.set_num_interop_threads(n)``; the one-line reason when torch refuses
+    and its pool has another size."""
     torch = _torch()
     try:
         torch.set_num_interop_threads(int(n))
     except RuntimeError as e:
         if REFUSED not in str(e):
             raise
+        if torch.get_num_interop_threads() == int(n):
+            return None  # set before (an earlier binding): already the size wanted
         return (f"PyTorch's inter-op pool keeps {torch.get_num_interop_threads()} threads "
                 f"(set_num_interop_threads({n}) refused: parallel work already started, or it was set "
                 f"before); its existing threads were pinned")
