@@ -82,6 +82,47 @@ class RunOptions:
     verbose: bool = False
     blocktime: str | None = DEFAULT_BLOCKTIME  #: None: export no KMP_BLOCKTIME
 
+    def to_words(self, environ: Mapping[str, str] | None = None) -> list[str]:
+        """The ``affinity run`` words that parse back to these options: the inverse of
+        :func:`run_parser` and :func:`options_from_args` (``SPEC``, options, ``--``,
+        the command; nothing for a default).
+
+        Parameters
+        ----------
+        environ : mapping of str to str, optional
+            The environment the words will be parsed in (``KMP_BLOCKTIME`` there is
+            the default of ``--blocktime``); default: an empty one.
+
+        Returns
+        -------
+        list of str
+        """
+        words = [self.spec] if self.spec else []
+        words += _value_words(self)
+        words += [flag for flag, on in _FLAGS if on(self)]
+        if self.blocktime != _blocktime(None, environ or {}):
+            words += ["--blocktime", "none" if self.blocktime is None else self.blocktime]
+        return words + (["--", *self.command] if self.command else [])
+
+
+def _value_words(o: RunOptions) -> list[str]:
+    """The options of :meth:`RunOptions.to_words` that take a value."""
+    pairs = [("-t", o.threads), ("-C", o.physcpubind and o.physcpubind.text),
+             ("-N", o.cpunodebind and o.cpunodebind.text),
+             (_MEMPOLICY_FLAG.get(o.mempolicy or ""), o.mem_nodes and o.mem_nodes.text),
+             ("--pin-skip", hex(o.pin_skip) if o.pin_skip else None),
+             ("--instances", o.instances if o.instances != 1 else None),
+             ("--cores-per-instance", o.cores_per_instance), ("--log-dir", o.log_dir), ("--ranks", o.ranks)]
+    return [w for flag, v in pairs if flag and v is not None for w in (flag, str(v))]
+
+
+_MEMPOLICY_FLAG = {"bind": "-m", "interleave": "-i", "preferred": "-p"}
+_FLAGS: tuple[tuple[str, Callable[[RunOptions], bool]], ...] = (
+    ("--norespect", lambda o: o.norespect), ("-l", lambda o: o.mempolicy == "local"),
+    ("--membind-optional", lambda o: o.membind_optional), ("--pin-threads", lambda o: o.pin_threads),
+    ("--no-pin-main", lambda o: not o.pin_main), ("--pin-children", lambda o: o.pin_children),
+    ("-v", lambda o: o.verbose))
+
 
 def say(text: str) -> None:
     """Write ``affinity run: TEXT`` to stderr, in one write.

@@ -114,6 +114,11 @@ def _plan_text(p: object, spec: str | None) -> str:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from ..cpulist import parse_list  # lazy: a command loads only its own layers
+
+    if getattr(args, "ranks", None) is not None:
+        from .ranks_report import cmd_plan_ranks  # lazy: only for --ranks
+
+        return cmd_plan_ranks(args, _load_topology(args), _write_picture)
     from ..errors import SpecError  # lazy: a command loads only its own layers
     from ..planning.planner import plan  # lazy: a command loads only its own layers
     from ..planning.spec import parse_assignments  # lazy: a command loads only its own layers
@@ -168,6 +173,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from ..binding.bindmap import report  # lazy: a command loads only its own layers
 
+    if getattr(args, "ranks", False):
+        from .ranks_report import cmd_show_ranks  # lazy: only for --ranks
+
+        return cmd_show_ranks(args, _write_picture)
+
     try:
         bmap = report(args.pid)
     except FileNotFoundError:
@@ -195,6 +205,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .workload import main_cli  # lazy: a command loads only its own layers
 
     return main_cli(args)
+
+
+def _ranks_args(adder: str, p: argparse.ArgumentParser) -> None:
+    from . import ranks_report  # lazy: a command loads only its own layers
+
+    getattr(ranks_report, adder)(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -240,12 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true",
                    help="also print the runtime's verbose map (KMP_AFFINITY=verbose: topology, OS proc "
                         "map, one 'bound to OS proc set' line per thread)")
+    _ranks_args("add_plan_args", p)
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("show", help="the bind map of a process: every thread, its mask, CPU and node")
     p.add_argument("pid", nargs="?", type=int, default=None, help="process id (default: this one)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--picture", metavar="FILE", default=None, help="draw the live process (.svg or .png)")
+    _ranks_args("add_show_args", p)
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("bench", help="tf_cnn_benchmarks-style TensorFlow workload on synthetic data")
@@ -270,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_run_parser(sub)
 
-    from ..tuning.cli import add_tune_parser  # lazy: a command loads only its own layers
+    from .tune_cli import add_tune_parser  # lazy: a command loads only its own layers
 
     add_tune_parser(sub)
 

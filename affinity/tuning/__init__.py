@@ -9,9 +9,11 @@
 * :mod:`~affinity.tuning.search`: :func:`~affinity.tuning.search.tune` and
   :class:`~affinity.tuning.search.TuneResult`;
 * :mod:`~affinity.tuning.forms`: a configuration as an environment, an ``affinity run``
-  line and an ``affinity.apply`` call;
-* :mod:`~affinity.tuning.metric`, :mod:`~affinity.tuning.runner`,
-  :mod:`~affinity.tuning.report`, :mod:`~affinity.tuning.cli`: ``affinity tune``.
+  line and an ``affinity.apply`` call.
+
+The ``affinity tune -- CMD`` command (running the command, reading its metric, the
+table and the plot) is a face of the library: ``affinity/tools/tune_*.py``.  Nothing
+here prints; progress goes to a callback or the ``affinity.tuning`` logger.
 
 Nothing is imported here: optuna loads only when a tuner is used.
 """

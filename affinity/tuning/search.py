@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import numbers
 import os
@@ -36,13 +37,13 @@ from ..cpulist import format_list
 from ..machine.topology import Topology
 from . import forms
 from .priors import Priors
-from .report import Progress, describe
 from .sampler import INTERRUPTED, TopologySampler, trial_config
-from .space import Space, TuneError, TuneUsageError, default_space
+from .space import Space, TuneError, TuneUsageError, default_space, describe
 
 __all__ = ["Search", "TrialRecord", "TuneResult", "check_budget", "open_storage", "tune"]
 
 _ATTR = "affinity."  # prefix of the study's user attributes
+_LOG = logging.getLogger("affinity.tuning")
 
 
 # ------------------------------------------------------------------ results
@@ -492,7 +493,7 @@ def _record(t: FrozenTrial, space: Space) -> TrialRecord | None:
 def tune(objective: Callable[[dict[str, Any]], Any], space: Mapping[str, Sequence[Any]] | None = None, *,
          budget: int = 40, seed: int | None = None, topology: Topology | str | None = None,
          direction: str = "maximize", storage: Any = None, study_name: str | None = None,
-         progress: bool = True, baseline: Mapping[str, Any] | float | None = None) -> TuneResult:
+         progress: bool | Callable[[TrialRecord, list[TrialRecord]], None] = False, baseline: Mapping[str, Any] | float | None = None) -> TuneResult:
     """Find the configuration of ``space`` that makes ``objective`` best, in few calls.
 
     Parameters
@@ -525,8 +526,11 @@ def tune(objective: Callable[[dict[str, Any]], Any], space: Mapping[str, Sequenc
     study_name : str, optional
         Default ``affinity-tune-<fingerprint>`` of the machine, the space, the direction
         and the objective's qualified name.
-    progress : bool
-        Write one line per trial (best so far) to stderr.
+    progress : bool or callable
+        ``progress(record, records)`` is called after each trial (a
+        :class:`TrialRecord` and every record so far); ``True`` logs one line per
+        trial at INFO level to the ``affinity.tuning`` logger (the library writes
+        nothing itself: configure :mod:`logging` to see it); False: nothing.
     baseline : mapping or float, optional
         The defaults: a configuration to measure first (one call of ``objective``,
         counted in the budget), or a value already measured.  Gives
@@ -564,16 +568,32 @@ def tune(objective: Callable[[dict[str, Any]], Any], space: Mapping[str, Sequenc
     search = Search(sp, topo, direction=direction, seed=seed, storage=storage, study_name=study_name, key=who)
     base, budget_left, note = _baseline(objective, baseline, budget, search)
     notes += [note] if note else []
-    bar = Progress(budget_left, search.direction, enabled=progress, done=search.done())
     if budget_left > 0:
-        search.run(objective, budget_left, on_trial=bar.update)
-    bar.close()
+        search.run(objective, budget_left, on_trial=_on_trial(progress, budget_left, search.direction))
     records = search.records()
     if records and not any(r.state == "complete" for r in records if r.state != "interrupted"):
         first = next((r for r in records if r.error), None)
         raise TuneError(f"every configuration tried ({len(records)}) was infeasible; first error "
                         f"({describe(first.config) if first else '-'}): {first.error if first else '-'}")
     return search.result(baseline=base, notes=notes)
+
+
+def _on_trial(progress: Any, budget: int, direction: str) -> Callable[[TrialRecord, list[TrialRecord]], None] | None:
+    """What :meth:`Search.run` calls after a trial: the caller's callable, a log line, or nothing."""
+    if callable(progress):
+        return progress
+    if not progress:
+        return None
+    sign = 1 if direction == "maximize" else -1
+
+    def log(record: TrialRecord, records: list[TrialRecord]) -> None:
+        done = [r for r in records if r.state == "complete"]
+        best = max(done, key=lambda r: sign * r.value) if done else None
+        _LOG.info("trial %d/%d: %s = %s; best %s (%s)", sum(r.state != "interrupted" for r in records), budget,
+                  describe(record.config), record.value if record.state == "complete" else record.state,
+                  best.value if best else "-", describe(best.config) if best else "-")
+
+    return log
 
 
 def _baseline(objective: Callable[[dict[str, Any]], Any], baseline: Any, budget: int,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +22,8 @@ from ..errors import AffinityError, SpecError
 from ..machine.topology import Topology
 from ..planning.spec import parse_kmp_affinity
 
-__all__ = ["AFFINITY_TYPES", "KNOWN", "MEMBIND", "Space", "SpaceError", "TuneError", "TuneUsageError",
-           "default_space", "parse_param"]
+__all__ = ["AFFINITY_TYPES", "ENV_PREFIX", "KNOWN", "MEMBIND", "Space", "SpaceError", "TuneError", "TuneUsageError",
+           "default_space", "describe", "parse_param"]
 
 #: the names the tuner reads with the topology, and what each means
 KNOWN = {
@@ -36,6 +37,9 @@ KNOWN = {
     "threads": "threads per instance (affinity run -t)",
     "membind": "memory policy: none, local or interleave",
 }
+#: the prefix of a parameter that is an environment variable of the command (``env:NAME``)
+ENV_PREFIX = "env:"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 COUNTS = ("intra", "inter", "omp", "instances", "threads")
 AFFINITY_TYPES = ("none", "disabled", "compact", "scatter", "balanced")
 MEMBIND = ("none", "local", "interleave")
@@ -55,6 +59,13 @@ class SpaceError(TuneUsageError):
 class TuneError(AffinityError):
     """Tuning failed (every trial failed, a metric never found, a storage that is not a
     study): the command line's exit status 1."""
+
+
+def describe(config: Mapping[str, Any] | None) -> str:
+    """``name=value`` pairs of a configuration, space-separated (``-`` for None)."""
+    if config is None:
+        return "-"
+    return " ".join(f"{k}={v}" for k, v in config.items())
 
 
 def _check_choice(name: str, v: Any) -> Any:
@@ -129,6 +140,9 @@ class Space:
         for name, choices in space.items():
             if not isinstance(name, str) or not name.strip():
                 raise SpaceError(f"space: parameter names are non-empty strings, got {name!r}")
+            if name.startswith(ENV_PREFIX) and not _ENV_NAME.match(name[len(ENV_PREFIX):]):
+                raise SpaceError(f"space: {name!r} is not an environment variable name "
+                                 f"(env:NAME, NAME letters, digits and '_')")
             if isinstance(choices, (str, bytes, Mapping)) or not isinstance(choices, Iterable):
                 raise SpaceError(f"space: {name!r}: expected a list of choices, got {type(choices).__name__} "
                                  f"{choices!r}")

@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))
 
 from affinity.machine.topology import Topology  # noqa: E402
-from affinity.tuning.runner import CommandRunner  # noqa: E402
+from affinity.tools.tune_runner import CommandRunner  # noqa: E402
 from affinity.tuning.space import Space, parse_param  # noqa: E402
 
 

@@ -1,5 +1,5 @@
 """Fixtures of the tuner's tests: the response surfaces of ``bench/surfaces`` (their
-harness is imported from there), a fake workload, and a storage folder."""
+harness is imported from there)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ SURFACES = ROOT / "bench" / "surfaces"
 if str(SURFACES) not in sys.path:
     sys.path.insert(0, str(SURFACES))
 
-FAKE = ROOT / "tests" / "tuning" / "fake_workload.py"
 
 
 @pytest.fixture(scope="session")
@@ -29,9 +28,3 @@ def surfaces():
         return cache[name]
 
     return get
-
-
-@pytest.fixture
-def fake_cmd():
-    """The command line of the fake workload, with extra arguments."""
-    return lambda *args: [sys.executable, str(FAKE), *args]

@@ -163,11 +163,17 @@ def test_minimize_seconds(surfaces):
     assert res.speedup > 1.5
 
 
-def test_progress_goes_to_stderr(surfaces, capsys):
+def test_the_library_prints_nothing_and_reports_progress_when_asked(surfaces, capsys, caplog):
     s = surfaces(SMALL)
-    tune(s.value, s.space, budget=2, seed=0, topology=Topology.from_synthetic(s.topology))
-    err = capsys.readouterr().err
-    assert "2/2" in err and "best" in err
+    seen = []
+    tune(s.value, s.space, budget=2, seed=0, topology=Topology.from_synthetic(s.topology),
+         progress=lambda rec, recs: seen.append((rec.number, len(recs))))
+    assert seen == [(0, 1), (1, 2)]
+    with caplog.at_level("INFO", logger="affinity.tuning"):
+        tune(s.value, s.space, budget=2, seed=0, topology=Topology.from_synthetic(s.topology), progress=True)
+    assert any("trial 2/2" in r.getMessage() and "best" in r.getMessage() for r in caplog.records)
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ""
 
 
 def test_a_space_for_a_bigger_machine_without_a_topology_is_read_as_a_flat_machine():

@@ -13,7 +13,7 @@ import json
 import math
 import re
 
-from .space import TuneUsageError
+from ..tuning.space import TuneUsageError
 
 __all__ = ["DEFAULT_UNITS", "compile_metric", "parse_metric"]
 

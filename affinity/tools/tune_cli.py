@@ -5,7 +5,7 @@
    print the metric, else nothing is searched (exit status 1).
 2. The search (:class:`~affinity.tuning.search.Search`): ``--budget`` trials, each
    CMD run through ``affinity run`` with a candidate placement
-   (:mod:`~affinity.tuning.runner`), a progress line with the best so far.  The
+   (:mod:`~affinity.tools.tune_runner`), a progress line with the best so far.  The
    study is stored (default ``~/.cache/affinity/tune.db``, ``--storage``) under a
    name made of the machine, the command, the metric and the space: the same
    command resumes it; Ctrl-C keeps every finished trial (exit status 130).
@@ -20,17 +20,15 @@ failed, a storage that is not a study), 2 usage, 130 interrupted.
 
 This module only registers the command (:func:`add_tune_parser`): it imports
 nothing but the standard library, so ``affinity``'s other commands do not pay for
-optuna.  The work is :func:`affinity.tuning.command.run`.
+optuna.  The work is :func:`affinity.tools.tune_command.run`.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["add_tune_parser", "cmd_tune", "main"]
+__all__ = ["add_tune_parser", "cmd_tune"]
 
 
 def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -98,36 +96,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     int
         0 done, 1 failure, 2 usage, 130 interrupted.
     """
-    from .command import run  # lazy: optuna and the launcher load only when tune runs
+    from .tune_command import run  # lazy: optuna and the launcher load only when tune runs
 
     return run(args)
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m affinity.tuning.cli tune ...``: the ``tune`` command on its own (what
-    ``affinity tune`` runs once ``affinity/tools/cli.py`` registers it).
-
-    Parameters
-    ----------
-    argv : sequence of str, optional
-        Default ``sys.argv[1:]``.
-
-    Returns
-    -------
-    int
-        The exit status.
-    """
-    parser = argparse.ArgumentParser(prog="affinity")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-    add_tune_parser(sub)
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("affinity tune: interrupted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,8 +1,8 @@
 """What ``affinity tune`` does once its command line is parsed (:func:`run`); the parser
-is :func:`affinity.tuning.cli.add_tune_parser`, kept apart so that registering the
+is :func:`affinity.tools.tune_cli.add_tune_parser`, kept apart so that registering the
 command imports nothing heavy (optuna loads only when ``tune`` runs).
 
-See :mod:`affinity.tuning.cli` for the steps and the exit statuses.
+See :mod:`affinity.tools.tune_cli` for the steps and the exit statuses.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from typing import Any
 
 from ..errors import AffinityError
 from ..machine.topology import Topology
-from . import report
-from .metric import compile_metric
-from .report import Progress, describe
-from .runner import CommandRunner, Measurement
-from .search import Search, TuneResult, check_budget, open_storage
-from .space import KNOWN, Space, TuneError, TuneUsageError, default_space, parse_param
+from ..tuning.search import Search, TuneResult, check_budget, open_storage
+from ..tuning.space import KNOWN, Space, TuneError, TuneUsageError, default_space, describe, parse_param
+from . import tune_report as report
+from .tune_metric import compile_metric
+from .tune_report import Progress
+from .tune_runner import CommandRunner, Measurement
 
 __all__ = ["default_storage", "run"]
 
@@ -34,7 +34,7 @@ def default_storage() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``affinity tune``: see :func:`~affinity.tuning.cli.add_tune_parser` and :mod:`affinity.tuning.cli`.
+    """``affinity tune``: see :func:`~affinity.tools.tune_cli.add_tune_parser` and :mod:`affinity.tools.tune_cli`.
 
     Parameters
     ----------

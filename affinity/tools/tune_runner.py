@@ -2,7 +2,7 @@
 once per trial through ``affinity run`` with the candidate placement applied.
 
 A trial is the command line ``python -m affinity run <run_words> --log-dir DIR --
-[env VAR=VALUE ...] CMD`` (:mod:`~affinity.tuning.forms`), run as a child process in
+[env VAR=VALUE ...] CMD`` (:meth:`~affinity.tuning.config.Config.run_options`), run as a child process in
 its own session: the launcher sets the masks, memory policy and environment and
 starts the instances; each instance's output lands in ``DIR/instance-I.log``.
 The metric is read from every instance's output and summed (throughput of the
@@ -25,9 +25,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import forms
-from .metric import parse_metric
-from .space import TuneUsageError
+from ..tuning.config import Config
+from ..tuning.space import TuneUsageError
+from .tune_metric import parse_metric
 
 __all__ = ["CommandRunner", "Measurement"]
 
@@ -70,7 +70,7 @@ class CommandRunner:
         parameter the tuner does not interpret).
     metric : regex or str, optional
         ``--metric``; default the rate units and JSON ``throughput`` of
-        :func:`~affinity.tuning.metric.parse_metric`.
+        :func:`~affinity.tools.tune_metric.parse_metric`.
     use_time : bool
         ``--time``: the value is the wall time (per copy).
     timeout : float, optional
@@ -120,8 +120,8 @@ class CommandRunner:
 
     def trial_argv(self, config: Mapping[str, Any], log_dir: str) -> list[str]:
         """The command line of a trial."""
-        return [self.python, "-m", "affinity", "run", *forms.run_words(config), "--log-dir", log_dir, "--",
-                *forms.command_words(config, self.command)]
+        opts = Config.of(config).run_options(self.command, log_dir=log_dir)
+        return [self.python, "-m", "affinity", "run", *opts.to_words(self.environ)]
 
     def _run(self, argv: list[str], *, instances: int, log_dir: str | None) -> Measurement:
         t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""How a search is shown: the progress line, the final table, the plot of the trials.
+"""How ``affinity tune`` shows a search: the progress line, the final table, the plot of the trials.
 
 * :class:`Progress`: one line per trial (rewritten in place on a terminal) with a
   bar, the best so far and the last trial;
@@ -20,16 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from .space import TuneError, TuneUsageError
+from ..tuning.space import TuneError, TuneUsageError, describe
 
-__all__ = ["Comparison", "Progress", "compare", "describe", "save_plot", "summarize", "table"]
-
-
-def describe(config: Mapping[str, Any] | None) -> str:
-    """``name=value`` pairs of a configuration, space-separated."""
-    if config is None:
-        return "-"
-    return " ".join(f"{k}={v}" for k, v in config.items())
+__all__ = ["Comparison", "Progress", "compare", "save_plot", "summarize", "table"]
 
 
 def _fmt(v: float | None) -> str:
