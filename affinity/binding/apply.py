@@ -52,7 +52,7 @@ from . import openmp as _omp
 from . import tf as _tf
 from . import threads as _threads
 from . import torch as _torch
-from .runtimes import census
+from .runtimes import census, meaning_notes
 from .bindmap import BindMap, report
 
 __all__ = ["Binding", "Pin", "apply", "pinned"]
@@ -521,6 +521,7 @@ def _apply_steps(b: Binding, tensorflow: Any, openmp: Any, blas: Any, want_mem: 
         _pin_openmp(b)
     if len(b._snapshot.omp_known) > 1:  # two runtimes in one process: say which
         b.notes.extend(w for w in [census().warning()] if w)
+    b.notes.extend(meaning_notes(b.plan))  # OMP_PLACES & co. read otherwise by a loaded libgomp
     # 5. BLAS pools (OpenBLAS, MKL, BLIS): counted and limited
     if blas is True or blas == "auto":
         _limit_blas(b)

@@ -24,8 +24,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["Census", "LoadedRuntime", "census", "family_of", "parse_maps"]
+from ..cpulist import format_list
+from ..errors import PlanError
+from ..planning.gnu import plan_gomp
+
+__all__ = ["Census", "LoadedRuntime", "census", "family_of", "meaning_notes", "parse_maps"]
+
+#: the variables libgomp places its threads by (it ignores KMP_AFFINITY)
+GNU_PLACEMENT = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY")
 
 #: library name pattern -> (kind, family); the one table of OpenMP runtimes' file names
 _LIBRARIES = (
@@ -142,3 +150,36 @@ def census(pid: int | None = None) -> Census:
     with open(f"/proc/{'self' if pid is None else int(pid)}/maps") as fh:
         text = fh.read()
     return Census(pid, tuple(parse_maps(text)))
+
+
+def _sets(cpusets: Any) -> str:
+    return " ".join(f"{{{format_list(c)}}}" for c in cpusets)
+
+
+def meaning_notes(plan: Any, loaded: Census | None = None) -> list[str]:
+    """One line for each GNU libgomp loaded in this process that reads the plan's
+    settings (``OMP_PLACES``/``OMP_PROC_BIND``/``GOMP_CPU_AFFINITY``) into another
+    placement than the rules the plan followed (Intel's by default): what
+    ``apply()`` pins is the plan's, what that libgomp does alone is not.  Nothing
+    when the settings hold none of those variables, or no libgomp is loaded."""
+    env = dict(plan.env)
+    if getattr(plan, "runtime", "intel") == "gnu" or not any(k in env for k in GNU_PLACEMENT):
+        return []
+    loaded = census() if loaded is None else loaded
+    env.setdefault("OMP_NUM_THREADS", str(plan.threads))
+    words = " ".join(f"{k}={env[k]}" for k in GNU_PLACEMENT if k in env)
+    notes = []
+    for rt in loaded.runtimes:
+        if rt.family != "gnu":
+            continue
+        build = "torch" if rt.bundled_by == "torch" else "gcc12"
+        try:
+            g = plan_gomp(env, plan.topology, plan.initial_mask, build=build)
+        except PlanError as e:
+            notes.append(f"{words} is refused by the libgomp loaded here ({rt.path}): {e}")
+            continue
+        if tuple(g.cpusets) != tuple(plan.cpusets):
+            notes.append(f"{words} means something else to the libgomp loaded here ({rt.path}, {build} build): "
+                         f"it places {g.threads} threads on {_sets(g.cpusets)}, where {plan.runtime}'s rules, "
+                         f"followed and pinned here, give {_sets(plan.cpusets)}")
+    return notes

@@ -48,7 +48,7 @@ from ..planning.workers import WorkerLayout, worker_layout
 from . import registry
 from . import threads as _threads
 from .openmp import OpenMPRuntime
-from .runtimes import family_of
+from .runtimes import family_of, meaning_notes
 
 __all__ = ["INTER_NAME", "LoadPin", "TorchAdapter", "attach", "imported", "interop_pool", "load_pin",
            "torch_runtime", "worker_init_fn"]
@@ -288,7 +288,7 @@ class TorchAdapter:
         if not self.binding.active or not imported() or not hasattr(sys.modules["torch"], "set_num_threads"):
             return
         try:
-            for n in self.attach_now():
+            for n in self.attach_now() + meaning_notes(self.binding.plan):
                 warnings.warn(f"affinity: {n}", AffinityWarning, stacklevel=3)
         except Exception as e:  # noqa: BLE001 - never break the user's import
             warnings.warn(f"affinity: PyTorch was imported inside the binding but its threads could not be "

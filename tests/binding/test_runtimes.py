@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from affinity.binding import runtimes
 
 MAPS = """\
@@ -129,3 +131,45 @@ def test_apply_warns_when_two_runtimes_are_loaded():
     assert r.returncode == 0, r.stderr[-3000:]
     msgs = [m for m in json.loads(r.stdout) if "OpenMP runtimes are loaded" in m]
     assert len(msgs) == 1 and msgs[0].startswith("affinity: 2 OpenMP runtimes are loaded in one process")
+
+
+MEANING = r"""
+import json, sys, warnings
+order, settings, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if order == "before":
+    import torch
+import affinity
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    b = affinity.apply(settings, threads=n)
+    if order == "after":
+        import torch
+    cpusets = [sorted(s) for s in b.plan.cpusets]
+    b.restore()
+print(json.dumps({"cpusets": cpusets,
+                  "notes": [str(x.message) for x in w if "means something else" in str(x.message)]}))
+"""
+
+
+@pytest.mark.parametrize("order", ["before", "after", "no-torch"])
+def test_settings_libgomp_reads_otherwise_are_warned(order):
+    """OMP_PLACES=threads OMP_PROC_BIND=close with 3 threads on 2 CPUs: Intel's rules
+    give 0 0 1, libgomp's (PyTorch's build) 0 1 0 -- said once torch's libgomp is loaded."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "GOMP_"))}
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    out = {}
+    for n in (3, 2):
+        r = subprocess.run([sys.executable, "-c", MEANING, order, "OMP_PLACES=threads OMP_PROC_BIND=close", str(n)],
+                           capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 0, r.stderr[-3000:]
+        out[n] = json.loads(r.stdout)
+    assert out[3]["cpusets"] == [[cpus[0]], [cpus[0]], [cpus[1]]]
+    if order == "no-torch":
+        assert out[3]["notes"] == []
+    else:
+        (note,) = out[3]["notes"]
+        assert "OMP_PLACES=threads OMP_PROC_BIND=close means something else to the libgomp loaded here" in note
+        assert "torch build" in note and "/torch/lib/libgomp" in note and "\n" not in note
+        assert f"places 3 threads on {{{cpus[0]}}} {{{cpus[1]}}} {{{cpus[0]}}}" in note
+        assert f"intel's rules, followed and pinned here, give {{{cpus[0]}}} {{{cpus[0]}}} {{{cpus[1]}}}" in note
+    assert out[2]["notes"] == []  # one thread per place: both read it alike
