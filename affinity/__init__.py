@@ -28,8 +28,8 @@ _LAZY = {
     "pinned": "binding.apply",
     "Binding": "binding.apply",
     "report": "binding.bindmap",
-    "plan": "planning.planner",
-    "plan_env": "planning.planner",
+    "plan": "binding.here",
+    "plan_env": "binding.here",
     "Plan": "planning.planner",
     "Settings": "planning.spec",
     "KmpAffinity": "planning.spec",
@@ -76,6 +76,7 @@ if TYPE_CHECKING:  # pragma: no cover
                          PlanError, SpecError, TopologyError, UnsupportedError)
     from .binding.apply import Binding, apply, pinned
     from .binding.bindmap import report
-    from .planning.planner import Plan, plan, plan_env
+    from .binding.here import plan, plan_env
+    from .planning.planner import Plan
     from .planning.spec import KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, ProcList, Settings
     from .machine.topology import Topology

@@ -109,7 +109,6 @@ json.dump(seen, open(sys.argv[1], "w"))
 
 
 def test_pinned_inside_the_slurm_job(slurm, tmp_path):
-    pytest.importorskip("tensorflow", reason="TensorFlow is an extra (make installs it)")
     code, = blocks("A Slurm job on a 2-socket Xeon node", "python")
     (tmp_path / "snippet.py").write_text(PINNED_HARNESS % code)
     r = slurm.client("srun", "-n", "1", f"--cpus-per-task={len(CPUS)}", sys.executable, str(tmp_path / "snippet.py"),
@@ -197,7 +196,6 @@ def test_mpi_and_srun_ranks(slurm, omp_lib, tmp_path):
 
 
 def test_torchrun(tmp_path):
-    pytest.importorskip("torch", reason="torch is an extra (make installs it)")
     line, = blocks("torchrun (DistributedDataParallel on CPUs)")
     out = tmp_path / "out"
     probe = " ".join(probe_command(tmp_path, out, "torch", None))

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import torch_package_dir
+
 from affinity.cpulist import parse_list
 from affinity.machine.topology import Topology
 from affinity.planning.gnu import plan_gomp
@@ -71,7 +73,7 @@ int main(void) {
 }
 """
 
-TORCH_LIB = Path(__import__("torch").__file__).parent / "lib"
+TORCH_LIB = torch_package_dir() / "lib"
 RUNTIMES = ("gcc-libgomp", "torch-libgomp", "libiomp5")
 
 

@@ -30,13 +30,21 @@ def tune(args, tmp_path, *, timeout=240, **kw):
     return subprocess.run(TUNE + list(args), capture_output=True, text=True, timeout=timeout, env=env, **kw)
 
 
+@pytest.mark.slow
+@pytest.mark.tf
 def test_tune_the_tensorflow_workload_of_affinity_bench(tmp_path):
     r = tune(["--budget", "3", "--repeats", "1", "--top", "1", "--json", "--storage", "none", "--",
               sys.executable, "-m", "affinity", "bench", "--model", "matmul", "--num-batches", "3"], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout)
     assert len(out["trials"]) == 3 and all(t["state"] == "complete" for t in out["trials"])
-    assert out["baseline"] > 0 and out["best_value"] > 0 and out["speedup"] > 0
+    assert out["baseline"] > 0 and out["best_value"] > 0
+    # what it reports holds together: the best is one of the trials, the speed-up is its
+    # value over the defaults', and the exported team is the best configuration's
+    assert out["best"] in [t["config"] for t in out["trials"]]
+    assert out["speedup"] == pytest.approx(out["best_value"] / out["baseline"])
+    if "threads" in out["best"]:
+        assert out["environment"]["OMP_NUM_THREADS"] == str(out["best"]["threads"])
     assert out["run_line"].startswith("affinity run ") and "affinity bench --model matmul" in out["run_line"]
     assert out["environment"]["OMP_NUM_THREADS"] and out["verdict"]
     assert [row["label"] for row in out["remeasured"]][0].startswith("defaults")

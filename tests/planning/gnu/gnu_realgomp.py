@@ -15,9 +15,10 @@ from typing import Any
 from affinity.cpulist import format_list
 from affinity.machine.topology import Topology
 from affinity.planning.gnu import sysfs_view
+from helpers import torch_package_dir
 
 REPLAY = Path(__file__).resolve().parents[2] / "golden_gomp" / "replay"
-TORCH_LIB = Path(__import__("torch").__file__).parent / "lib" / "libgomp.so.1"
+TORCH_LIB = torch_package_dir() / "lib" / "libgomp.so.1"
 
 
 def _replay_module() -> Any:
