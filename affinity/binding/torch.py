@@ -309,6 +309,9 @@ class TorchAdapter:
         if refused:
             notes.append(refused)
         self.inter, _ = interop_pool(known=b.pins)
+        if not self.inter:
+            notes.append(f"PyTorch's inter-op pool ({torch.get_num_interop_threads()} threads) could not be told "
+                         f"apart from other {INTER_NAME} threads: not pinned")
         self.pin_pools()
         self.main_note = self._explain_main(undone)
         self._place_workers()
