@@ -533,7 +533,8 @@ def _apply_steps(b: Binding, tensorflow: Any, openmp: Any, blas: Any, want_mem: 
         _pin_openmp(b)
     if len(b._snapshot.omp_known) > 1:  # two runtimes in one process: say which
         b.notes.extend(w for w in [census().warning()] if w)
-    b.notes.extend(meaning_notes(b.plan))  # OMP_PLACES & co. read otherwise by a loaded libgomp
+    if b._snapshot.omp_known:  # settings a loaded runtime reads otherwise than the plan's rules
+        b.notes.extend(meaning_notes(b.plan))
     # 5. BLAS pools (OpenBLAS, MKL, BLIS): counted and limited
     if blas is True or blas == "auto":
         _limit_blas(b)

@@ -29,6 +29,7 @@ from typing import Any
 from ..cpulist import format_list
 from ..errors import PlanError
 from ..planning.gnu import plan_gomp
+from ..planning.planner import plan_env
 
 __all__ = ["Census", "LoadedRuntime", "census", "family_of", "meaning_notes", "parse_maps"]
 
@@ -156,30 +157,38 @@ def _sets(cpusets: Any) -> str:
     return " ".join(f"{{{format_list(c)}}}" for c in cpusets)
 
 
+def _placement_by(rt: LoadedRuntime, env: dict[str, str], plan: Any) -> tuple[str, Any]:
+    """(the rules' name, the team's CPU sets) of ``env`` read by loaded runtime ``rt``."""
+    if rt.family == "gnu":
+        build = "torch" if rt.bundled_by == "torch" else "gcc12"
+        g = plan_gomp(env, plan.topology, plan.initial_mask, build=build)
+        return f"{build} build", g.cpusets
+    p = plan_env(env, topology=plan.topology, initial_mask=plan.initial_mask, runtime=rt.family)
+    return f"{rt.family}'s rules", p.cpusets
+
+
 def meaning_notes(plan: Any, loaded: Census | None = None) -> list[str]:
-    """One line for each GNU libgomp loaded in this process that reads the plan's
-    settings (``OMP_PLACES``/``OMP_PROC_BIND``/``GOMP_CPU_AFFINITY``) into another
-    placement than the rules the plan followed (Intel's by default): what
-    ``apply()`` pins is the plan's, what that libgomp does alone is not.  Nothing
-    when the settings hold none of those variables, or no libgomp is loaded."""
-    env = dict(plan.env)
-    if getattr(plan, "runtime", "intel") == "gnu" or not any(k in env for k in GNU_PLACEMENT):
-        return []
-    loaded = census() if loaded is None else loaded
+    """One line for each OpenMP runtime loaded in this process that reads the
+    plan's settings into another placement than the rules the plan followed
+    (Intel's by default): what ``apply()`` pins is the plan's, what that runtime
+    does alone is not.  A GNU libgomp is compared only for settings it reads
+    (``OMP_PLACES``/``OMP_PROC_BIND``/``GOMP_CPU_AFFINITY``; it ignores
+    ``KMP_AFFINITY``, and ``apply()`` pins its team itself)."""
+    env = {k: v for k, v in plan.env}
     env.setdefault("OMP_NUM_THREADS", str(plan.threads))
-    words = " ".join(f"{k}={env[k]}" for k in GNU_PLACEMENT if k in env)
+    loaded = census() if loaded is None else loaded
     notes = []
     for rt in loaded.runtimes:
-        if rt.family != "gnu":
+        if rt.family == plan.runtime or (rt.family == "gnu" and not any(k in env for k in GNU_PLACEMENT)):
             continue
-        build = "torch" if rt.bundled_by == "torch" else "gcc12"
+        words = " ".join(f"{k}={v}" for k, v in sorted(env.items()) if k != "OMP_NUM_THREADS")
         try:
-            g = plan_gomp(env, plan.topology, plan.initial_mask, build=build)
+            rules, cpusets = _placement_by(rt, env, plan)
         except PlanError as e:
-            notes.append(f"{words} is refused by the libgomp loaded here ({rt.path}): {e}")
+            notes.append(f"{words} is refused by the {rt.kind} loaded here ({rt.path}): {e}")
             continue
-        if tuple(g.cpusets) != tuple(plan.cpusets):
-            notes.append(f"{words} means something else to the libgomp loaded here ({rt.path}, {build} build): "
-                         f"it places {g.threads} threads on {_sets(g.cpusets)}, where {plan.runtime}'s rules, "
+        if tuple(cpusets) != tuple(plan.cpusets):
+            notes.append(f"{words} means something else to the {rt.kind} loaded here ({rt.path}, {rules}): "
+                         f"it places {len(cpusets)} threads on {_sets(cpusets)}, where {plan.runtime}'s rules, "
                          f"followed and pinned here, give {_sets(plan.cpusets)}")
     return notes

@@ -173,3 +173,22 @@ def test_settings_libgomp_reads_otherwise_are_warned(order):
         assert f"places 3 threads on {{{cpus[0]}}} {{{cpus[1]}}} {{{cpus[0]}}}" in note
         assert f"intel's rules, followed and pinned here, give {{{cpus[0]}}} {{{cpus[0]}}} {{{cpus[1]}}}" in note
     assert out[2]["notes"] == []  # one thread per place: both read it alike
+
+
+def test_meaning_notes_for_each_family_against_the_plans_rules():
+    """Pure check on a described machine (sub-NUMA clusters: libomp 19 knows no NUMA
+    layer without hwloc), with the runtimes' census given."""
+    import affinity
+
+    t = affinity.Topology.from_synthetic("pack:2 group:2 [numa] core:2 pu:1")
+    p = affinity.plan("OMP_PLACES=numa_domains OMP_PROC_BIND=close", threads=2, topology=t)
+    llvm = runtimes.LoadedRuntime("/x/libomp.so", "libomp", "llvm", ("0", 1))
+    intel = runtimes.LoadedRuntime("/x/libiomp5.so", "libiomp5", "intel", ("0", 2))
+    (note,) = runtimes.meaning_notes(p, runtimes.Census(None, (llvm, intel)))
+    assert note == ("OMP_PLACES=numa_domains OMP_PROC_BIND=close means something else to the libomp loaded here "
+                    "(/x/libomp.so, llvm's rules): it places 2 threads on {0} {1}, where intel's rules, followed "
+                    "and pinned here, give {0-1} {2-3}")
+    # KMP_AFFINITY alone: libgomp does not read it (and apply() pins its team itself)
+    gomp = runtimes.LoadedRuntime("/x/libgomp.so.1", "libgomp", "gnu", ("0", 3))
+    k = affinity.plan("granularity=fine,scatter", threads=2, topology=t)
+    assert runtimes.meaning_notes(k, runtimes.Census(None, (gomp,))) == []
