@@ -28,13 +28,14 @@ from typing import Any
 
 from ..cpulist import format_list
 from ..errors import PlanError
-from ..planning.gnu import plan_gomp
+from ..planning.gnu import GOMP_VARIABLES, plan_gomp
 from ..planning.planner import plan_env
 
 __all__ = ["Census", "LoadedRuntime", "census", "family_of", "meaning_notes", "parse_maps"]
 
-#: the variables libgomp places its threads by (it ignores KMP_AFFINITY)
-GNU_PLACEMENT = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY")
+#: the variables libgomp places its threads by (it ignores KMP_AFFINITY): what it
+#: reads (planning.gnu.GOMP_VARIABLES) but its thread counts
+GNU_PLACEMENT = tuple(v for v in GOMP_VARIABLES if v not in ("OMP_THREAD_LIMIT", "OMP_NUM_THREADS"))
 
 #: library name pattern -> (kind, family); the one table of OpenMP runtimes' file names
 _LIBRARIES = (

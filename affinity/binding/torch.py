@@ -48,14 +48,14 @@ from ..planning.workers import WorkerLayout, worker_layout
 from . import registry
 from . import threads as _threads
 from .openmp import OpenMPRuntime
-from .runtimes import family_of, meaning_notes
+from .runtimes import GNU_PLACEMENT, family_of, meaning_notes
 
 __all__ = ["INTER_NAME", "LoadPin", "TorchAdapter", "attach", "imported", "interop_pool", "load_pin",
            "torch_runtime", "worker_init_fn"]
 
 INTER_NAME = "PTThreadPool"  #: the name (comm) torch gives its inter-op threads
-#: the variables with which libgomp pins the thread that loads it
-LOAD_PIN_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY")
+#: the variables with which libgomp pins the thread that loads it (its placement variables)
+LOAD_PIN_VARIABLES = GNU_PLACEMENT
 #: what a DataLoader worker is told about itself
 WORKER_VARIABLES = ("AFFINITY_WORKER_ID", "AFFINITY_WORKER_CPUS", "AFFINITY_DATALOADER_WORKERS")
 #: the layout of the workers, exported by ``pinned(..., dataloader_workers=K)`` for workers started by spawn
