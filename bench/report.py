@@ -313,8 +313,16 @@ def render(data: dict) -> str:
         out += _group_table(name, sorted(groups[name], key=lambda b: b["stats"]["median"]), said)
     out += multi_instance_section()
     out += placement_section()
+    out += torch_section()
     out += tuner_section()
     return "\n".join(out)
+
+
+def torch_section() -> list[str]:
+    """PyTorch against its defaults, by hand, taskset, apply() and run (``bench/bench_torch.py``)."""
+    import bench_torch
+
+    return bench_torch.section()
 
 
 def tuner_section() -> list[str]:

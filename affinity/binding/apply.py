@@ -16,6 +16,9 @@ tf-intra       intra-op worker i -> slot i
 tf-inter       inter-op workers -> the union of the plan (``inter="package"``:
                worker j -> the plan's CPUs in the j-th package used)
 openmp         team member i of each loaded OpenMP runtime -> slot i
+torch-intra    PyTorch's OpenMP team: member i -> slot i, member 0 (the main
+               thread) -> the union of the plan (:mod:`affinity.binding.torch`)
+torch-inter    PyTorch's inter-op pool -> as tf-inter
 main           unchanged (TensorFlow never pins it; children inherit its mask),
                except that an OpenMP team pins it as member 0, as the runtime
                itself would
@@ -51,7 +54,7 @@ from . import openmp as _omp
 from . import tf as _tf
 from . import threads as _threads
 from . import torch as _torch
-from .runtimes import census
+from .runtimes import census, meaning_notes
 from .bindmap import BindMap, report
 
 __all__ = ["Binding", "Pin", "apply", "pinned"]
@@ -530,7 +533,10 @@ def _apply_steps(b: Binding, tensorflow: Any, openmp: Any, blas: Any, want_mem: 
     # 4. OpenMP runtimes already loaded: size and pin from inside a region
     if openmp is True or openmp == "auto":
         _pin_openmp(b)
-    b.notes.extend(w for w in [census().warning()] if w)  # two runtimes in one process
+    if len(b._snapshot.omp_known) > 1:  # two runtimes in one process: say which
+        b.notes.extend(w for w in [census().warning()] if w)
+    if b._snapshot.omp_known:  # settings a loaded runtime reads otherwise than the plan's rules
+        b.notes.extend(meaning_notes(b.plan))
     # 5. BLAS pools (OpenBLAS, MKL, BLIS): counted and limited
     if blas is True or blas == "auto":
         _limit_blas(b)

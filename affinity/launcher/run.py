@@ -27,7 +27,9 @@ placement inside it travels in the environment (``KMP_AFFINITY`` with an
 explicit proclist, ``OMP_PLACES``/``OMP_PROC_BIND``, ``GOMP_CPU_AFFINITY``,
 ``OMP_NUM_THREADS``, ``KMP_BLOCKTIME``, ``KMP_WARNINGS``, ``TF_NUM_INTRAOP_THREADS``/
 ``TF_NUM_INTEROP_THREADS``) and, with ``--pin-threads``, in a preloaded library
-that pins threads as they are created (:mod:`~affinity.launcher.preload`).
+that pins threads as they are created (:mod:`~affinity.launcher.preload`); for
+PyTorch, :mod:`~affinity.launcher.torch_env` (its inter-op size, libgomp's
+load-time pin undone after ``import torch``).
 """
 
 from __future__ import annotations
