@@ -24,6 +24,15 @@ _LAZY = {
     "AccessDenied": "errors",
     "MaskNarrowedError": "errors",
     "ForeignTopologyError": "errors",
+    "UsageError": "errors",
+    "CommandError": "errors",
+    "CannotExecute": "errors",
+    "TuneError": "errors",
+    "TuneUsageError": "errors",
+    "TuneUnavailableError": "errors",
+    "SpaceError": "errors",
+    "PictureError": "errors",
+    "PictureUnavailableError": "errors",
     "apply": "binding.apply",
     "pinned": "binding.apply",
     "Binding": "binding.apply",
@@ -68,13 +77,15 @@ def __dir__() -> list[str]:
     return __all__
 
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .tuning.search import TuneResult, tune
-    from .version import __version__
-    from .errors import (AffinityError, AffinityWarning, BindError, NativeUnavailableError,
-                         PlanError, SpecError, TopologyError, UnsupportedError)
+if TYPE_CHECKING:  # pragma: no cover - the same names as _LAZY (tests/test_api_exports.py)
     from .binding.apply import Binding, apply, pinned
     from .binding.bindmap import report
+    from .errors import (AccessDenied, AffinityError, AffinityWarning, BindError, CannotExecute, CommandError,
+                         ForeignTopologyError, MaskNarrowedError, NativeUnavailableError, NoSuchThread,
+                         PictureError, PictureUnavailableError, PlanError, SpaceError, SpecError, TopologyError,
+                         TuneError, TuneUnavailableError, TuneUsageError, UnsupportedError, UsageError)
+    from .machine.topology import Topology
     from .planning.planner import Plan, plan, plan_env
     from .planning.spec import KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, ProcList, Settings
-    from .machine.topology import Topology
+    from .tuning.search import TuneResult, tune
+    from .version import __version__

@@ -14,23 +14,17 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import AffinityError
 from ..machine.topology import Topology
-from ..tuning.search import Search, TuneResult, check_budget, open_storage
-from ..tuning.space import KNOWN, Space, TuneError, TuneUsageError, default_space, describe, parse_param
+from ..tuning.search import Search, TuneResult, check_budget
+from ..tuning.storage import check_storage, default_storage
+from ..errors import TuneError, TuneUsageError
+from ..tuning.space import KNOWN, Space, default_space, describe, parse_param
 from . import tune_report as report
 from .tune_metric import compile_metric
 from .tune_report import Progress
 from .tune_runner import CommandRunner, Measurement
 
-__all__ = ["default_storage", "run"]
-
-
-def default_storage() -> str:
-    """Where studies are kept unless ``--storage`` says otherwise:
-    ``$XDG_CACHE_HOME/affinity/tune.db`` (``~/.cache/affinity/tune.db``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return "sqlite:///" + os.path.join(base, "affinity", "tune.db")
+__all__ = ["run"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,23 +40,7 @@ def run(args: argparse.Namespace) -> int:
     int
         0 done, 1 failure, 2 usage, 130 interrupted.
     """
-    try:
-        setup = _Setup.of(args)
-    except TuneUsageError as e:
-        return _fail(f"error: {e}", 2)
-    except AffinityError as e:
-        return _fail(f"error: {e}", 1)
-    try:
-        return setup.run()
-    except TuneUsageError as e:
-        return _fail(f"error: {e}", 2)
-    except AffinityError as e:
-        return _fail(f"error: {e}", 1)
-
-
-def _fail(text: str, status: int) -> int:
-    print(f"affinity tune: {text}", file=sys.stderr)
-    return status
+    return _Setup.of(args).run()  # errors: one line and their exit status (tools.cli.main)
 
 
 class _Setup:
@@ -98,9 +76,7 @@ class _Setup:
             params[name] = params.get(name, []) + choices
         space = Space.of(params) if params else default_space(topology)
         storage = None if (args.storage or "").lower() == "none" else args.storage or default_storage()
-        if storage == default_storage():
-            os.makedirs(os.path.dirname(storage[len("sqlite:///"):]), exist_ok=True)
-        open_storage(storage)  # a file that is not a study: said before anything runs
+        check_storage(storage)  # a file that is not a study: said before anything runs
         return cls(args, words, space, topology, storage)
 
     # ------------------------------------------------------------------ run

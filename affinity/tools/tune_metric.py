@@ -13,7 +13,7 @@ import json
 import math
 import re
 
-from ..tuning.space import TuneUsageError
+from ..errors import TuneUsageError
 
 __all__ = ["DEFAULT_UNITS", "compile_metric", "parse_metric"]
 

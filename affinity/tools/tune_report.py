@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from ..tuning.space import TuneError, TuneUsageError, describe
+from ..errors import TuneError, TuneUsageError
+from ..tuning.space import describe
 
 __all__ = ["Comparison", "Progress", "compare", "save_plot", "summarize", "table"]
 

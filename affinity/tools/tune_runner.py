@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..tuning.config import Config
-from ..tuning.space import TuneUsageError
+from ..errors import TuneUsageError
 from .tune_metric import parse_metric
 
 __all__ = ["CommandRunner", "Measurement"]

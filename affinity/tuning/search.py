@@ -15,6 +15,7 @@ was interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -22,28 +23,34 @@ import math
 import numbers
 import os
 import secrets
-import sqlite3
+import signal
+import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import optuna
-from optuna.distributions import CategoricalDistribution
-from optuna.trial import FrozenTrial, TrialState
+from ._optuna import optuna  # first: a one-line error naming the extra when optuna is missing
+from optuna.distributions import CategoricalDistribution  # noqa: E402,I001 - after the check above
+from optuna.trial import FrozenTrial, TrialState  # noqa: E402
 
 from ..cpulist import format_list
 from ..machine.topology import Topology
 from . import forms
 from .priors import Priors
-from .sampler import INTERRUPTED, TopologySampler, trial_config
-from .space import Space, TuneError, TuneUsageError, default_space, describe
+from .sampler import FIXED, INTERRUPTED, TopologySampler, trial_config
+from ..errors import TuneError, TuneUsageError
+from .space import Space, default_space, describe
+from . import storage as storage_mod
+from .storage import check_storage, rdb_storage
 
-__all__ = ["Search", "TrialRecord", "TuneResult", "check_budget", "open_storage", "tune"]
+__all__ = ["Search", "TrialRecord", "TuneResult", "check_budget", "tune"]
 
 _ATTR = "affinity."  # prefix of the study's user attributes
 _LOG = logging.getLogger("affinity.tuning")
+#: user attribute of a trial asked after the budget was reached by other tuners (not run)
+SURPLUS = "affinity.surplus"
 
 
 # ------------------------------------------------------------------ results
@@ -195,65 +202,6 @@ def check_budget(budget: Any) -> int:
     return int(budget)
 
 
-def open_storage(storage: Any) -> Any:
-    """Check a storage before optuna touches it; returns what optuna takes.
-
-    Parameters
-    ----------
-    storage : None, str or optuna storage
-        ``None`` (in memory), ``"sqlite:///FILE"`` or another optuna storage URL, or
-        an optuna storage object.
-
-    Returns
-    -------
-    None, str or optuna storage
-
-    Raises
-    ------
-    TuneUsageError
-        A URL that is not one, a directory, a folder that does not exist.
-    TuneError
-        An existing file that is not an optuna study (not SQLite, or a SQLite
-        database of something else): it is left untouched.
-    """
-    if storage is None or not isinstance(storage, str):
-        return storage
-    if "://" not in storage:
-        raise TuneUsageError(f"storage {storage!r}: expected a URL such as sqlite:///tune.db")
-    if not storage.startswith("sqlite:///"):
-        return storage
-    path = storage[len("sqlite:///"):]
-    if not path or path == ":memory:":
-        return storage
-    if os.path.isdir(path):
-        raise TuneUsageError(f"storage {storage!r}: {path} is a directory, not a database file")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise TuneUsageError(f"storage {storage!r}: folder {folder} does not exist")
-    if os.path.exists(path) and os.path.getsize(path) > 0:
-        _check_study_file(path, storage)
-    return storage
-
-
-def _check_study_file(path: str, url: str) -> None:
-    with open(path, "rb") as fh:
-        head = fh.read(16)
-    if head != b"SQLite format 3\x00":
-        raise TuneError(f"storage {url}: {path} is not a study (not a SQLite database); "
-                        f"it was left untouched: give another file")
-    try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        finally:
-            con.close()
-    except sqlite3.DatabaseError as e:
-        raise TuneError(f"storage {url}: {path} cannot be read as a study ({e}); it was left untouched") from e
-    if tables and not {"studies", "trials"} <= tables:
-        raise TuneError(f"storage {url}: {path} is a SQLite database of something else (tables: "
-                        f"{', '.join(sorted(tables))}), not an optuna study; it was left untouched")
-
-
 def _fingerprint(topology: Topology, space: Space, direction: str, extra: str) -> str:
     blob = json.dumps({"machine": topology.describe(), "cpus": format_list(topology.allowed),
                        "space": space.to_dict(), "direction": direction, "extra": extra},
@@ -325,27 +273,36 @@ class Search:
         if direction not in ("maximize", "minimize"):
             raise TuneUsageError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
         self.space, self.topology, self.direction = space, topology, direction
-        self.storage = open_storage(storage)
+        self.storage = check_storage(storage)
         self.study_name = study_name or f"affinity-tune-{_fingerprint(topology, space, direction, key)}"
-        self.study = self._open()
-        self.seed = self._seed(seed)
-        self.priors = Priors(space, topology)
+        self._rdb, self._lock = self._connect()
+        with self._lock():
+            self.study = self._open()
+            self.seed = self._seed(seed)
+            self.priors = Priors(space, topology)
+            self._dists = {n: CategoricalDistribution(list(c)) for n, c in space.params}
+            self.resumed = bool(self.study.get_trials(deepcopy=False))
+            self._close_stale()
+            if not self.resumed:
+                for cfg in self.priors.seeds():
+                    self.study.enqueue_trial(cfg, user_attrs={FIXED: dict(cfg)})
         self.sampler = TopologySampler(space, self.priors, seed=self.seed, direction=direction)
         self.study.sampler = self.sampler
-        self._dists = {n: CategoricalDistribution(list(c)) for n, c in space.params}
-        self.resumed = bool(self.study.get_trials(deepcopy=False))
-        self._close_stale()
-        if not self.resumed:
-            for cfg in self.priors.seeds():
-                self.study.enqueue_trial(cfg, skip_if_exists=True)
+
+    def _connect(self) -> tuple[Any, Callable[[], Any]]:
+        """(optuna's RDB storage with heartbeats or None, the lock of its file)."""
+        if not isinstance(self.storage, str):
+            return None, _no_lock
+        try:
+            return rdb_storage(self.storage, optuna)
+        except Exception as e:  # noqa: BLE001 - SQLAlchemy/optuna errors: say which storage
+            raise TuneError(f"storage {self.storage}: cannot open it: {type(e).__name__}: {e}") from e
 
     def _open(self) -> optuna.Study:
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        """Create or load the study (optuna's public API only; nothing logged)."""
+        target = self._rdb if self._rdb is not None else self.storage
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                study = optuna.create_study(storage=self.storage, study_name=self.study_name,
-                                            direction=self.direction, load_if_exists=True)
+            study = self._create_or_load(target)
         except Exception as e:  # noqa: BLE001 - SQLAlchemy/optuna errors: say which storage
             raise TuneError(f"storage {self.storage}: cannot open study {self.study_name!r}: "
                             f"{type(e).__name__}: {e}") from e
@@ -372,10 +329,23 @@ class Search:
             self.study.set_user_attr(_ATTR + "seed", value)
         return value
 
+    def _create_or_load(self, storage: Any) -> optuna.Study:
+        if storage is not None and self.study_name in optuna.get_all_study_names(storage):
+            return optuna.load_study(study_name=self.study_name, storage=storage)
+        try:
+            with _quiet_optuna():
+                return optuna.create_study(storage=storage, study_name=self.study_name, direction=self.direction)
+        except optuna.exceptions.DuplicatedStudyError:  # another tuner made it just now
+            return optuna.load_study(study_name=self.study_name, storage=storage)
+
     def _close_stale(self) -> None:
-        """Trials left running by a session that was killed: interrupted, to be run again."""
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            self.study.tell(t.number, state=TrialState.FAIL)
+        """Trials left running by a tuner that died (no heartbeat for the grace period):
+        failed by optuna, then run again as interrupted.  A live tuner's running trial
+        has a fresh heartbeat and is left alone."""
+        if self._rdb is not None:
+            with warnings.catch_warnings():  # optuna calls fail_stale_trials experimental
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(self.study)
 
     # ---------------------------------------------------------------- trials
     def records(self) -> list[TrialRecord]:
@@ -411,33 +381,120 @@ class Search:
         KeyboardInterrupt
             After recording the running trial as interrupted.
         """
-        done = self.done()
-        tried = {self.space.key(r.config) for r in self.records() if r.state != "interrupted"}
-        while done < budget and len(tried) < self.space.size:
-            trial = self.study.ask(self._dists)
-            cfg = {n: trial.params[n] for n in self.space.names}
-            t0 = time.perf_counter()
-            try:
-                raw = objective(dict(cfg))
-                value, error = _value(raw)
-            except KeyboardInterrupt:
+        self.exhausted = False
+        gone: set[int] = set()  # running trials waited for in vain (no heartbeat ever recorded)
+        while True:
+            trials = self.study.get_trials(deepcopy=False)
+            full = _counted(trials, len(trials)) >= budget
+            if (full or len(self._tried(trials)) >= self.space.size) and self._wait_for_others(trials, gone):
+                continue  # another tuner's trials ended (or died): count again
+            if full:
+                return
+            if len(self._tried(trials)) >= self.space.size:
+                self.exhausted = True
+                return
+            with _interrupt_deferred() as interrupted:  # asked, then running with a heartbeat, or told
+                trial = self._ask()
+                if _counted(self.study.get_trials(deepcopy=False), trial.number) >= budget:
+                    trial.set_user_attr(SURPLUS, True)  # another tuner took the last trial first
+                    self.study.tell(trial, state=TrialState.FAIL)
+                    return
+                if interrupted:
+                    trial.set_user_attr(INTERRUPTED, True)
+                    self.study.tell(trial, state=TrialState.FAIL)
+                    return  # the Ctrl-C is raised as the block ends
+                beat = self._heartbeat(trial.number)
+            with beat:
+                self._trial(trial, objective)
+            if on_trial is not None:
+                records = self.records()
+                on_trial(next(r for r in records if r.number == trial.number), records)
+
+    def _ask(self) -> optuna.Trial:
+        with warnings.catch_warnings():  # optuna: heartbeats "are supposed to be used with optimize"
+            warnings.simplefilter("ignore", UserWarning)
+            return self.study.ask(self._dists)
+
+    def _wait_for_others(self, trials: Sequence[FrozenTrial], gone: set[int]) -> bool:
+        """Wait while trials of other tuners run (they may end infeasible, or their tuner
+        may have died: optuna fails those once their heartbeat is older than the grace
+        period); True when one ended.  A trial still running after the grace period and
+        two heartbeats has no heartbeat at all (its tuner died before the first): it is
+        put in ``gone`` and not waited for again."""
+        running = {t.number for t in trials if t.state == TrialState.RUNNING} - gone
+        if not running or self._rdb is None:
+            return False
+        deadline = time.monotonic() + storage_mod.GRACE_S + 2 * storage_mod.HEARTBEAT_S
+        while time.monotonic() < deadline:
+            time.sleep(storage_mod.HEARTBEAT_S)
+            self._close_stale()
+            now = {t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+            if not running <= now:
+                return True
+        gone |= running
+        return True
+
+    def _tried(self, trials: Sequence[FrozenTrial]) -> set[tuple[int, ...]]:
+        """The configurations finished (not interrupted) or running."""
+        out = set()
+        for t in trials:
+            if t.state == TrialState.RUNNING or (t.state.is_finished() and _countable(t)):
+                cfg = trial_config(t, self.space)
+                if cfg is not None:
+                    out.add(self.space.key(cfg))
+        return out
+
+    def _trial(self, trial: optuna.Trial, objective: Callable[[dict[str, Any]], Any]) -> None:
+        """Run one trial and tell optuna how it went (a Ctrl-C while telling waits for the tell)."""
+        cfg = {n: trial.params[n] for n in self.space.names}
+        t0 = time.perf_counter()
+        try:
+            value, error = _value(objective(dict(cfg)))
+        except KeyboardInterrupt:
+            with _interrupt_deferred():
                 trial.set_user_attr(INTERRUPTED, True)
                 trial.set_user_attr("seconds", time.perf_counter() - t0)
                 self.study.tell(trial, state=TrialState.FAIL)
-                raise
-            except Exception as e:  # noqa: BLE001 - any failure of the objective: infeasible
-                value, error = None, f"{type(e).__name__}: {e}"[:2000]
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure of the objective: infeasible
+            value, error = None, f"{type(e).__name__}: {e}"[:2000]
+        with _interrupt_deferred():
             trial.set_user_attr("seconds", time.perf_counter() - t0)
             if value is None:
                 trial.set_user_attr("error", error)
                 self.study.tell(trial, state=TrialState.FAIL)
             else:
                 self.study.tell(trial, value)
-            done += 1
-            tried.add(self.space.key(cfg))
-            if on_trial is not None:
-                records = self.records()
-                on_trial(records[-1], records)
+
+    def _heartbeat(self, number: int) -> contextlib.AbstractContextManager[None]:
+        """optuna's heartbeat of a running trial: the first recorded now, the next ones from
+        a thread until the returned context ends."""
+        if self._rdb is None:
+            return contextlib.nullcontext()
+        rdb = self._rdb
+        trial_id = rdb.get_trial_id_from_study_id_trial_number(rdb.get_study_id_from_name(self.study_name), number)
+        rdb.record_heartbeat(trial_id)
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(storage_mod.HEARTBEAT_S):
+                try:
+                    rdb.record_heartbeat(trial_id)
+                except Exception:  # noqa: BLE001,S110 - a busy database: the next beat is in time
+                    pass
+
+        thread = threading.Thread(target=beat, name="affinity-tune-heartbeat", daemon=True)
+        thread.start()
+
+        @contextlib.contextmanager
+        def running() -> Iterator[None]:
+            try:
+                yield
+            finally:
+                stop.set()
+                thread.join()
+
+        return running()
 
     def best(self) -> TrialRecord | None:
         """The best completed trial (the first on a tie)."""
@@ -457,6 +514,74 @@ class Search:
         return TuneResult(cfg, val, tuple(self.records()), baseline, self.direction, self.space.to_dict(),
                           self.seed, self.study_name, storage, self.topology,
                           tuple(command) if command else None, tuple(notes), spread, significant)
+
+
+def _countable(t: FrozenTrial) -> bool:
+    """A finished trial that counts against the budget: complete, or infeasible (not
+    interrupted, not a surplus trial another tuner made redundant)."""
+    if t.state == TrialState.COMPLETE:
+        return True
+    return t.state == TrialState.FAIL and "error" in t.user_attrs
+
+
+def _counted(trials: Sequence[FrozenTrial], below: int) -> int:
+    """Trials numbered below ``below`` that count against the budget: finished ones, and
+    running ones (this tuner's or another's, alive: a dead tuner's were failed when the
+    study was opened)."""
+    return sum(1 for t in trials if t.number < below and (t.state == TrialState.RUNNING or _countable(t)))
+
+
+@contextlib.contextmanager
+def _interrupt_deferred() -> Iterator[list[int]]:
+    """Ctrl-C (SIGINT) held until the block ends, then raised: a trial is never left
+    asked but not running, or run but not told.  The block gets the list of signals
+    held so far (empty: none).  Outside the main thread (where no handler can be set)
+    nothing is deferred."""
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    try:
+        previous = signal.signal(signal.SIGINT, lambda sig, frame: caught.append(sig))
+    except ValueError:  # not the main interpreter
+        yield caught
+        return
+    try:
+        yield caught
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
+
+
+class _ThisThreadsInfo(logging.Filter):
+    """Drops the INFO records of one thread (optuna's "A new study created ...")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.thread = threading.get_ident()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.thread == self.thread and record.levelno <= logging.INFO)
+
+
+@contextlib.contextmanager
+def _quiet_optuna() -> Iterator[None]:
+    """optuna's INFO lines of this thread dropped for the block, and only them: its
+    loggers' levels and handlers, everyone else's records, are left as they are."""
+    quiet = _ThisThreadsInfo()
+    handlers = [h for h in logging.getLogger("optuna").handlers]
+    for h in handlers:
+        h.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            h.removeFilter(quiet)
+
+
+def _no_lock() -> Any:
+    return contextlib.nullcontext()
 
 
 def _value(raw: Any) -> tuple[float | None, str | None]:
@@ -483,6 +608,8 @@ def _record(t: FrozenTrial, space: Space) -> TrialRecord | None:
     secs = t.user_attrs.get("seconds")
     if t.state == TrialState.COMPLETE:
         return TrialRecord(t.number, cfg, float(t.value), secs, "complete")
+    if t.user_attrs.get(SURPLUS):
+        return None
     if "error" in t.user_attrs:
         return TrialRecord(t.number, cfg, None, secs, "infeasible", str(t.user_attrs["error"]))
     return TrialRecord(t.number, cfg, None, secs, "interrupted")

@@ -18,12 +18,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import AffinityError, SpecError
+from ..errors import SpaceError, SpecError
 from ..machine.topology import Topology
 from ..planning.spec import parse_kmp_affinity
 
-__all__ = ["AFFINITY_TYPES", "ENV_PREFIX", "KNOWN", "MEMBIND", "Space", "SpaceError", "TuneError", "TuneUsageError",
-           "default_space", "describe", "parse_param"]
+__all__ = ["AFFINITY_TYPES", "ENV_PREFIX", "KNOWN", "MEMBIND", "Space", "default_space", "describe", "parse_param"]
 
 #: the names the tuner reads with the topology, and what each means
 KNOWN = {
@@ -44,21 +43,6 @@ COUNTS = ("intra", "inter", "omp", "instances", "threads")
 AFFINITY_TYPES = ("none", "disabled", "compact", "scatter", "balanced")
 MEMBIND = ("none", "local", "interleave")
 _PLAIN = (type(None), bool, int, float, str)
-
-
-class TuneUsageError(AffinityError, ValueError):
-    """The tuner was asked something it cannot do (a bad space, budget, storage URL, option):
-    the command line's exit status 2."""
-
-
-class SpaceError(TuneUsageError):
-    """A space that is empty, has an empty or unknown-typed list of choices, or a choice a
-    known parameter cannot take."""
-
-
-class TuneError(AffinityError):
-    """Tuning failed (every trial failed, a metric never found, a storage that is not a
-    study): the command line's exit status 1."""
 
 
 def describe(config: Mapping[str, Any] | None) -> str:

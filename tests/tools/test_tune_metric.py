@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from affinity.tools.tune_metric import compile_metric, parse_metric
-from affinity.tuning.space import TuneUsageError
+from affinity.errors import TuneUsageError
 
 
 TF_BENCH = """Step\tImg/sec

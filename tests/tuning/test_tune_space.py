@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from affinity.machine.topology import Topology
-from affinity.tuning.space import Space, SpaceError, TuneUsageError, default_space, parse_param
+from affinity.errors import SpaceError, TuneUsageError
+from affinity.tuning.space import Space, default_space, parse_param
 
 
 def test_a_space_keeps_its_order_and_drops_duplicates():
