@@ -13,7 +13,7 @@ Roles and where their threads go (``slot i`` = the plan's i-th CPU set):
 
 =============  ===============================================================
 tf-intra       intra-op worker i -> slot i
-tf-inter       inter-op workers -> the union of the plan (``inter="package"``:
+tf-inter       inter-op workers -> the union of the plan (``inter_placement="package"``:
                worker j -> the plan's CPUs in the j-th package used)
 openmp         team member i of each loaded OpenMP runtime -> slot i
 main           unchanged (TensorFlow never pins it; children inherit its mask),
@@ -93,7 +93,7 @@ class Binding:
     env_set : dict of str to str
         The variables exported.
     env_kept : dict of str to str
-        Values the user had set and that were kept (``env=True``).
+        Values the user had set and that were kept (``export=True``).
     notes : list of str
         What was applied differently from the plan, and why (also warned).
     active : bool
@@ -326,8 +326,8 @@ _OTHER_MODES = ("auto", True, False)
 
 def _check_modes(tensorflow: Any, openmp: Any, blas: Any, inter: str, env: Any) -> None:
     for name, value, allowed in (("tensorflow", tensorflow, _TF_MODES), ("openmp", openmp, _OTHER_MODES),
-                                 ("blas", blas, _OTHER_MODES), ("inter", inter, ("union", "package")),
-                                 ("env", env, (True, False, "override"))):
+                                 ("blas", blas, _OTHER_MODES), ("inter_placement", inter, ("union", "package")),
+                                 ("export", env, (True, False, "override"))):
         if not any(value is a or (isinstance(a, str) and value == a) for a in allowed):
             raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, not {value!r}")
 
@@ -335,7 +335,7 @@ def _check_modes(tensorflow: Any, openmp: Any, blas: Any, inter: str, env: Any) 
 def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
           topology: Topology | None = None, tensorflow: str | bool = "auto",
           openmp: str | bool = "auto", blas: str | bool = "auto", membind: Any = None,
-          env: bool | str = True, inter: str = "union", blocktime: str | None = DEFAULT_BLOCKTIME,
+          export: bool | str = True, inter_placement: str = "union", blocktime: str | None = DEFAULT_BLOCKTIME,
           rank: Any = None, strict: bool = False) -> Binding:
     """Plan ``spec`` on this machine and apply it to this process.
 
@@ -363,11 +363,11 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
         ``None`` leaves memory alone; ``"auto"`` binds to the NUMA nodes of the
         plan's CPUs; ``"interleave:all"``, ``"bind:0-1"``, ``("preferred", {0})``...
         Set on the calling thread before pools start, so they inherit it.
-    env : {True, "override", False}
+    export : {True, "override", False}
         ``True``: export the plan's variables, keeping values the user set (listed
         in ``Binding.env_kept``); ``"override"``: replace them too; ``False``:
         export nothing.
-    inter : {"union", "package"}
+    inter_placement : {"union", "package"}
         Where inter-op workers go: anywhere in the plan, or worker ``j`` on the
         ``j``-th package used.
     blocktime : str or None
@@ -405,15 +405,15 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
         count that oversubscribes the CPUs, and for what was applied differently
         from the plan (``Binding.notes``).
     """
-    return _apply(spec, threads, topology, tensorflow, openmp, blas, membind, env, inter, blocktime, rank,
-                  strict)
+    return _apply(spec, threads, topology, tensorflow, openmp, blas, membind, export, inter_placement, blocktime,
+                  rank, strict)
 
 
 def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow: Any, openmp: Any,
            blas: Any, membind: Any, env: Any, inter: str, blocktime: str | None, rank: Any,
            strict: bool) -> Binding:
     """:func:`apply` without its docstring: plan, snapshot, apply every step or none."""
-    topo = topology if topology is not None else Topology.from_system()
+    topo = Topology.load(topology)  # the forms plan, apply and tune all take
     _threads.require_system(topo)
     _check_modes(tensorflow, openmp, blas, inter, env)
     process_mask = _native.get_thread_cpubind(os.getpid())

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import threading
 import weakref
@@ -479,10 +480,11 @@ def _mask(topology: Topology, initial_mask: Any) -> frozenset[int]:
 def _run(env_items: tuple[tuple[str, str], ...], topology: Topology | None, initial_mask: Any,
          strict: bool, threads: int | None) -> Plan:
     """Plan sorted settings variables on ``topology`` (default: this machine)."""
-    if topology is None:
-        topology = Topology.from_system()
+    if topology is None or isinstance(topology, (str, os.PathLike)):
+        topology = Topology.load(topology)  # the forms plan, apply and tune all take
     if not isinstance(topology, Topology):
-        raise TypeError(f"topology must be a Topology, not {type(topology).__name__}")
+        raise TypeError(f"topology must be a Topology, 'system', 'synthetic:...' or a file, "
+                        f"not {type(topology).__name__}")
     if threads is not None:
         if isinstance(threads, bool) or not isinstance(threads, int):
             raise TypeError(f"threads must be an int, not {type(threads).__name__}")
