@@ -1,22 +1,32 @@
 """Running ``affinity tune``'s command: as the user runs it today (the defaults), and
 once per trial through ``affinity run`` with the candidate placement applied.
 
-A trial is the command line ``python -m affinity run <run_words> --log-dir DIR --
-[env VAR=VALUE ...] CMD`` (:meth:`~affinity.tuning.config.Config.run_options`), run as a child process in
-its own session: the launcher sets the masks, memory policy and environment and
-starts the instances; each instance's output lands in ``DIR/instance-I.log``.
-The metric is read from every instance's output and summed (throughput of the
-copies together); with ``--time`` the value is the wall time per copy (the time of
-the run divided by the instances: each copy does the whole work).
+A trial is the command line ``python -m affinity run <words> -- [env VAR=VALUE ...]
+CMD`` (the launcher's own words for the configuration,
+:meth:`~affinity.tuning.config.Config.run_options`), run as a child process in its
+own session and process group, with a parent-death signal: the launcher sets the
+masks, memory policy and environment and starts the instances.  One instance
+writes to our pipe (``affinity run`` execs it, and its launch cache applies to
+every repeat); several write to ``DIR/instance-I.log`` in the runner's own folder.
+
+Instances are **copies** of the command unless the work splits between them
+(``split=True``: a service under load, or a command that reads
+``AFFINITY_INSTANCE``/``AFFINITY_NUM_INSTANCES`` to take its share).  For copies the
+value is one copy's work (the mean of their metrics; with ``--time`` the wall time,
+each copy doing the whole job); when the work splits it is the sum of their metrics
+(or the wall time of them all).  ``--time`` does not charge the launcher's own
+start-up, measured once per kind of launch (:meth:`CommandRunner.startup`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,13 +35,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..tuning.config import Config
 from ..errors import TuneUsageError
+from ..tuning.config import Config
 from .tune_metric import parse_metric
 
-__all__ = ["CommandRunner", "Measurement"]
+__all__ = ["CommandRunner", "Measurement", "remove_stale_folders"]
 
 _TAIL = 1500
+_PREFIX = "affinity-tune-"
+_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -41,8 +53,9 @@ class Measurement:
     Parameters
     ----------
     value : float or None
-        The metric (summed over instances), or the wall time per copy; None when the
-        run failed or the metric was not found.
+        The value of the run (see the module docstring: one copy's work, or the
+        sum when the work splits; with ``--time`` the wall time); None when the run
+        failed or the metric was not found.
     seconds : float
         Wall time of the run.
     status : int
@@ -51,6 +64,8 @@ class Measurement:
         The end of the output (every instance's, labelled).
     error : str or None
         Why ``value`` is None.
+    per_instance : tuple of float
+        Each instance's metric (empty with ``--time``).
     """
 
     value: float | None
@@ -58,6 +73,7 @@ class Measurement:
     status: int
     output: str
     error: str | None = None
+    per_instance: tuple[float, ...] = ()
 
 
 class CommandRunner:
@@ -67,23 +83,26 @@ class CommandRunner:
     ----------
     command : sequence of str
         The command and its arguments (``{name}`` is replaced by the value of a
-        parameter the tuner does not interpret).
+        placeholder parameter).
     metric : regex or str, optional
         ``--metric``; default the rate units and JSON ``throughput`` of
         :func:`~affinity.tools.tune_metric.parse_metric`.
     use_time : bool
-        ``--time``: the value is the wall time (per copy).
+        ``--time``: the value is the wall time.
     timeout : float, optional
         Seconds a run may take before it is stopped (infeasible).
     python : str
         The interpreter that runs ``-m affinity run``.
     environ : mapping, optional
         The environment the command runs in; default ``os.environ``.
+    split : bool
+        The work splits between instances (their metrics add up); else they are
+        copies (one copy's work is the value).
     """
 
     def __init__(self, command: Sequence[str], *, metric: Any = None, use_time: bool = False,
                  timeout: float | None = None, python: str = sys.executable,
-                 environ: Mapping[str, str] | None = None):
+                 environ: Mapping[str, str] | None = None, split: bool = False):
         if not command:
             raise TuneUsageError("no command to tune: give it after '--' (affinity tune [options] -- CMD ...)")
         self.command = list(command)
@@ -92,7 +111,10 @@ class CommandRunner:
         self.timeout = timeout
         self.python = python
         self.environ = dict(os.environ if environ is None else environ)
+        self.split = split
         self._child: subprocess.Popen[bytes] | None = None
+        self._folder: str | None = None
+        self._startup: dict[int, float] = {}
 
     # ---------------------------------------------------------------- runs
     def defaults(self, plain: Mapping[str, Any] | None = None) -> Measurement:
@@ -101,33 +123,71 @@ class CommandRunner:
         Parameters
         ----------
         plain : mapping, optional
-            Values for its ``{name}`` placeholders (the first choice of each parameter
-            the tuner does not interpret); nothing is exported.
+            Values for its ``{name}`` placeholders (the first choice of each); nothing
+            is exported.
         """
         words = list(self.command)
         for name, value in (plain or {}).items():
             words = [w.replace("{" + name + "}", str(value)) for w in words]
-        return self._run(words, instances=1, log_dir=None)
+        return self._run(words, instances=1, log_dir=None, startup=0.0)
 
-    def trial(self, config: Mapping[str, Any]) -> Measurement:
+    def trial(self, config: Mapping[str, Any] | Config) -> Measurement:
         """Run the command with ``config`` applied by ``affinity run``."""
-        log_dir = tempfile.mkdtemp(prefix="affinity-tune-")
+        cfg = Config.of(config)
+        k = int(cfg.instances)
+        log_dir = tempfile.mkdtemp(prefix="trial-", dir=self.folder()) if k > 1 else None
         try:
-            argv = self.trial_argv(config, log_dir)
-            return self._run(argv, instances=int(config.get("instances", 1)), log_dir=log_dir)
+            return self._run(self.trial_argv(cfg, log_dir), instances=k, log_dir=log_dir,
+                             startup=self.startup(k) if self.use_time else 0.0)
         finally:
-            shutil.rmtree(log_dir, ignore_errors=True)
+            if log_dir is not None:
+                shutil.rmtree(log_dir, ignore_errors=True)
 
-    def trial_argv(self, config: Mapping[str, Any], log_dir: str) -> list[str]:
+    def trial_argv(self, config: Mapping[str, Any] | Config, log_dir: str | None = None) -> list[str]:
         """The command line of a trial."""
         opts = Config.of(config).run_options(self.command, log_dir=log_dir)
         return [self.python, "-m", "affinity", "run", *opts.to_words(self.environ)]
 
-    def _run(self, argv: list[str], *, instances: int, log_dir: str | None) -> Measurement:
+    def startup(self, instances: int) -> float:
+        """The launcher's own start-up for ``instances`` (median of three runs of
+        ``affinity run -t 1 [--instances K] -- true``), not charged to ``--time`` trials."""
+        if instances not in self._startup:
+            secs = []
+            for _ in range(3):
+                log_dir = tempfile.mkdtemp(prefix="startup-", dir=self.folder()) if instances > 1 else None
+                argv = self.trial_argv({"threads": 1, "instances": instances}, log_dir)
+                argv[argv.index("--") + 1:] = ["true"] if "--" in argv else []
+                if "--" not in argv:
+                    argv += ["--", "true"]
+                t0 = time.perf_counter()
+                done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      stdin=subprocess.DEVNULL, env=self.environ, check=False)
+                if done.returncode == 0:
+                    secs.append(time.perf_counter() - t0)
+                if log_dir is not None:
+                    shutil.rmtree(log_dir, ignore_errors=True)
+            self._startup[instances] = statistics.median(secs) if secs else 0.0
+        return self._startup[instances]
+
+    def folder(self) -> str:
+        """The runner's own temporary folder (``affinity-tune-PID-*``), made on first use."""
+        if self._folder is None:
+            self._folder = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
+        return self._folder
+
+    def close(self) -> None:
+        """Stop a run in progress and remove the runner's folder."""
+        self.interrupt()
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+
+    def _run(self, argv: list[str], *, instances: int, log_dir: str | None, startup: float) -> Measurement:
         t0 = time.perf_counter()
         try:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=self.environ, start_new_session=True)
+                                    stdin=subprocess.DEVNULL, env=self.environ, start_new_session=True,
+                                    preexec_fn=_die_with_parent)
         except OSError as e:
             return Measurement(None, 0.0, 127, "", f"cannot start {argv[0]}: {e.strerror}")
         self._child = proc
@@ -135,14 +195,15 @@ class CommandRunner:
             out, timed_out = self._wait(proc)
         finally:
             self._child = None
-        secs = time.perf_counter() - t0
+        secs = max(time.perf_counter() - t0 - startup, 1e-6)
         text = out.decode(errors="replace")
         if log_dir is None:
-            return self._measure([text], "", proc.returncode, secs, instances, timed_out)
-        return self._measure(self._logs(log_dir, instances), text, proc.returncode, secs, instances, timed_out)
+            return self._measure([text], "", proc.returncode, secs, timed_out)
+        return self._measure(self._logs(log_dir, instances), text, proc.returncode, secs, timed_out)
 
     def _wait(self, proc: subprocess.Popen[bytes]) -> tuple[bytes, bool]:
-        """Wait for the child; Ctrl-C and timeouts stop it (and its instances) first."""
+        """Wait for the child; Ctrl-C, SIGTERM/SIGHUP (raised here by the command) and
+        timeouts stop it and its instances first."""
         try:
             out, _ = proc.communicate(timeout=self.timeout)
             return out or b"", False
@@ -150,7 +211,7 @@ class CommandRunner:
             _stop(proc)
             out, _ = proc.communicate()
             return out or b"", True
-        except KeyboardInterrupt:
+        except BaseException:
             _stop(proc)
             raise
 
@@ -171,7 +232,7 @@ class CommandRunner:
                 texts.append(fh.read())
         return texts
 
-    def _measure(self, logs: list[str], launcher: str, status: int, secs: float, instances: int,
+    def _measure(self, logs: list[str], launcher: str, status: int, secs: float,
                  timed_out: bool) -> Measurement:
         if len(logs) > 1:
             shown = _tail(launcher + "".join(f"\n--- instance {i} ---\n{t}" for i, t in enumerate(logs)))
@@ -182,7 +243,7 @@ class CommandRunner:
         if status != 0:
             return Measurement(None, secs, status, shown, f"exit status {status}")
         if self.use_time:
-            return Measurement(secs / max(instances, 1), secs, status, shown)
+            return Measurement(secs, secs, status, shown)
         values = []
         for i, text in enumerate(logs):
             v = parse_metric(text, self.metric)
@@ -190,7 +251,8 @@ class CommandRunner:
                 who = f"instance {i}'s output" if len(logs) > 1 else "the output"
                 return Measurement(None, secs, status, shown, f"no metric in {who}")
             values.append(v)
-        return Measurement(sum(values), secs, status, shown)
+        total = sum(values) if self.split else sum(values) / len(values)
+        return Measurement(total, secs, status, shown, per_instance=tuple(values))
 
     def interrupt(self) -> None:
         """Stop a run in progress (for a signal handler)."""
@@ -198,9 +260,36 @@ class CommandRunner:
             _stop(self._child)
 
 
+def remove_stale_folders() -> list[str]:
+    """Remove the ``affinity-tune-PID-*`` folders of this user whose tuner is gone (one
+    killed with ``kill -9`` could not remove its own); returns what was removed."""
+    removed = []
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), _PREFIX + "*")):
+        m = re.match(rf"{_PREFIX}(\d+)-", os.path.basename(path))
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if m is None or st.st_uid != os.geteuid() or not os.path.isdir(path) or os.path.islink(path):
+            continue
+        if not os.path.exists(f"/proc/{m.group(1)}"):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the tuner dies, even by ``kill -9`` (the
+    launcher forwards it to its instances)."""
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGINT to the child's session (the launcher forwards it to its instances), then
-    SIGTERM and SIGKILL if it lingers."""
+    """SIGINT to the child's process group (the launcher forwards it to its instances),
+    then SIGTERM and SIGKILL if it lingers."""
     for sig, wait in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
         if proc.poll() is not None:
             return

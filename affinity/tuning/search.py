@@ -121,6 +121,9 @@ class TuneResult:
         ``(defaults, best)`` relative spreads of repeated measurements (``affinity tune``).
     significant : bool or None
         Whether the speed-up is larger than the spread of repeats (None: not repeated).
+    speedup_interval : tuple of (float, float) or None
+        The lowest and highest speed-up of the rounds that measured the defaults and
+        the best side by side (``affinity tune``; None: fewer than two rounds).
     """
 
     best: dict[str, Any] | None
@@ -137,6 +140,7 @@ class TuneResult:
     notes: tuple[str, ...] = ()
     spread: tuple[float, float] | None = None
     significant: bool | None = None
+    speedup_interval: tuple[float, float] | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -174,6 +178,7 @@ class TuneResult:
         """Everything as JSON-ready data (what ``affinity tune --json`` prints)."""
         return {"best": self.best, "best_value": self.best_value, "baseline": self.baseline,
                 "speedup": self.speedup, "significant": self.significant,
+                "speedup_interval": list(self.speedup_interval) if self.speedup_interval else None,
                 "spread": list(self.spread) if self.spread else None, "direction": self.direction,
                 "seed": self.seed, "study_name": self.study_name, "storage": self.storage,
                 "machine": self.topology.describe(), "space": self.space,
@@ -273,6 +278,7 @@ class Search:
         if direction not in ("maximize", "minimize"):
             raise TuneUsageError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
         self.space, self.topology, self.direction = space, topology, direction
+        self.exhausted = False  # set by run(): it stopped because every configuration was tried
         self.storage = check_storage(storage)
         self.study_name = study_name or f"affinity-tune-{_fingerprint(topology, space, direction, key)}"
         self._rdb, self._lock = self._connect()
@@ -506,14 +512,15 @@ class Search:
 
     def result(self, *, baseline: float | None = None, command: Sequence[str] | None = None,
                notes: Sequence[str] = (), best: tuple[dict[str, Any], float] | None = None,
-               spread: tuple[float, float] | None = None, significant: bool | None = None) -> TuneResult:
+               spread: tuple[float, float] | None = None, significant: bool | None = None,
+               speedup_interval: tuple[float, float] | None = None) -> TuneResult:
         """The :class:`TuneResult` of the trials so far (``best`` overrides the search's own)."""
         rec = self.best()
         cfg, val = best if best is not None else ((rec.config, rec.value) if rec else (None, None))
         storage = self.storage if isinstance(self.storage, str) or self.storage is None else repr(self.storage)
         return TuneResult(cfg, val, tuple(self.records()), baseline, self.direction, self.space.to_dict(),
                           self.seed, self.study_name, storage, self.topology,
-                          tuple(command) if command else None, tuple(notes), spread, significant)
+                          tuple(command) if command else None, tuple(notes), spread, significant, speedup_interval)
 
 
 def _countable(t: FrozenTrial) -> bool:
@@ -533,25 +540,29 @@ def _counted(trials: Sequence[FrozenTrial], below: int) -> int:
 
 @contextlib.contextmanager
 def _interrupt_deferred() -> Iterator[list[int]]:
-    """Ctrl-C (SIGINT) held until the block ends, then raised: a trial is never left
-    asked but not running, or run but not told.  The block gets the list of signals
-    held so far (empty: none).  Outside the main thread (where no handler can be set)
-    nothing is deferred."""
+    """Ctrl-C (SIGINT), SIGTERM and SIGHUP held until the block ends, then delivered to
+    the handlers they had: a trial is never left asked but not running, or run but
+    not told.  The block gets the list of signals held so far (empty: none).
+    Outside the main thread (where no handler can be set) nothing is deferred."""
     caught: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield caught
         return
-    try:
-        previous = signal.signal(signal.SIGINT, lambda sig, frame: caught.append(sig))
-    except ValueError:  # not the main interpreter
-        yield caught
-        return
+    previous = {sig: signal.signal(sig, lambda s, frame: caught.append(s)) for sig in _DEFERRED}
     try:
         yield caught
     finally:
-        signal.signal(signal.SIGINT, previous)
-    if caught:
-        raise KeyboardInterrupt
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    for sig in dict.fromkeys(caught):
+        handler = previous[sig]
+        if callable(handler):
+            handler(sig, None)
+        elif handler == signal.SIG_DFL:
+            os.kill(os.getpid(), sig)
+
+
+_DEFERRED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class _ThisThreadsInfo(logging.Filter):

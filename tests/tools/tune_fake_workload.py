@@ -4,7 +4,7 @@ placement it was given, in a tenth of a second.
 Throughput: 100 per thread of the team (``OMP_NUM_THREADS``) up to the CPUs of its
 mask, halved when the team is larger than the mask; +10 % with ``KMP_BLOCKTIME=0``;
 ``--rate X`` multiplies.  Options make it misbehave: ``--fail`` (exit 3),
-``--fail-placed`` (exit 4 when started by ``affinity run``), ``--no-metric``,
+``--fail-placed`` (exit 4 when started by ``affinity run``), ``--fail-if-env VAR`` (exit 5 when VAR=1), ``--no-metric``,
 ``--sleep S``, ``--json`` (a JSON line), ``--unit U``.
 """
 
@@ -24,6 +24,9 @@ time.sleep(float(opt("--sleep", "0.05")))
 if "--fail" in args:
     print("failing as asked", file=sys.stderr)
     sys.exit(3)
+if "--fail-if-env" in args and os.environ.get(opt("--fail-if-env")) == "1":
+    print("failing as the environment asks", file=sys.stderr)
+    sys.exit(5)
 if "--fail-placed" in args and "KMP_AFFINITY" in os.environ:
     print("failing under affinity run", file=sys.stderr)
     sys.exit(4)
