@@ -30,6 +30,7 @@ _LAZY = {
     "TuneError": "errors",
     "TuneUsageError": "errors",
     "TuneUnavailableError": "errors",
+    "TrialPruned": "errors",
     "SpaceError": "errors",
     "PictureError": "errors",
     "PictureUnavailableError": "errors",
@@ -83,7 +84,7 @@ if TYPE_CHECKING:  # pragma: no cover - the same names as _LAZY (tests/test_api_
     from .errors import (AccessDenied, AffinityError, AffinityWarning, BindError, CannotExecute, CommandError,
                          ForeignTopologyError, MaskNarrowedError, NativeUnavailableError, NoSuchThread,
                          PictureError, PictureUnavailableError, PlanError, SpaceError, SpecError, TopologyError,
-                         TuneError, TuneUnavailableError, TuneUsageError, UnsupportedError, UsageError)
+                         TrialPruned, TuneError, TuneUnavailableError, TuneUsageError, UnsupportedError, UsageError)
     from .machine.topology import Topology
     from .planning.planner import Plan, plan, plan_env
     from .planning.spec import KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, ProcList, Settings

@@ -28,6 +28,7 @@ __all__ = [
     "SpaceError",
     "SpecError",
     "TopologyError",
+    "TrialPruned",
     "TuneError",
     "TuneUnavailableError",
     "TuneUsageError",
@@ -199,6 +200,11 @@ class SpaceError(TuneUsageError):
 class TuneError(AffinityError):
     """Tuning failed (every trial failed, a metric never found, a storage that is not a
     study): a command's exit status 1."""
+
+
+class TrialPruned(TuneError):
+    """Raised by an objective that was told to stop early (multi-fidelity): the trial is
+    recorded as pruned -- it may not win -- and never reported as a finalist."""
 
 
 class TuneUnavailableError(TuneError, ImportError):

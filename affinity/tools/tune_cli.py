@@ -88,6 +88,11 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--study", metavar="NAME", default=None,
                    help="study name (default: from the machine, the command, the metric and the space)")
     p.add_argument("--seed", type=int, default=None, help="seed of the search (default: the study's, else random)")
+    p.add_argument("--no-prune", dest="prune", action="store_false",
+                   help="run every trial to the end; default: multi-fidelity -- a trial whose values printed "
+                        "as it goes are worse than the median of the completed trials at the same point is "
+                        "stopped there (with --time: once it has run twice as long as the best so far); the "
+                        "final table is always measured at full length")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="stop a run after this long (infeasible); default 10x the defaults' time + 30 s")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

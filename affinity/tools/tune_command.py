@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import TuneError, TuneUsageError
+from ..errors import TrialPruned, TuneError, TuneUsageError
 from ..machine.topology import Topology
 from ..tuning.config import Config
 from ..tuning.search import Search, TrialRecord, TuneResult, check_budget
@@ -152,13 +152,13 @@ class _Setup:
             runner.timeout = 10 * first.seconds + 30
         key = StudyKey.of(self.command, runner.environ, self._measure())
         search = Search(self.space, self.topology, direction=self.direction, seed=args.seed,
-                        storage=self.storage, study_name=args.study, key=key.text())
+                        storage=self.storage, study_name=args.study, key=key.text(), pruning=args.prune)
         resumed = self._remember(search, key)
         bar = Progress(args.budget, self.direction, enabled=not self.quiet, done=search.done(),
                        label="affinity tune", resumed=resumed)
         t0 = time.monotonic()
         try:
-            search.run(_objective(runner), args.budget, on_trial=bar.update)
+            search.run(_objective(runner, search, args.prune), args.budget, on_trial=bar.update, reports=True)
         except KeyboardInterrupt as e:
             bar.close()
             self._interrupted(search)
@@ -249,7 +249,7 @@ class _Setup:
                              unit=self.unit, title=f"affinity tune: {' '.join(self.command)[:70]}")
         facts = {"search_seconds": round(searched, 3), "trial_seconds": round(_trial_seconds(result.trials), 3),
                  "exhausted": search.exhausted, "split": self.split,
-                 "launcher_startup_seconds": round(runner.startup(1), 4) if args.time else None}
+                 "pruned": sum(t.state == "pruned" for t in result.trials)}
         if args.json:
             out = {**result.to_dict(), **facts, "verdict": cmp.verdict if cmp else None,
                    "remeasured": [{"label": r.label, "config": r.config, "values": r.values,
@@ -296,9 +296,11 @@ class _Text:
         if self.facts["exhausted"]:
             lines.append(f"the space has {s.space.size} configuration{'s' if s.space.size != 1 else ''}: "
                          f"all tried, before the budget of {s.args.budget}")
-        if self.facts["launcher_startup_seconds"]:
-            lines.append(f"times do not count affinity run's own start-up "
-                         f"({fmt(self.facts['launcher_startup_seconds'])} s, measured)")
+        if self.facts["pruned"]:
+            lines.append(f"{self.facts['pruned']} trial{'s' if self.facts['pruned'] != 1 else ''} stopped early "
+                         f"(multi-fidelity: worse than the completed ones at the same point)")
+        if s.args.time:
+            lines.append("times are CMD's own, from its start to its end (affinity run's start-up not counted)")
         lines += [f"note: {note}" for note in result.notes]
         table = report.table([(self._label(r), r.values) for r in self.rows], unit=s.unit, direction=s.direction)
         lines += ["", table, ""]
@@ -413,9 +415,18 @@ def _rel(vals: Sequence[float]) -> float:
     return (hi - lo) / med if med else 0.0
 
 
-def _objective(runner: CommandRunner) -> Any:
-    def objective(config: dict[str, Any]) -> float:
-        m = runner.trial(config)
+def _objective(runner: CommandRunner, search: Search, pruning: bool) -> Any:
+    """A trial: CMD through ``affinity run``; with multi-fidelity, stopped early when the
+    values it prints as it goes are worse than the completed trials' at the same step
+    (``--time``: when it runs twice as long as the best so far)."""
+    def objective(config: dict[str, Any], report: Any) -> float:
+        cutoff = None
+        if pruning and runner.use_time:
+            best = search.best()
+            cutoff = 2 * best.value if best is not None else None
+        m = runner.trial(config, report if pruning and not runner.use_time else None, cutoff)
+        if m.pruned is not None:
+            raise TrialPruned(m.pruned)
         if m.value is None:
             raise RuntimeError(f"{m.error}; output ends: {m.output[-400:]}")
         return m.value

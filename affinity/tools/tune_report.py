@@ -141,6 +141,10 @@ class Comparison:
     verdict: str
 
 
+#: a difference smaller than this in some round is no difference worth reporting (2 %)
+MIN_GAIN = 0.02
+
+
 def compare(defaults: Sequence[float], other: Sequence[float], direction: str) -> Comparison:
     """Compare a configuration with the defaults round by round.
 
@@ -157,7 +161,8 @@ def compare(defaults: Sequence[float], other: Sequence[float], direction: str) -
     -------
     Comparison
         The median of the per-round speed-ups, their lowest and highest; significant
-        only when every round says the same (all faster, or all slower).
+        only when every round says the same, by more than :data:`MIN_GAIN` (all
+        faster, or all slower).
     """
     pairs = [(d, o) for d, o in zip(defaults, other) if d and o]
     if not pairs:
@@ -168,10 +173,11 @@ def compare(defaults: Sequence[float], other: Sequence[float], direction: str) -
         return Comparison(ratio, None, None, f"{ratio:.2f}x (one round: spread unknown)")
     lo, hi = ratios[0], ratios[-1]
     where = f"{lo:.2f}x - {hi:.2f}x in {len(ratios)} rounds"
-    if lo > 1:
+    if lo > 1 + MIN_GAIN:
         return Comparison(ratio, (lo, hi), True, f"{ratio:.2f}x faster ({where})")
-    if hi < 1:
-        return Comparison(ratio, (lo, hi), True, f"{1 / ratio:.2f}x slower ({where})")
+    if hi < 1 / (1 + MIN_GAIN):
+        return Comparison(ratio, (lo, hi), True,
+                          f"{1 / ratio:.2f}x slower ({1 / hi:.2f}x - {1 / lo:.2f}x in {len(ratios)} rounds)")
     return Comparison(ratio, (lo, hi), False, f"no significant difference ({ratio:.2f}x; {where})")
 
 

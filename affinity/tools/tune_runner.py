@@ -14,8 +14,10 @@ Instances are **copies** of the command unless the work splits between them
 ``AFFINITY_INSTANCE``/``AFFINITY_NUM_INSTANCES`` to take its share).  For copies the
 value is one copy's work (the mean of their metrics; with ``--time`` the wall time,
 each copy doing the whole job); when the work splits it is the sum of their metrics
-(or the wall time of them all).  ``--time`` does not charge the launcher's own
-start-up, measured once per kind of launch (:meth:`CommandRunner.startup`).
+(or the wall time of them all).  ``--time`` is the command's own time, from the
+moment it starts (a time stamp written by ``sh`` just before it execs the command,
+in the defaults' run and in every trial alike) to its end: ``affinity run``'s own
+start-up is not charged to a trial.
 """
 
 from __future__ import annotations
@@ -24,26 +26,29 @@ import ctypes
 import glob
 import os
 import re
+import selectors
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import TuneUsageError
 from ..tuning.config import Config
-from .tune_metric import parse_metric
+from .tune_metric import parse_metric, parse_metrics
+from .tune_report import fmt
 
 __all__ = ["CommandRunner", "Measurement", "remove_stale_folders"]
 
 _TAIL = 1500
 _PREFIX = "affinity-tune-"
 _PR_SET_PDEATHSIG = 1
+#: ``sh -c`` script: write the start time (ns) to "$0.<instance>", then become the command
+_STAMP = 'date +%s%N > "$0.${AFFINITY_INSTANCE:-0}" && exec "$@"'
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,8 @@ class Measurement:
         Why ``value`` is None.
     per_instance : tuple of float
         Each instance's metric (empty with ``--time``).
+    pruned : str or None
+        Why the run was stopped early (multi-fidelity); ``value`` is then None.
     """
 
     value: float | None
@@ -74,6 +81,7 @@ class Measurement:
     output: str
     error: str | None = None
     per_instance: tuple[float, ...] = ()
+    pruned: str | None = None
 
 
 class CommandRunner:
@@ -114,7 +122,6 @@ class CommandRunner:
         self.split = split
         self._child: subprocess.Popen[bytes] | None = None
         self._folder: str | None = None
-        self._startup: dict[int, float] = {}
 
     # ---------------------------------------------------------------- runs
     def defaults(self, plain: Mapping[str, Any] | None = None) -> Measurement:
@@ -126,48 +133,60 @@ class CommandRunner:
             Values for its ``{name}`` placeholders (the first choice of each); nothing
             is exported.
         """
-        words = list(self.command)
+        words = self._words()
         for name, value in (plain or {}).items():
             words = [w.replace("{" + name + "}", str(value)) for w in words]
-        return self._run(words, instances=1, log_dir=None, startup=0.0)
+        return self._run(words, instances=1, log_dir=None)
 
-    def trial(self, config: Mapping[str, Any] | Config) -> Measurement:
-        """Run the command with ``config`` applied by ``affinity run``."""
+    def trial(self, config: Mapping[str, Any] | Config, report: Callable[[int, float], bool] | None = None,
+              cutoff: float | None = None) -> Measurement:
+        """Run the command with ``config`` applied by ``affinity run``.
+
+        Parameters
+        ----------
+        config : mapping or Config
+            The configuration.
+        report : callable, optional
+            Multi-fidelity: ``report(step, value)`` for each value of the metric the
+            command prints as it goes (step 0, 1, ...; with several instances, each
+            step once every instance printed it); True stops the run (pruned).
+        cutoff : float, optional
+            Multi-fidelity with ``--time``: a run still going after this many seconds
+            (of the command, start-up not counted) cannot win: stopped (pruned).
+        """
         cfg = Config.of(config)
         k = int(cfg.instances)
         log_dir = tempfile.mkdtemp(prefix="trial-", dir=self.folder()) if k > 1 else None
         try:
-            return self._run(self.trial_argv(cfg, log_dir), instances=k, log_dir=log_dir,
-                             startup=self.startup(k) if self.use_time else 0.0)
+            return self._run(self.trial_argv(cfg, log_dir), instances=k, log_dir=log_dir, report=report,
+                             cutoff=cutoff)
         finally:
             if log_dir is not None:
                 shutil.rmtree(log_dir, ignore_errors=True)
 
     def trial_argv(self, config: Mapping[str, Any] | Config, log_dir: str | None = None) -> list[str]:
         """The command line of a trial."""
-        opts = Config.of(config).run_options(self.command, log_dir=log_dir)
+        opts = Config.of(config).run_options(self._words(), log_dir=log_dir)
         return [self.python, "-m", "affinity", "run", *opts.to_words(self.environ)]
 
-    def startup(self, instances: int) -> float:
-        """The launcher's own start-up for ``instances`` (median of three runs of
-        ``affinity run -t 1 [--instances K] -- true``), not charged to ``--time`` trials."""
-        if instances not in self._startup:
-            secs = []
-            for _ in range(3):
-                log_dir = tempfile.mkdtemp(prefix="startup-", dir=self.folder()) if instances > 1 else None
-                argv = self.trial_argv({"threads": 1, "instances": instances}, log_dir)
-                argv[argv.index("--") + 1:] = ["true"] if "--" in argv else []
-                if "--" not in argv:
-                    argv += ["--", "true"]
-                t0 = time.perf_counter()
-                done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                      stdin=subprocess.DEVNULL, env=self.environ, check=False)
-                if done.returncode == 0:
-                    secs.append(time.perf_counter() - t0)
-                if log_dir is not None:
-                    shutil.rmtree(log_dir, ignore_errors=True)
-            self._startup[instances] = statistics.median(secs) if secs else 0.0
-        return self._startup[instances]
+    def _words(self) -> list[str]:
+        """The command, behind a time stamp of its start with ``--time``."""
+        if not self.use_time:
+            return list(self.command)
+        return ["sh", "-c", _STAMP, os.path.join(self.folder(), "start"), *self.command]
+
+    def _started(self, instances: int) -> int | None:
+        """The earliest start stamp (ns) the command's instances wrote, removing them."""
+        stamps = []
+        for i in range(instances):
+            path = os.path.join(self.folder(), f"start.{i}")
+            try:
+                with open(path) as fh:
+                    stamps.append(int(fh.read().strip()))
+                os.unlink(path)
+            except (OSError, ValueError):
+                continue
+        return min(stamps) if stamps else None
 
     def folder(self) -> str:
         """The runner's own temporary folder (``affinity-tune-PID-*``), made on first use."""
@@ -182,7 +201,8 @@ class CommandRunner:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None
 
-    def _run(self, argv: list[str], *, instances: int, log_dir: str | None, startup: float) -> Measurement:
+    def _run(self, argv: list[str], *, instances: int, log_dir: str | None,
+             report: Callable[[int, float], bool] | None = None, cutoff: float | None = None) -> Measurement:
         t0 = time.perf_counter()
         try:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -191,29 +211,23 @@ class CommandRunner:
         except OSError as e:
             return Measurement(None, 0.0, 127, "", f"cannot start {argv[0]}: {e.strerror}")
         self._child = proc
+        watch = _Watch(self, proc, log_dir, instances, report,
+                       None if cutoff is None else t0 + cutoff)
         try:
-            out, timed_out = self._wait(proc)
+            out, timed_out = watch.wait()
         finally:
             self._child = None
-        secs = max(time.perf_counter() - t0 - startup, 1e-6)
+        end_ns = time.time_ns()
+        secs = time.perf_counter() - t0
+        start_ns = self._started(instances) if self.use_time else None
+        if start_ns is not None:
+            secs = max((end_ns - start_ns) / 1e9, 1e-6)  # the command's own time
         text = out.decode(errors="replace")
+        if watch.pruned is not None:
+            return Measurement(None, secs, proc.returncode, _tail(text), watch.pruned, pruned=watch.pruned)
         if log_dir is None:
             return self._measure([text], "", proc.returncode, secs, timed_out)
         return self._measure(self._logs(log_dir, instances), text, proc.returncode, secs, timed_out)
-
-    def _wait(self, proc: subprocess.Popen[bytes]) -> tuple[bytes, bool]:
-        """Wait for the child; Ctrl-C, SIGTERM/SIGHUP (raised here by the command) and
-        timeouts stop it and its instances first."""
-        try:
-            out, _ = proc.communicate(timeout=self.timeout)
-            return out or b"", False
-        except subprocess.TimeoutExpired:
-            _stop(proc)
-            out, _ = proc.communicate()
-            return out or b"", True
-        except BaseException:
-            _stop(proc)
-            raise
 
     @staticmethod
     def _logs(log_dir: str, instances: int) -> list[str]:
@@ -258,6 +272,68 @@ class CommandRunner:
         """Stop a run in progress (for a signal handler)."""
         if self._child is not None:
             _stop(self._child)
+
+
+class _Watch:
+    """Waiting for one run: its output read as it comes, the metric's values reported as
+    they appear (multi-fidelity), the timeout and the cutoff; Ctrl-C, SIGTERM/SIGHUP
+    (raised here by the command) and timeouts stop the child and its instances first."""
+
+    def __init__(self, runner: CommandRunner, proc: subprocess.Popen[bytes], log_dir: str | None, instances: int,
+                 report: Callable[[int, float], bool] | None, cutoff_at: float | None):
+        self.runner, self.proc, self.log_dir, self.instances = runner, proc, log_dir, instances
+        self.report, self.cutoff_at = report, cutoff_at
+        self.pruned: str | None = None
+        self._steps = 0
+
+    def wait(self) -> tuple[bytes, bool]:
+        """(the child's output, whether it timed out)."""
+        timeout = self.runner.timeout
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        buf = bytearray()
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        try:
+            with selectors.DefaultSelector() as sel:
+                sel.register(fd, selectors.EVENT_READ)
+                while True:
+                    if sel.select(timeout=0.2):
+                        chunk = os.read(fd, 1 << 16)
+                        if not chunk:
+                            break
+                        buf += chunk
+                    now = time.perf_counter()
+                    if deadline is not None and now > deadline:
+                        _stop(self.proc)
+                        return bytes(buf) + self.proc.stdout.read(), True
+                    if self._prune(buf, now):
+                        _stop(self.proc)
+                        return bytes(buf) + self.proc.stdout.read(), False
+            self.proc.wait()
+            return bytes(buf), False
+        except BaseException:
+            _stop(self.proc)
+            raise
+
+    def _prune(self, buf: bytearray, now: float) -> bool:
+        if self.cutoff_at is not None and now > self.cutoff_at:
+            self.pruned = "pruned: still running when the best so far had finished twice over"
+            return True
+        if self.report is None:
+            return False
+        texts = [buf.decode(errors="replace")] if self.log_dir is None else \
+            CommandRunner._logs(self.log_dir, self.instances)
+        series = [parse_metrics(t, self.runner.metric) for t in texts]
+        ready = min(len(s) for s in series) if series else 0
+        while self._steps < ready:
+            values = [s[self._steps] for s in series]
+            value = sum(values) if self.runner.split else sum(values) / len(values)
+            if self.report(self._steps, value):
+                self.pruned = f"pruned at step {self._steps + 1} ({fmt(value)}): worse than the median " \
+                              f"of the completed trials there"
+                return True
+            self._steps += 1
+        return False
 
 
 def remove_stale_folders() -> list[str]:

@@ -40,7 +40,7 @@ from ..machine.topology import Topology
 from . import forms
 from .priors import Priors
 from .sampler import FIXED, INTERRUPTED, TopologySampler, trial_config
-from ..errors import TuneError, TuneUsageError
+from ..errors import TrialPruned, TuneError, TuneUsageError
 from .space import Space, default_space, describe
 from . import storage as storage_mod
 from .storage import check_storage, rdb_storage
@@ -69,11 +69,13 @@ class TrialRecord:
         What the objective returned; None when infeasible or interrupted.
     seconds : float or None
         How long the call took.
-    state : {"complete", "infeasible", "interrupted"}
+    state : {"complete", "infeasible", "pruned", "interrupted"}
         ``infeasible``: it raised or returned no number (recorded, not retried);
+        ``pruned``: stopped early by multi-fidelity, its intermediate values worse
+        than the completed trials' (counted, never a finalist);
         ``interrupted``: cut short by Ctrl-C (tried again when the study resumes).
     error : str or None
-        Why it is infeasible.
+        Why it is infeasible or was pruned.
     """
 
     number: int
@@ -264,6 +266,8 @@ class Search:
         Default ``affinity-tune-<fingerprint>`` of the machine, space, direction and ``key``.
     key : str
         More to name the study after (the command line's command and metric).
+    pruning : bool
+        Multi-fidelity (:meth:`run` with ``reports=True``): optuna's median pruner.
 
     Raises
     ------
@@ -274,7 +278,7 @@ class Search:
     """
 
     def __init__(self, space: Space, topology: Topology, *, direction: str = "maximize", seed: int | None = None,
-                 storage: Any = None, study_name: str | None = None, key: str = ""):
+                 storage: Any = None, study_name: str | None = None, key: str = "", pruning: bool = False):
         if direction not in ("maximize", "minimize"):
             raise TuneUsageError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
         self.space, self.topology, self.direction = space, topology, direction
@@ -294,6 +298,8 @@ class Search:
                     self.study.enqueue_trial(cfg, user_attrs={FIXED: dict(cfg)})
         self.sampler = TopologySampler(space, self.priors, seed=self.seed, direction=direction)
         self.study.sampler = self.sampler
+        if pruning:  # a trial worse than the median of the completed ones at the same step stops there
+            self.study.pruner = optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1)
 
     def _connect(self) -> tuple[Any, Callable[[], Any]]:
         """(optuna's RDB storage with heartbeats or None, the lock of its file)."""
@@ -367,8 +373,9 @@ class Search:
         """How many trials count against the budget (completed or infeasible)."""
         return sum(r.state != "interrupted" for r in self.records())
 
-    def run(self, objective: Callable[[dict[str, Any]], Any], budget: int,
-            on_trial: Callable[[TrialRecord, list[TrialRecord]], None] | None = None) -> None:
+    def run(self, objective: Callable[..., Any], budget: int,
+            on_trial: Callable[[TrialRecord, list[TrialRecord]], None] | None = None, *,
+            reports: bool = False) -> None:
         """Call ``objective`` until ``budget`` trials are done (this session and earlier ones
         together), or every configuration of the space is.
 
@@ -381,6 +388,11 @@ class Search:
             The total number of trials.
         on_trial : callable, optional
             Called after each trial with its record and every record so far.
+        reports : bool
+            Multi-fidelity: call ``objective(config, report)``, where ``report(step,
+            value)`` records an intermediate value and returns True when the trial
+            should stop (the study's pruner: worse than the median of completed
+            trials at that step); the objective then raises :class:`TrialPruned`.
 
         Raises
         ------
@@ -411,7 +423,7 @@ class Search:
                     return  # the Ctrl-C is raised as the block ends
                 beat = self._heartbeat(trial.number)
             with beat:
-                self._trial(trial, objective)
+                self._trial(trial, objective, reports)
             if on_trial is not None:
                 records = self.records()
                 on_trial(next(r for r in records if r.number == trial.number), records)
@@ -450,12 +462,23 @@ class Search:
                     out.add(self.space.key(cfg))
         return out
 
-    def _trial(self, trial: optuna.Trial, objective: Callable[[dict[str, Any]], Any]) -> None:
+    def _trial(self, trial: optuna.Trial, objective: Callable[..., Any], reports: bool) -> None:
         """Run one trial and tell optuna how it went (a Ctrl-C while telling waits for the tell)."""
         cfg = {n: trial.params[n] for n in self.space.names}
         t0 = time.perf_counter()
+
+        def report(step: int, value: float) -> bool:
+            trial.report(float(value), int(step))
+            return bool(trial.should_prune())
+
         try:
-            value, error = _value(objective(dict(cfg)))
+            value, error = _value(objective(dict(cfg), report) if reports else objective(dict(cfg)))
+        except TrialPruned as e:
+            with _interrupt_deferred():
+                trial.set_user_attr("seconds", time.perf_counter() - t0)
+                trial.set_user_attr("pruned", str(e)[:500])
+                self.study.tell(trial, state=TrialState.PRUNED)
+            return
         except KeyboardInterrupt:
             with _interrupt_deferred():
                 trial.set_user_attr(INTERRUPTED, True)
@@ -526,7 +549,7 @@ class Search:
 def _countable(t: FrozenTrial) -> bool:
     """A finished trial that counts against the budget: complete, or infeasible (not
     interrupted, not a surplus trial another tuner made redundant)."""
-    if t.state == TrialState.COMPLETE:
+    if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
         return True
     return t.state == TrialState.FAIL and "error" in t.user_attrs
 
@@ -611,7 +634,7 @@ def _value(raw: Any) -> tuple[float | None, str | None]:
 
 
 def _record(t: FrozenTrial, space: Space) -> TrialRecord | None:
-    if t.state not in (TrialState.COMPLETE, TrialState.FAIL):
+    if t.state not in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED):
         return None
     cfg = trial_config(t, space)
     if cfg is None:
@@ -619,6 +642,8 @@ def _record(t: FrozenTrial, space: Space) -> TrialRecord | None:
     secs = t.user_attrs.get("seconds")
     if t.state == TrialState.COMPLETE:
         return TrialRecord(t.number, cfg, float(t.value), secs, "complete")
+    if t.state == TrialState.PRUNED:
+        return TrialRecord(t.number, cfg, None, secs, "pruned", str(t.user_attrs.get("pruned", "pruned")))
     if t.user_attrs.get(SURPLUS):
         return None
     if "error" in t.user_attrs:

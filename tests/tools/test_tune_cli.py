@@ -119,7 +119,7 @@ def test_a_json_metric_a_pattern_and_wall_time(tmp_path, fake_cmd):
     r = tune(base + ["--time", "--"] + fake_cmd("--no-metric"), tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout)
-    assert out["direction"] == "minimize" and out["best_value"] > 0 and out["launcher_startup_seconds"] > 0
+    assert out["direction"] == "minimize" and out["best_value"] > 0
 
 
 def test_ctrl_c_keeps_the_finished_trials_and_the_same_command_resumes(tmp_path, fake_cmd):
@@ -244,3 +244,28 @@ def test_a_png_plot_without_pillow_is_refused_before_the_search(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=_env(tmp_path))
     assert r.returncode == 2 and "a PNG needs Pillow" in r.stderr and "kmp-affinity[picture]" in r.stderr, r.stderr
     assert not ran.exists()  # the command never ran
+
+
+def test_pruned_trials_are_never_finalists_and_the_final_table_is_full_length(tmp_path, fake_cmd):
+    """Multi-fidelity: a trial whose values as it goes are worse than the median of the
+    completed ones stops early (pruned); the finalists are completed trials only, re-run
+    to the end."""
+    r = tune(["--budget", "6", "--seed", "0", "--repeats", "1", "--top", "3", "--json", "--storage", "none",
+              "--param", "threads=1", "--param", "rate=1,2,3,4,5,6", "--"]
+             + fake_cmd("--rate", "{rate}", "--steps", "6", "--step-sleep", "0.1"), tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    pruned = [t for t in out["trials"] if t["state"] == "pruned"]
+    done = [t for t in out["trials"] if t["state"] == "complete"]
+    assert pruned and len(pruned) + len(done) == 6, out["trials"]
+    assert all(t["error"].startswith("pruned at step") for t in pruned)
+    best_done = max(t["value"] for t in done)
+    assert all(t["config"]["rate"] * 100 < best_done for t in pruned)  # only ones that could not win
+    finalists = [row["config"] for row in out["remeasured"][1:]]
+    assert not any(t["config"] in finalists for t in pruned)
+    assert all(row["values"] == [pytest.approx(100.0 * row["config"]["rate"])] for row in out["remeasured"][1:])
+    r = tune(["--no-prune", "--budget", "6", "--seed", "0", "--repeats", "1", "--top", "1", "--json",
+              "--storage", "none", "--param", "threads=1", "--param", "rate=1,2,3,4,5,6", "--"]
+             + fake_cmd("--rate", "{rate}", "--steps", "6", "--step-sleep", "0.1"), tmp_path)
+    again = json.loads(r.stdout)
+    assert all(t["state"] == "complete" for t in again["trials"]) and again["best"] == out["best"]

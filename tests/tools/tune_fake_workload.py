@@ -5,7 +5,8 @@ Throughput: 100 per thread of the team (``OMP_NUM_THREADS``) up to the CPUs of i
 mask, halved when the team is larger than the mask; +10 % with ``KMP_BLOCKTIME=0``;
 ``--rate X`` multiplies.  Options make it misbehave: ``--fail`` (exit 3),
 ``--fail-placed`` (exit 4 when started by ``affinity run``), ``--fail-if-env VAR`` (exit 5 when VAR=1), ``--no-metric``,
-``--sleep S``, ``--json`` (a JSON line), ``--unit U``.
+``--sleep S``, ``--json`` (a JSON line), ``--unit U``, ``--steps N`` (N values first, one
+every ``--step-sleep`` seconds).
 """
 
 import json
@@ -35,6 +36,9 @@ team = int(os.environ.get("OMP_NUM_THREADS", cpus))
 value = 100.0 * min(team, cpus) * (0.5 if team > cpus else 1.0) * float(opt("--rate", "1"))
 if os.environ.get("KMP_BLOCKTIME") == "0":
     value *= 1.1
+for step in range(int(opt("--steps", "0"))):  # values as it goes, for multi-fidelity
+    print(f"step {step}: {value:.2f} images/sec", flush=True)
+    time.sleep(float(opt("--step-sleep", "0.05")))
 if "--no-metric" in args:
     print("done, but no number")
 elif "--json" in args:
