@@ -87,6 +87,9 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "that is ~/.cache/affinity/tune.db; 'none': in memory)")
     p.add_argument("--study", metavar="NAME", default=None,
                    help="study name (default: from the machine, the command, the metric and the space)")
+    p.add_argument("--from", dest="from_study", metavar="STUDY", default=None,
+                   help="warm start: try the best configurations of STUDY (in the same storage, made on this "
+                        "machine) first; default: those of the latest study of the same command on this machine")
     p.add_argument("--seed", type=int, default=None, help="seed of the search (default: the study's, else random)")
     p.add_argument("--no-prune", dest="prune", action="store_false",
                    help="run every trial to the end; default: multi-fidelity -- a trial whose values printed "

@@ -20,12 +20,13 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from ..errors import TrialPruned, TuneError, TuneUsageError
 from ..machine.topology import Topology
 from ..tuning.config import Config
-from ..tuning.search import Search, TrialRecord, TuneResult, check_budget
+from ..tuning.search import Search, TrialRecord, TuneResult, check_budget, machine_id
 from ..tuning.space import ENV_PREFIX, KNOWN, Space, default_space, describe, parse_param
 from ..tuning.storage import check_storage, default_storage
 from . import tune_report as report
@@ -91,6 +92,7 @@ class _Setup:
     storage: str | None
     split: bool
     notes: list[str] = field(default_factory=list)
+    warm_from: str = ""
 
     @property
     def direction(self) -> str:
@@ -151,9 +153,13 @@ class _Setup:
         if args.timeout is None:
             runner.timeout = 10 * first.seconds + 30
         key = StudyKey.of(self.command, runner.environ, self._measure())
+        warm = _Warm(self.storage, key, machine_id(self.topology), args.from_study, self.direction)
         search = Search(self.space, self.topology, direction=self.direction, seed=args.seed,
-                        storage=self.storage, study_name=args.study, key=key.text(), pruning=args.prune)
+                        storage=self.storage, study_name=args.study, key=key.text(), pruning=args.prune, warm=warm)
         resumed = self._remember(search, key)
+        self.warm_from = warm.said(search)
+        if self.warm_from and not self.quiet:
+            print(f"affinity tune: {self.warm_from}", file=sys.stderr)
         bar = Progress(args.budget, self.direction, enabled=not self.quiet, done=search.done(),
                        label="affinity tune", resumed=resumed)
         t0 = time.monotonic()
@@ -247,7 +253,7 @@ class _Setup:
         if args.plot:
             report.save_plot(args.plot, result.trials, baseline=result.baseline, direction=self.direction,
                              unit=self.unit, title=f"affinity tune: {' '.join(self.command)[:70]}")
-        facts = {"search_seconds": round(searched, 3), "trial_seconds": round(_trial_seconds(result.trials), 3),
+        facts = {"warm_start": self.warm_from or None, "search_seconds": round(searched, 3), "trial_seconds": round(_trial_seconds(result.trials), 3),
                  "exhausted": search.exhausted, "split": self.split,
                  "pruned": sum(t.state == "pruned" for t in result.trials)}
         if args.json:
@@ -302,6 +308,8 @@ class _Text:
         if s.args.time:
             lines.append("times are CMD's own, from its start to its end (affinity run's start-up not counted)")
         lines += [f"note: {note}" for note in result.notes]
+        if s.warm_from:
+            lines.append(s.warm_from)
         table = report.table([(self._label(r), r.values) for r in self.rows], unit=s.unit, direction=s.direction)
         lines += ["", table, ""]
         if self.cmp is not None:
@@ -335,6 +343,69 @@ class _Text:
         if len(bad) > 5:
             out.append(f"  ... and {len(bad) - 5} more (--json lists them all)")
         return out
+
+
+class _Warm:
+    """A warm start (:class:`~affinity.tuning.search.Search`'s ``warm``): the best
+    configurations of an earlier study of the same command on this machine (the same
+    machine fingerprint), or of ``--from STUDY`` -- never another machine's."""
+
+    def __init__(self, storage: str | None, key: StudyKey, machine: str, named: str | None, direction: str):
+        self.storage, self.key, self.machine, self.named, self.direction = storage, key, machine, named, direction
+        self.source: tuple[str, int, list[dict[str, Any]], list[str]] | None = None
+
+    def __call__(self, name: str) -> list[dict[str, Any]]:
+        if self.storage is None:
+            if self.named:
+                raise TuneUsageError(f"--from {self.named}: give the --storage that holds it (not none)")
+            return []
+        from ..tuning._optuna import optuna  # lazy: loaded by the search already; summaries only here
+
+        summaries = {s.study_name: s for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False)}
+        if self.named:
+            src = summaries.get(self.named)
+            if src is None:
+                raise TuneUsageError(f"--from {self.named}: no such study in {self.storage}")
+            if src.user_attrs.get("affinity.machine_id") != self.machine:
+                raise TuneUsageError(f"--from {self.named}: that study was made on another machine "
+                                     f"({src.user_attrs.get('affinity.machine', '?')}); warm starts use this "
+                                     f"machine's results only")
+            names = [self.named]
+        else:
+            names = [n for n, s in summaries.items() if n != name and s.user_attrs.get("affinity.machine_id") ==
+                     self.machine and (s.user_attrs.get(_KEY_ATTR) or {}).get("command") == list(self.key.command)]
+        latest = sorted(names, key=lambda n: summaries[n].datetime_start or datetime.min, reverse=True)
+        for src_name in latest:
+            study = optuna.load_study(study_name=src_name, storage=self.storage)
+            best = self._best(study)
+            if best:
+                stored = summaries[src_name].user_attrs.get(_KEY_ATTR) or {}
+                n = sum(t.state.name == "COMPLETE" for t in study.get_trials(deepcopy=False))
+                self.source = (src_name, n, best, self.key.changes(stored) if stored else [])
+                return best
+        return []
+
+    def _best(self, study: Any) -> list[dict[str, Any]]:
+        if study.direction.name.lower() != self.direction:
+            return []
+        done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE" and t.value is not None]
+        done.sort(key=lambda t: -t.value if self.direction == "maximize" else t.value)
+        out: list[dict[str, Any]] = []
+        for t in done:
+            if dict(t.params) not in out:
+                out.append(dict(t.params))
+            if len(out) == 3:
+                break
+        return out
+
+    def said(self, search: Search) -> str:
+        """What the output says about the warm start ("" when there was none)."""
+        if self.source is None or not search.warm:
+            return ""
+        name, n, _, changes = self.source
+        what = f"; {'; '.join(changes)}" if changes else ""
+        return (f"warm start from study {name} (this machine, {n} trials{what}): its best "
+                f"{len(search.warm)} configuration{'s' if len(search.warm) != 1 else ''} tried first")
 
 
 def _command(words: Sequence[str] | None) -> list[str]:

@@ -209,6 +209,12 @@ def check_budget(budget: Any) -> int:
     return int(budget)
 
 
+def machine_id(topology: Topology) -> str:
+    """The machine's fingerprint: its description and the CPUs this process may use."""
+    blob = json.dumps({"machine": topology.describe(), "cpus": format_list(topology.allowed)}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
 def _fingerprint(topology: Topology, space: Space, direction: str, extra: str) -> str:
     blob = json.dumps({"machine": topology.describe(), "cpus": format_list(topology.allowed),
                        "space": space.to_dict(), "direction": direction, "extra": extra},
@@ -268,6 +274,11 @@ class Search:
         More to name the study after (the command line's command and metric).
     pruning : bool
         Multi-fidelity (:meth:`run` with ``reports=True``): optuna's median pruner.
+    warm : callable, optional
+        A warm start: called with the study's name when the study is new, it returns
+        configurations learned elsewhere (the best of an earlier study of the same
+        command on this machine); those of the space are tried first, before the
+        seeds' rules (:attr:`warm` lists them).
 
     Raises
     ------
@@ -278,7 +289,8 @@ class Search:
     """
 
     def __init__(self, space: Space, topology: Topology, *, direction: str = "maximize", seed: int | None = None,
-                 storage: Any = None, study_name: str | None = None, key: str = "", pruning: bool = False):
+                 storage: Any = None, study_name: str | None = None, key: str = "", pruning: bool = False,
+                 warm: Callable[[str], Sequence[Mapping[str, Any]]] | None = None):
         if direction not in ("maximize", "minimize"):
             raise TuneUsageError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
         self.space, self.topology, self.direction = space, topology, direction
@@ -293,8 +305,11 @@ class Search:
             self._dists = {n: CategoricalDistribution(list(c)) for n, c in space.params}
             self.resumed = bool(self.study.get_trials(deepcopy=False))
             self._close_stale()
+            self.warm: list[dict[str, Any]] = []
             if not self.resumed:
-                for cfg in self.priors.seeds():
+                self.warm = [dict(c) for c in (warm(self.study_name) if warm is not None else ())
+                             if space.contains(c)]
+                for cfg in self.warm + [c for c in self.priors.seeds() if c not in self.warm]:
                     self.study.enqueue_trial(cfg, user_attrs={FIXED: dict(cfg)})
         self.sampler = TopologySampler(space, self.priors, seed=self.seed, direction=direction)
         self.study.sampler = self.sampler
@@ -329,6 +344,7 @@ class Search:
         if stored is None:
             study.set_user_attr(_ATTR + "space", self.space.to_dict())
             study.set_user_attr(_ATTR + "machine", self.topology.describe())
+            study.set_user_attr(_ATTR + "machine_id", machine_id(self.topology))
         return study
 
     def _seed(self, seed: int | None) -> int:

@@ -269,3 +269,29 @@ def test_pruned_trials_are_never_finalists_and_the_final_table_is_full_length(tm
              + fake_cmd("--rate", "{rate}", "--steps", "6", "--step-sleep", "0.1"), tmp_path)
     again = json.loads(r.stdout)
     assert all(t["state"] == "complete" for t in again["trials"]) and again["best"] == out["best"]
+
+
+def test_a_warm_start_uses_only_this_machines_studies_of_the_command(tmp_path):
+    """Study A (this machine) found rate=2 best, study B (marked as another machine's)
+    rate=3: a new study of the same command (another BEST) starts from A's best, says so,
+    and never from B's; --from B is refused."""
+    import optuna
+
+    script = tmp_path / "peak.py"
+    script.write_text("import os, sys\nr, b = int(sys.argv[1]), int(os.environ['BEST'])\n"
+                      "print(1000 - 100 * abs(r - b), 'images/sec')\n")
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    args = ["--budget", "3", "--repeats", "1", "--top", "1", "--json", "--param", "threads=1", "--param",
+            "rate=1,2,3,4", "--storage", url, "--", sys.executable, str(script), "{rate}"]
+    a = json.loads(tune(args, tmp_path, env=_env(tmp_path, BEST="2")).stdout)
+    b = json.loads(tune(args, tmp_path, env=_env(tmp_path, BEST="3")).stdout)
+    assert a["best"]["rate"] == 2 and b["best"]["rate"] == 3 and a["study_name"] != b["study_name"]
+    optuna.load_study(study_name=b["study_name"], storage=url).set_user_attr("affinity.machine_id", "elsewhere")
+    r = tune(args, tmp_path, env=_env(tmp_path, BEST="4"))
+    out = json.loads(r.stdout)
+    assert out["warm_start"].startswith(f"warm start from study {a['study_name']} (this machine, 3 trials; "
+                                        f"variables changed: BEST)"), out["warm_start"]
+    assert out["trials"][0]["config"]["rate"] == 2  # A's best first; B's (3) never came from B
+    assert b["study_name"] not in r.stderr
+    r = tune(["--from", b["study_name"]] + args, tmp_path, env=_env(tmp_path, BEST="1"))
+    assert r.returncode == 2 and "made on another machine" in r.stderr, r.stderr
