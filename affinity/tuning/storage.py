@@ -103,7 +103,7 @@ def _check_study_file(path: str, url: str) -> None:
 
 # ------------------------------------------------------------------ the default file
 
-def default_storage(environ: dict[str, str] | None = None) -> str:
+def default_storage(environ: dict[str, str] | None = None, *, uid: int | None = None) -> str:
     """The default study file, ``$XDG_CACHE_HOME/affinity/tune.db`` (else
     ``~/.cache/affinity/tune.db``), made and checked so that nothing another user
     planted is followed.
@@ -112,6 +112,8 @@ def default_storage(environ: dict[str, str] | None = None) -> str:
     ----------
     environ : mapping, optional
         Where ``XDG_CACHE_HOME`` is read; default ``os.environ``.
+    uid : int, optional
+        Who must own the folders and the file; default this process's effective user.
 
     Returns
     -------
@@ -126,13 +128,14 @@ def default_storage(environ: dict[str, str] | None = None) -> str:
         a folder that cannot be made: one line naming the path.
     """
     env = os.environ if environ is None else environ
+    me = os.geteuid() if uid is None else uid
     base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     base = os.path.abspath(base)
-    _own_folder(base, create=True, private=False)
+    _own_folder(base, me, create=True, private=False)
     folder = os.path.join(base, "affinity")
-    _own_folder(folder, create=True, private=True)
+    _own_folder(folder, me, create=True, private=True)
     path = os.path.join(folder, "tune.db")
-    _own_file(path)
+    _own_file(path, me)
     return "sqlite:///" + path
 
 
@@ -141,10 +144,9 @@ def _refuse(path: str, why: str) -> TuneError:
                      f"or fix the path)")
 
 
-def _own_folder(path: str, *, create: bool, private: bool) -> None:
-    """``path`` a folder of this user: the cache folder may be reached through a symlink
-    of this user's; ``affinity/`` may not be a symlink at all, and only its owner writes it."""
-    me = os.geteuid()
+def _own_folder(path: str, me: int, *, create: bool, private: bool) -> None:
+    """``path`` a folder of user ``me``: the cache folder may be reached through a symlink
+    of that user's; ``affinity/`` may not be a symlink at all, and only its owner writes it."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -169,7 +171,7 @@ def _own_folder(path: str, *, create: bool, private: bool) -> None:
         raise _refuse(path, f"is writable by others (mode {stat.S_IMODE(st.st_mode):o})")
 
 
-def _own_file(path: str) -> None:
+def _own_file(path: str, me: int) -> None:
     """``path`` absent (made now, mode 0600, never through a symlink) or a regular file of this user."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
@@ -183,8 +185,8 @@ def _own_file(path: str) -> None:
         os.close(fd)
     if not stat.S_ISREG(st.st_mode):
         raise _refuse(path, "is not a regular file")
-    if st.st_uid != os.geteuid():
-        raise _refuse(path, f"is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})")
+    if st.st_uid != me:
+        raise _refuse(path, f"is owned by uid {st.st_uid}, not by this user (uid {me})")
 
 
 # ------------------------------------------------------------------ optuna's storage

@@ -11,6 +11,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -295,3 +296,69 @@ def test_a_warm_start_uses_only_this_machines_studies_of_the_command(tmp_path):
     assert b["study_name"] not in r.stderr
     r = tune(["--from", b["study_name"]] + args, tmp_path, env=_env(tmp_path, BEST="1"))
     assert r.returncode == 2 and "made on another machine" in r.stderr, r.stderr
+
+
+SLOW_UNDER_LAUNCHER = """import os, sys, time
+pids = sys.argv[1]
+if "KMP_AFFINITY" not in os.environ:  # the defaults' run: quick
+    print("100 images/sec")
+    sys.exit(0)
+open(os.path.join(pids, str(os.getpid())), "w").close()
+time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return "\nState:\tZ" not in fh.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGKILL])
+def test_killing_the_tuner_leaves_no_process_and_no_folder(tmp_path, sig):
+    """The running trial's launcher and both its instances go with the tuner, whatever
+    the signal (kill -9: by the parent-death signal); its folder is removed (kill -9: by
+    the next tuner)."""
+    script, pids = tmp_path / "slow.py", tmp_path / "pids"
+    script.write_text(SLOW_UNDER_LAUNCHER)
+    pids.mkdir()
+    args = ["--budget", "1", "--storage", "none", "--param", "instances=2", "--param", "threads=1", "--",
+            sys.executable, str(script), str(pids)]
+    p = subprocess.Popen(TUNE + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and len(list(pids.iterdir())) < 2:
+        time.sleep(0.1)
+    started = [int(f.name) for f in pids.iterdir()]
+    assert len(started) == 2, p.communicate(timeout=30)
+    folders = list(Path(tempfile.gettempdir()).glob(f"affinity-tune-{p.pid}-*"))
+    assert folders  # the trial's log folder is there while it runs
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=60)
+    assert "Traceback" not in err, err
+    assert p.returncode == {signal.SIGKILL: -9, signal.SIGINT: 130}.get(sig, 128 + sig), err
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_alive(pid) for pid in started):
+        time.sleep(0.1)
+    assert not [pid for pid in started if _alive(pid)]
+    if sig == signal.SIGKILL:
+        assert all(f.exists() for f in folders)  # nobody could remove it ...
+        tune(["--budget", "1", "--storage", "none", "--param", "threads=1", "--", "true", "1 images/sec"],
+             tmp_path)  # ... until the next tuner starts (it fails: 'true' prints no metric)
+    assert not any(f.exists() for f in folders)
+
+
+def test_two_tuners_on_one_study_finish_within_the_budget(tmp_path, fake_cmd):
+    db = tmp_path / "shared.db"
+    args = ["--budget", "6", "--repeats", "1", "--top", "1", "--storage", f"sqlite:///{db}", "--study", "shared",
+            "--param", "threads=1,2", "--param", "rate=1,2,3,4", "--"] + fake_cmd("--rate", "{rate}", "--sleep", "0.3")
+    procs = [subprocess.Popen(TUNE + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=_env(tmp_path)) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0 and "Traceback" not in err and "Error" not in err, err[-3000:]
+    con = sqlite3.connect(db)
+    states = dict(con.execute("SELECT state, COUNT(*) FROM trials GROUP BY state").fetchall())
+    con.close()
+    assert states.get("COMPLETE") == 6 and states.get("RUNNING", 0) == 0, states
