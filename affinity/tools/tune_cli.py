@@ -77,7 +77,8 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="read the value from the last match of REGEX (its first group); default: the "
                         "number with images/sec, examples/sec, samples/sec or tokens/sec, or a JSON "
                         "line's throughput; one copy's (the mean over instances), summed with --split")
-    m.add_argument("--time", action="store_true", help="minimize the wall time of CMD instead (affinity run's own start-up not counted)")
+    m.add_argument("--time", action="store_true",
+                   help="minimize the wall time of CMD instead (affinity run's own start-up not counted)")
     p.add_argument("--repeats", type=int, default=3, metavar="R",
                    help="re-measure the defaults and the best configurations R times each at the end "
                         "(default 3)")

@@ -253,7 +253,8 @@ class _Setup:
         if args.plot:
             report.save_plot(args.plot, result.trials, baseline=result.baseline, direction=self.direction,
                              unit=self.unit, title=f"affinity tune: {' '.join(self.command)[:70]}")
-        facts = {"warm_start": self.warm_from or None, "search_seconds": round(searched, 3), "trial_seconds": round(_trial_seconds(result.trials), 3),
+        facts = {"warm_start": self.warm_from or None, "search_seconds": round(searched, 3),
+                 "trial_seconds": round(_trial_seconds(result.trials), 3),
                  "exhausted": search.exhausted, "split": self.split,
                  "pruned": sum(t.state == "pruned" for t in result.trials)}
         if args.json:

@@ -672,7 +672,8 @@ def _record(t: FrozenTrial, space: Space) -> TrialRecord | None:
 def tune(objective: Callable[[dict[str, Any]], Any], space: Mapping[str, Sequence[Any]] | None = None, *,
          budget: int = 40, seed: int | None = None, topology: Topology | str | None = None,
          direction: str = "maximize", storage: Any = None, study_name: str | None = None,
-         progress: bool | Callable[[TrialRecord, list[TrialRecord]], None] = False, baseline: Mapping[str, Any] | float | None = None) -> TuneResult:
+         progress: bool | Callable[[TrialRecord, list[TrialRecord]], None] = False,
+         baseline: Mapping[str, Any] | float | None = None) -> TuneResult:
     """Find the configuration of ``space`` that makes ``objective`` best, in few calls.
 
     Parameters
