@@ -22,19 +22,32 @@ sysdeps:
 	    echo "warning: libpciaccess.so.0 not found; install it (Debian: apt-get install libpciaccess0)" >&2; \
 	  fi; \
 	fi
-	@# the tests of `affinity run` compare it with numactl and start ranks with a real MPI
-	@# launcher (MPICH's mpirun: it binds nothing itself and runs as root); ~10 MB, seconds
+	@# the tests of `affinity run` compare it with numactl; the engine tests (tests/engines) start
+	@# ranks with real launchers: MPICH's and Open MPI's mpirun (each called by its own path,
+	@# mpirun.mpich / mpirun.openmpi: the two fight over `mpirun` through update-alternatives, and
+	@# installing Open MPI here leaves `mpirun` as it was), a one-node Slurm (slurmctld, slurmd,
+	@# srun/sbatch, munge; configured and started by the tests themselves, not as services).
+	@# Nothing to do when present (a few ms); ~35 s and ~60 MB to install on Debian 12.
 	@missing=""; \
 	command -v numactl >/dev/null || missing="$$missing numactl"; \
-	command -v mpirun >/dev/null || missing="$$missing mpich"; \
+	command -v mpirun.mpich >/dev/null || missing="$$missing mpich"; \
+	command -v mpirun.openmpi >/dev/null || missing="$$missing openmpi-bin"; \
+	command -v slurmctld >/dev/null || missing="$$missing slurmctld"; \
+	command -v slurmd >/dev/null || missing="$$missing slurmd"; \
+	command -v srun >/dev/null || missing="$$missing slurm-client"; \
+	command -v munged >/dev/null || missing="$$missing munge"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing$$missing (test tools: numactl to compare with, an MPI launcher)"; \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing >/dev/null || \
-	      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing >/dev/null; }; \
+	    echo "installing$$missing (test tools: numactl to compare with, MPI launchers, a one-node Slurm)"; \
+	    mpirun_was=$$(update-alternatives --query mpirun 2>/dev/null | sed -n 's/^Value: //p'); \
+	    apt="apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=300"; \
+	    DEBIAN_FRONTEND=noninteractive $$apt $$missing >/dev/null || \
+	      { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive $$apt $$missing >/dev/null; }; \
+	    if [ -n "$$mpirun_was" ]; then update-alternatives --quiet --set mpirun "$$mpirun_was"; fi; \
 	  else \
-	    echo "warning:$$missing not found: the tests comparing with numactl / using mpirun will be skipped" \
-	         "(Debian: apt-get install numactl mpich)" >&2; \
+	    echo "warning:$$missing not found: the tests comparing with numactl / starting MPI and Slurm jobs" \
+	         "will be skipped (Debian: apt-get install numactl mpich openmpi-bin slurmctld slurmd" \
+	         "slurm-client munge)" >&2; \
 	  fi; \
 	fi
 

@@ -58,6 +58,7 @@ _MODULES = {
     "threads": "binding.threads",
     "numa": "binding.numa",
     "spec": "planning.spec",
+    "torch": "binding.torch",
 }
 
 __all__ = sorted(_LAZY) + sorted(_MODULES)

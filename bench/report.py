@@ -38,6 +38,7 @@ BASELINES = {
     "topology": "hwloc-fresh",
     "tf-workload": "tf-defaults",
     "plan-": "libiomp5",
+    "runtimes-plan-": "real libgomp",
     "startup": "[python -c pass]",
     "pthread_create": "[plain]",
     "ranks": "",
@@ -73,6 +74,12 @@ ABOUT = {
         "and asked where it binds -- which needs a fresh process, since the runtime decides only inside its own "
         "process: the ratio compares a function call with a process start. No in-process reference exists (no "
         "other library computes `KMP_AFFINITY` placements); the benchmark checks that both give the same sets."),
+    "runtimes-plan-": (
+        "Plan time under each runtime's rules (`bench/bench_plan_runtimes.py`): `plan gnu gcc12`/`torch` "
+        "(GNU libgomp's rules, `affinity/planning/gnu`), `plan intel` (Intel's, same variables), "
+        "`OMP_PLACES=cores OMP_PROC_BIND=spread`, one thread per PU. Reference ◆ `real libgomp start-up`: "
+        "Debian's libgomp started on that machine (fake `/sys`, the golden harness) and asked where it bound its "
+        "threads; the benchmark checks both give the same sets."),
     "tf-workload": (
         "TensorFlow ResNet-50 inference, each run a fresh process: TensorFlow's defaults ◆, pinned by the "
         "recommended plan, and two instances on disjoint cores (`affinity run --instances 2`). Each instance "

@@ -46,3 +46,23 @@ def who(request, shared):
     if why:
         pytest.skip(why)
     return ident
+
+
+def pytest_collection_finish(session):
+    """No test module may import PyTorch into the test process: its libgomp would load
+    here and every later in-process ``apply()`` would attach to PyTorch (tests that need
+    torch run it in a subprocess; ``helpers.torch_package_dir`` finds its files)."""
+    import sys
+
+    if "torch" in sys.modules:
+        raise pytest.UsageError("a test module imported torch at collection; run torch in a subprocess "
+                                "(helpers.torch_package_dir() finds its files without importing it)")
+
+
+@pytest.fixture(autouse=True)
+def _torch_stays_out_of_the_test_process():
+    """Fails the test that imported PyTorch into the test process (see above)."""
+    import sys
+
+    yield
+    assert "torch" not in sys.modules, "this test imported torch in the test process; run it in a subprocess"

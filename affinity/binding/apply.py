@@ -48,6 +48,8 @@ from . import numa, registry
 from . import openmp as _omp
 from . import tf as _tf
 from . import threads as _threads
+from . import torch as _torch
+from .runtimes import census
 from .bindmap import BindMap, report
 
 __all__ = ["Binding", "Pin", "apply", "pinned"]
@@ -63,6 +65,7 @@ class Pin:
     role: str  #: main, tf-intra, tf-inter, tf-other, openmp, other
     cpus: frozenset[int]
     index: int | None = None  #: slot / team member number, where it has one
+    note: str | None = None  #: why it was placed so, for the bind map
 
 
 @dataclass
@@ -297,6 +300,8 @@ def _repin_enclosing_teams() -> list[str]:
     pins back: an inner team of another size makes a runtime (libgomp) end or start
     workers, and a new worker would run on its creator's mask instead of its slot."""
     enclosing = registry.active()
+    if enclosing:
+        _torch.repin(enclosing[-1])
     if not enclosing or not enclosing[-1].openmp:
         return []
     outer = enclosing[-1]
@@ -324,8 +329,9 @@ _TF_MODES = ("auto", True, False)
 _OTHER_MODES = ("auto", True, False)
 
 
-def _check_modes(tensorflow: Any, openmp: Any, blas: Any, inter: str, env: Any) -> None:
+def _check_modes(tensorflow: Any, openmp: Any, blas: Any, inter: str, env: Any, torch: Any = "auto") -> None:
     for name, value, allowed in (("tensorflow", tensorflow, _TF_MODES), ("openmp", openmp, _OTHER_MODES),
+                                 ("torch", torch, _OTHER_MODES),
                                  ("blas", blas, _OTHER_MODES), ("inter_placement", inter, ("union", "package")),
                                  ("export", env, (True, False, "override"))):
         if not any(value is a or (isinstance(a, str) and value == a) for a in allowed):
@@ -336,7 +342,8 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
           topology: Topology | None = None, tensorflow: str | bool = "auto",
           openmp: str | bool = "auto", blas: str | bool = "auto", membind: Any = None,
           export: bool | str = True, inter_placement: str = "union", blocktime: str | None = DEFAULT_BLOCKTIME,
-          rank: Any = None, strict: bool = False) -> Binding:
+          rank: Any = None, strict: bool = False, torch: str | bool = "auto",
+          dataloader_workers: int | None = None) -> Binding:
     """Plan ``spec`` on this machine and apply it to this process.
 
     Parameters
@@ -381,6 +388,15 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
         Parse the spec strictly (:class:`SpecError`) instead of like the runtime,
         which warns and ignores what it cannot read: each such warning of the
         runtime is an :class:`AffinityWarning` here (a typo binds nothing).
+    torch : {"auto", True, False}
+        PyTorch (:mod:`affinity.binding.torch`), imported before, inside or after:
+        ``torch.set_num_threads``/``set_num_interop_threads`` from the plan, its
+        intra-op team and inter-op pool pinned by TID, the main thread kept on the
+        plan's CPUs (libgomp's load-time pin prevented or undone); ``True``:
+        import it now; ``False``: leave it alone.
+    dataloader_workers : int, optional
+        Place that many DataLoader workers (:func:`affinity.planning.workers.worker_layout`):
+        each on CPUs of its own, one intra-op thread each.
 
     Returns
     -------
@@ -406,17 +422,18 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
         from the plan (``Binding.notes``).
     """
     return _apply(spec, threads, topology, tensorflow, openmp, blas, membind, export, inter_placement, blocktime,
-                  rank, strict)
+                  rank, strict, (torch, dataloader_workers))
 
 
 def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow: Any, openmp: Any,
            blas: Any, membind: Any, env: Any, inter: str, blocktime: str | None, rank: Any,
-           strict: bool) -> Binding:
+           strict: bool, torch: tuple[Any, int | None] = ("auto", None)) -> Binding:
     """:func:`apply` without its docstring: plan, snapshot, apply every step or none."""
     topo = Topology.load(topology)  # the forms plan, apply and tune all take
     _threads.require_system(topo)
-    _check_modes(tensorflow, openmp, blas, inter, env)
-    process_mask = _native.get_thread_cpubind(os.getpid())
+    _check_modes(tensorflow, openmp, blas, inter, env, torch[0])
+    # (a mask PyTorch's libgomp narrowed to its first place at load is widened back)
+    process_mask = _torch.mask_before_load_pin(_native.get_thread_cpubind(os.getpid()))
     if rank is not None:  # this rank's share of what the process may use
         p = make_plan(spec, threads=threads, topology=rank_topology(topo.with_allowed(process_mask), rank)[0],
                       strict=strict)
@@ -434,7 +451,7 @@ def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow
     b.notes.extend(_oversubscription(p, threads))
     env_before = dict(os.environ)
     try:
-        _apply_steps(b, tensorflow, openmp, blas, want_mem, env, blocktime)
+        _apply_steps(b, tensorflow, openmp, blas, want_mem, env, blocktime, torch)
     except BaseException:
         _note_env_changes(snap, env_before)
         b.restore()
@@ -480,7 +497,7 @@ def _note_env_changes(snap: _Snapshot, before: Mapping[str, str]) -> None:
 
 
 def _apply_steps(b: Binding, tensorflow: Any, openmp: Any, blas: Any, want_mem: MemorySpec | None,
-                 env: Any, blocktime: str | None) -> None:
+                 env: Any, blocktime: str | None, torch: tuple[Any, int | None] = ("auto", None)) -> None:
     """The steps of :func:`apply`, in the order that matters."""
     assert b._snapshot is not None
     # 1. memory first: pools created below inherit the calling thread's policy
@@ -494,9 +511,12 @@ def _apply_steps(b: Binding, tensorflow: Any, openmp: Any, blas: Any, want_mem: 
         _attach_tensorflow(b, start=tensorflow is True)
     elif tensorflow == "auto":
         b._hooks.append(_tf.ImportWatch(lambda: _tensorflow_imported(b)))
+    # 3b. PyTorch: likewise (its libgomp team, its inter-op pool, DataLoader workers)
+    _torch.attach(b, torch[0], torch[1], Pin)
     # 4. OpenMP runtimes already loaded: size and pin from inside a region
     if openmp is True or openmp == "auto":
         _pin_openmp(b)
+    b.notes.extend(w for w in [census().warning()] if w)  # two runtimes in one process
     # 5. BLAS pools (OpenBLAS, MKL, BLIS): counted and limited
     if blas is True or blas == "auto":
         _limit_blas(b)
@@ -575,7 +595,10 @@ def _pin_openmp(b: Binding, runtimes: list[Any] | None = None) -> None:
     assert b._snapshot is not None
     team = list(b.plan.cpusets)  # an OpenMP team binds thread i to the plan's set i
     again = runtimes is not None
+    torch_adapter = _torch.adapter_of(b)
     for rt in (runtimes if again else _omp.loaded_runtimes()):
+        if torch_adapter is not None and torch_adapter.owns(rt):
+            continue  # PyTorch's team: pinned by its adapter, with torch's sizes
         if not again:
             b._snapshot.omp_threads[rt.path] = rt.max_threads()
         rt.set_num_threads(len(team))

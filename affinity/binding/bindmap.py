@@ -22,6 +22,7 @@ from ..cpulist import format_list, parse_list
 from ..machine import _native
 from ..machine.topology import Topology
 from . import registry
+from . import runtimes as _runtimes
 from .numa import get_membind
 from .threads import task_ids
 
@@ -58,6 +59,7 @@ class BindMap:
     pid: int
     rows: tuple[ThreadRow, ...]
     mems_allowed: str
+    runtimes: Any = None  #: the OpenMP runtimes loaded (:class:`~affinity.binding.runtimes.Census`)
 
     @property
     def mismatches(self) -> list[ThreadRow]:
@@ -76,12 +78,15 @@ class BindMap:
             if r.note:
                 line += f" NOTE: {r.note}"
             lines.append(line)
+        if self.runtimes is not None and self.runtimes.runtimes:
+            lines.append(self.runtimes.text(prefix=f"affinity: pid {self.pid} "))
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "mems_allowed": self.mems_allowed,
                 "threads": [r.to_dict() for r in self.rows],
-                "mismatches": [r.tid for r in self.mismatches]}
+                "mismatches": [r.tid for r in self.mismatches],
+                "openmp_runtimes": None if self.runtimes is None else self.runtimes.to_dict()}
 
     def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
@@ -178,10 +183,17 @@ def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
                                                        else None)
         rows.append(ThreadRow(tid, name, role, pin.index if pin is not None else None,
                               requested, actual, cpu, node_of.get(cpu),
-                              mempolicy_self if tid == caller else None))
+                              mempolicy_self if tid == caller else None, getattr(pin, "note", None)))
     if bindings:
         rows = _explain_late_openmp(rows, pid, bindings[-1])
-    return BindMap(pid, tuple(rows), mems)
+    return BindMap(pid, tuple(rows), mems, _census(pid))
+
+
+def _census(pid: int) -> Any:
+    try:
+        return _runtimes.census(pid)
+    except OSError:  # exited meanwhile, or maps not readable: the rows still stand
+        return None
 
 
 def _explain_late_openmp(rows: list[ThreadRow], pid: int, binding: Any) -> list[ThreadRow]:

@@ -20,7 +20,7 @@ from ..machine.topology import Topology
 from ..planning.envvars import plan_environment
 from ..planning.memory import check_nodes
 from ..planning.planner import plan, plan_env
-from ..planning.ranks import LocalRank, Share, parse_rank, partition
+from ..planning.ranks import LocalRank, Share, launcher_binding, parse_rank, partition, place_rank
 from ..planning.spec import DEFAULT_SPEC, PLACEMENT_VARIABLES
 from .options import RunOptions
 from .preload import pin_environment
@@ -147,6 +147,9 @@ class Launch:
         A refused memory policy is a warning.
     verbose : bool
         Say what is applied.
+    notices : tuple of str
+        Always said, though nothing is wrong: a launcher's own binding that the
+        rank's share follows.
     """
 
     instances: tuple[Instance, ...]
@@ -155,6 +158,7 @@ class Launch:
     rank: LocalRank | None = None
     membind_optional: bool = False
     verbose: bool = False
+    notices: tuple[str, ...] = ()  #: always said (a launcher's binding followed)
 
     @property
     def spawn(self) -> bool:
@@ -174,6 +178,7 @@ class Launch:
             "rank": None if self.rank is None else {"rank": self.rank.rank, "size": self.rank.size,
                                                      "source": self.rank.source},
             "warnings": list(self.warnings),
+            "notices": list(self.notices),
             "notes": list(self.notes),
             "instances": [{
                 "index": i.index, "argv": list(i.argv), "cpus": format_list(i.cpus),
@@ -225,9 +230,10 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
     """
     warnings: list[str] = []
     notes: list[str] = []
+    notices: list[str] = []
     nodes = _Nodes.of(topology, ctx)
     selected = _select_cpus(opts, topology, ctx, nodes, notes)
-    rank, rank_share = _rank_share(opts, topology, ctx, selected, notes)
+    rank, rank_share = _rank_share(opts, topology, ctx, selected, notes, notices)
     work = topology.with_allowed(rank_share.cpus if rank_share is not None else selected)
     shares = _instance_shares(opts, work, rank_share)
     mem_nodes = _explicit_mem_nodes(opts, topology, nodes)
@@ -249,7 +255,7 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
         instances.append(Instance(i, tuple(opts.command), cpus, policy, frozenset(policy_nodes), required,
                                   threads, slots, env, log, share))
     return Launch(tuple(instances), tuple(warnings), tuple(notes), rank, opts.membind_optional,
-                  opts.verbose)
+                  opts.verbose, tuple(notices))
 
 
 # 1. the CPUs to work with
@@ -302,12 +308,16 @@ def _cpunodebind(ids: IdList, topology: Topology, base: frozenset[int], nodes: _
 # 2. ranks: this process's share of the node
 
 def _rank_share(opts: RunOptions, topology: Topology, ctx: Context, selected: frozenset[int],
-                notes: list[str]) -> tuple[LocalRank | None, Share | None]:
+                notes: list[str], notices: list[str]) -> tuple[LocalRank | None, Share | None]:
+    """This rank's share (:func:`~affinity.planning.ranks.place_rank`): a launcher
+    that bound the rank itself is followed, and that is said (``notices``)."""
     if opts.ranks is None:
         return None, None
     rank = parse_rank(opts.ranks, ctx.environ)
+    binding = launcher_binding(ctx.environ, rank) if opts.ranks == "auto" else None
+    whole = (ctx.cgroup_cpus or topology.cpuset) & topology.cpuset
     try:
-        share = partition(topology.with_allowed(selected), rank.size)[rank.rank]
+        share, how = place_rank(topology.with_allowed(selected), rank, binding, whole)
     except PlanError as e:
         hint = ""
         if ctx.cgroup_cpus and selected < (ctx.cgroup_cpus & topology.cpuset):
@@ -316,7 +326,7 @@ def _rank_share(opts: RunOptions, topology: Topology, ctx: Context, selected: fr
                     f"(Open MPI does by default), start it with --bind-to none "
                     f"(srun: --cpu-bind=none) or pass --norespect")
         raise PlanError(f"--ranks: {rank.size} ranks on this node ({rank.source}): {e}{hint}") from e
-    notes.append(f"rank {rank.rank} of {rank.size} on this node ({rank.source}): {share.describe()}")
+    (notices if binding is not None else notes).append(how)
     return rank, share
 
 

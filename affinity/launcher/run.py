@@ -97,6 +97,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     launch = build_launch(opts, topology, ctx)
     for w in launch.warnings:
         say(f"warning: {w}")
+    for n in launch.notices:
+        say(n)
     if launch.verbose:
         for n in launch.notes:
             say(n)
@@ -131,7 +133,7 @@ def _dry_run(launch: Launch, as_json: bool) -> int:
 def _rememberable(launch: Launch) -> bool:
     """A launch :mod:`~affinity.launcher.fastpath` can replay: one process given a
     mask and variables, and nothing to say or to set besides."""
-    if len(launch.instances) != 1 or launch.warnings or launch.verbose:
+    if len(launch.instances) != 1 or launch.warnings or launch.notices or launch.verbose:
         return False
     inst = launch.instances[0]
     return inst.mempolicy is None and inst.log is None and bool(inst.argv)

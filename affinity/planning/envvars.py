@@ -11,9 +11,11 @@ given the original settings) does:
 ``KMP_AFFINITY``           Intel/LLVM runtimes: an explicit proclist with one set
                            per thread (:meth:`~affinity.planning.planner.Plan.to_kmp_affinity`)
 ``OMP_PLACES``             OpenMP 4+ runtimes (libgomp): one place per thread, in
-                           thread order (:meth:`~affinity.planning.planner.Plan.to_omp_places`)
+                           thread order; left out when a one-CPU-per-thread plan
+                           binds outside the process mask (libgomp would cut it)
 ``OMP_PROC_BIND``          ``close``: thread i on place i
 ``GOMP_CPU_AFFINITY``      libgomp's own form, only when every thread has one CPU
+                           (the rules: :mod:`affinity.planning.gnu.exports`)
 ``KMP_BLOCKTIME``          how long Intel/LLVM workers spin before sleeping (ms)
 ``KMP_WARNINGS``           ``0``: Intel/LLVM runtimes otherwise warn (#182) that
                            ``OMP_PLACES``/``OMP_PROC_BIND``/``GOMP_CPU_AFFINITY`` are
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import PlanError
+from .gnu.exports import gomp_exports
 
 __all__ = ["DEFAULT_BLOCKTIME", "EXPORTED_VARIABLES", "plan_environment", "worker_slots"]
 
@@ -89,16 +91,12 @@ def plan_environment(plan: Any, *, blocktime: str | None = DEFAULT_BLOCKTIME) ->
     env = {
         "OMP_NUM_THREADS": str(plan.threads),
         "KMP_AFFINITY": plan.to_kmp_affinity(),
-        "OMP_PLACES": plan.to_omp_places(),
-        "OMP_PROC_BIND": "close",
         "KMP_WARNINGS": "0",
         "TF_NUM_INTRAOP_THREADS": str(int(plan.intra_op_threads)),
         "TF_NUM_INTEROP_THREADS": str(int(plan.inter_op_threads)),
     }
-    try:
-        env["GOMP_CPU_AFFINITY"] = plan.translation_env("gomp")["GOMP_CPU_AFFINITY"]
-    except PlanError:
-        pass  # a thread with several CPUs, or CPUs outside the mask: libgomp's list cannot say it
+    # libgomp's variables (OMP_PLACES/OMP_PROC_BIND/GOMP_CPU_AFFINITY): planning/gnu/exports.py
+    env.update(gomp_exports(plan)[0])
     if blocktime is not None:
         env["KMP_BLOCKTIME"] = str(blocktime)
     return env

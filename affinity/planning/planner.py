@@ -1,4 +1,4 @@
-"""The planner: where Intel's OpenMP runtime would bind each thread.
+"""The planner: where an OpenMP runtime would bind each thread.
 
 :func:`plan_env` reads an environment (``KMP_AFFINITY``, ``OMP_NUM_THREADS``,
 ``KMP_HW_SUBSET``, ``OMP_PLACES``, ``OMP_PROC_BIND``, ``GOMP_CPU_AFFINITY``;
@@ -7,6 +7,10 @@ included, and returns a :class:`Plan`: the team size of the first parallel
 region, the OS-proc set of every thread, the place list and the warnings the
 runtime would print.  :func:`plan` is the friendly form: a spec string or
 value, a thread count, and strict parsing.
+
+Whose rules: ``runtime=`` names a module of :data:`RUNTIMES` (Intel's libiomp5
+by default); each runtime's rules live in a package of their own under
+``planning/`` behind the interface of :mod:`affinity.planning.rules`.
 
 Planning is a pure function of (settings, topology, process mask): no system
 call is made unless ``topology`` is left out, in which case this machine's
@@ -22,41 +26,29 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import runtime as rt
-from . import ktopo as kt
 from ..cpulist import format_list, parse_list, runs
 from ..errors import PlanError, SpecError
+from ..machine.topology import Topology
+from .intel import runtime as intel
+from .intel.runtime import kmp_mask_str
+from .rules import Memo, Outcome, Rules
 from .spec import (SETTINGS_VARIABLES, KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, ProcList,
                    Settings, parse_assignments)
-from ..machine.topology import Topology
 
-__all__ = ["Plan", "plan", "plan_env"]
+__all__ = ["Plan", "RUNTIMES", "plan", "plan_env"]
 
-
-def kmp_mask_str(cpus: Iterable[int]) -> str:
-    """An OS-proc set printed the way the runtime prints it (``0,1``,
-    ``0-3,8``; three or more consecutive procs become a range)."""
-    ids = sorted(set(cpus))
-    if not ids:
-        return "{<empty>}"
-    out = []
-    i = 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        if j - i > 1:
-            out.append(f"{ids[i]}-{ids[j]}")
-        elif j - i == 1:
-            out.append(f"{ids[i]},{ids[j]}")
-        else:
-            out.append(str(ids[i]))
-        i = j + 1
-    return ",".join(out)
+#: The runtimes whose rules the planner follows: name -> the module of its rules
+#: (the interface is described in :mod:`affinity.planning.rules`).  A new runtime
+#: is a sibling package of ``intel/`` and one entry here.
+RUNTIMES: dict[str, Rules] = {
+    intel.NAME: intel,
+}
+#: The runtime whose rules a plan follows when none is named.
+DEFAULT_RUNTIME = "intel"
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,6 +92,8 @@ class Plan:
     settings : Settings or None
         The parsed settings (:class:`~affinity.planning.spec.Settings`) of a
         strict plan; ``None`` otherwise.
+    runtime : str
+        Whose rules the plan followed (a name of :data:`RUNTIMES`: ``intel``, ...).
     """
 
     threads: int
@@ -115,6 +109,7 @@ class Plan:
     initial_mask: frozenset[int]
     topology: Topology = field(repr=False)
     settings: Settings | None = field(default=None, repr=False)
+    runtime: str = DEFAULT_RUNTIME
     _view: Any = field(default=None, repr=False)
 
     # ------------------------------------------------------------ equality
@@ -122,7 +117,7 @@ class Plan:
         """The values equality and hashing compare (the topology aside)."""
         return (self.threads, self.cpusets, self.places, self.place_nums, self.warnings,
                 self.affinity_type, self.granularity, self.proc_bind, self.num_procs, self.env,
-                self.initial_mask)
+                self.initial_mask, self.runtime)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Plan):
@@ -187,30 +182,9 @@ class Plan:
         str
             The warnings, the topology summary, the OS proc -> (socket, core,
             thread) map and one ``thread N bound to OS proc set {...}`` line
-            per thread, one per line.
+            per thread, one per line (as the plan's runtime words them).
         """
-        var = "KMP_AFFINITY"
-        if self.proc_bind in ("close", "spread", "primary"):
-            var = "OMP_PROC_BIND"
-        lines = [f"OMP: Warning: {w}" for w in self.warnings]
-        view: kt.KTopo | None = self._view
-        if self.affinity_type == "disabled" or view is None:
-            lines.append(f"{var}: affinity disabled; threads run on the process mask "
-                         f"{{{kmp_mask_str(self.initial_mask)}}}")
-        else:
-            respect = "not respected" if self._needs_norespect() else "respected"
-            lines.append(f"{var}: Initial OS proc set {respect}: {kmp_mask_str(self.initial_mask)}")
-            lines.append(f"{var}: {view.num_threads} available OS procs")
-            lines.append(f"{var}: {'Uniform' if view.uniform else 'Nonuniform'} topology")
-            for t, eq in view.equivalences():
-                lines.append(f'{var}: topology layer "{kt.cat(t)}" is equivalent to "{kt.cat(eq)}".')
-            lines.append(f"{var}: {view.summary()}")
-            lines.append(f"{var}: OS proc to physical thread map:")
-            order = sorted(range(view.num_threads), key=lambda i: (view.ids[i], view.os[i]))
-            for i in order:
-                lines.append(f"{var}: OS proc {view.os[i]} maps to {view.describe_thread(i)}")
-        for i, s in enumerate(self.cpusets):
-            lines.append(f"{var}: thread {i} bound to OS proc set {{{kmp_mask_str(s)}}}")
+        lines = RUNTIMES[self.runtime].explain(self)
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -224,6 +198,7 @@ class Plan:
             nodes in use).
         """
         return {
+            "runtime": self.runtime,
             "threads": self.threads,
             "cpusets": [sorted(s) for s in self.cpusets],
             "places": None if self.places is None else [sorted(p) for p in self.places],
@@ -389,33 +364,39 @@ def _place_members(s: frozenset[int]) -> str:
 # Caches
 # ---------------------------------------------------------------------------
 
-#: the most topologies whose runtime tables are kept (the oldest goes first)
+#: the most topologies whose memo is kept (the oldest goes first)
 _MAX_TOPOLOGIES = 128
-#: the most full masks per topology whose runtime table is kept (then it starts over)
+#: the most entries of one topology's memo (then it starts over)
 _MAX_MASKS = 64
-#: id(topology) -> (weak reference to it, {full mask: canonical runtime topology}).
+#: id(topology) -> (weak reference to it, {(runtime, key): value}): what the rules
+#: of a runtime keep per topology (its table of the machine per full mask).
 #: Keyed by identity (hashing a Topology walks all its PUs); the reference checks
 #: the id was not reused and its callback drops the entry when the topology dies.
-_BASES: dict[int, tuple[weakref.ref[Topology], dict[frozenset[int], kt.KTopo]]] = {}
+_BASES: dict[int, tuple[weakref.ref[Topology], dict[Any, Any]]] = {}
 _BASES_LOCK = threading.Lock()  # serializes the making of entries; lookups are single dict reads
 
 
-def _base_topology(topology: Topology, procs: frozenset[int]) -> kt.KTopo:
-    """The runtime's canonical topology for a full mask, cached per Topology instance."""
+def _memo(topology: Topology, runtime: str) -> Memo:
+    """The per-topology memo handed to ``runtime``'s rules (see :mod:`affinity.planning.rules`)."""
     entry = _BASES.get(id(topology))
     if entry is None or entry[0]() is not topology:
         entry = _bases_entry(topology)
-    bases = entry[1]
-    k = bases.get(procs)
-    if k is None:
-        k = kt.build(topology, procs)
-        if len(bases) > _MAX_MASKS:
-            bases.clear()
-        bases[procs] = k
-    return k
+    store = entry[1]
+
+    def memo(key: Hashable, make: Callable[[], Any]) -> Any:
+        k = (runtime, key)
+        value = store.get(k)
+        if value is None:
+            value = make()
+            if len(store) > _MAX_MASKS:
+                store.clear()
+            store[k] = value
+        return value
+
+    return memo
 
 
-def _bases_entry(topology: Topology) -> tuple[weakref.ref[Topology], dict[frozenset[int], kt.KTopo]]:
+def _bases_entry(topology: Topology) -> tuple[weakref.ref[Topology], dict[Any, Any]]:
     """The cache entry of ``topology`` in :data:`_BASES`, made if missing."""
     key = id(topology)
     with _BASES_LOCK:
@@ -436,14 +417,6 @@ def _forget_topology(key: int, ref: weakref.ref[Topology]) -> None:
     entry = _BASES.get(key)
     if entry is not None and entry[0] is ref:
         _BASES.pop(key, None)
-
-
-@functools.lru_cache(maxsize=4096)
-def _settings(items: tuple[tuple[str, str], ...],
-              strict: bool) -> tuple[rt.RuntimeSettings, tuple[str, ...], tuple[Any, ...]]:
-    """The runtime's settings for sorted variables, with its messages (memoized)."""
-    st, texts, diags = rt.process_env(dict(items), strict)
-    return st, tuple(texts), tuple(diags)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -477,9 +450,19 @@ def _mask(topology: Topology, initial_mask: Any) -> frozenset[int]:
     return m
 
 
+def _rules(runtime: Any) -> Rules:
+    """The registered rules of ``runtime``."""
+    if not isinstance(runtime, str):
+        raise TypeError(f"runtime must be a string, not {type(runtime).__name__}")
+    rules = RUNTIMES.get(runtime)
+    if rules is None:
+        raise PlanError(f"unknown runtime {runtime!r}: the planner knows {', '.join(sorted(RUNTIMES))}")
+    return rules
+
+
 def _run(env_items: tuple[tuple[str, str], ...], topology: Topology | None, initial_mask: Any,
-         strict: bool, threads: int | None) -> Plan:
-    """Plan sorted settings variables on ``topology`` (default: this machine)."""
+         strict: bool, threads: int | None, rules: Rules) -> Plan:
+    """Plan sorted settings variables on ``topology`` (default: this machine) by ``rules``."""
     if topology is None or isinstance(topology, (str, os.PathLike)):
         topology = Topology.load(topology)  # the forms plan, apply and tune all take
     if not isinstance(topology, Topology):
@@ -491,23 +474,20 @@ def _run(env_items: tuple[tuple[str, str], ...], topology: Topology | None, init
         if threads < 1:
             raise PlanError(f"threads must be at least 1, got {threads}")
     init = _mask(topology, initial_mask)
-    st, texts, _diags = _settings(env_items, strict)
-    res = rt.evaluate_settings(st, list(texts), topology, init, threads=threads,
-                               base_for=lambda procs: _base_topology(topology, procs))
+    res: Outcome = rules.evaluate(env_items, topology, init, strict=strict, threads=threads,
+                                  memo=_memo(topology, rules.NAME))
     spec_settings = _spec_settings(env_items) if strict else None
-    return Plan(threads=res.threads, cpusets=res.cpusets if isinstance(res.cpusets, tuple) else tuple(res.cpusets),
-                places=None if res.places is None else tuple(res.places),
-                place_nums=tuple(res.place_nums), warnings=tuple(res.warnings),
-                affinity_type=res.affinity_type, granularity=res.granularity, proc_bind=res.proc_bind,
-                num_procs=res.num_procs, env=env_items, initial_mask=init, topology=topology,
-                settings=spec_settings, _view=res.ktopo)
+    return Plan(threads=res.threads, cpusets=res.cpusets, places=res.places, place_nums=res.place_nums,
+                warnings=res.warnings, affinity_type=res.affinity_type, granularity=res.granularity,
+                proc_bind=res.proc_bind, num_procs=res.num_procs, env=env_items, initial_mask=init,
+                topology=topology, settings=spec_settings, runtime=rules.NAME, _view=res.view)
 
 
-def _env_items(env: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    """The settings variables of ``env``, sorted, as ``(name, value)`` pairs."""
+def _env_items(env: Mapping[str, Any], variables: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """The ``variables`` of ``env``, sorted, as ``(name, value)`` pairs."""
     items = []
     for k, v in env.items():
-        if k in SETTINGS_VARIABLES and v is not None:
+        if k in variables and v is not None:
             if not isinstance(v, str):
                 raise TypeError(f"{k} must be a string, not {type(v).__name__}")
             items.append((k, v))
@@ -515,7 +495,7 @@ def _env_items(env: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,
-             initial_mask: Iterable[int] | str | None = None) -> Plan:
+             initial_mask: Iterable[int] | str | None = None, runtime: str = DEFAULT_RUNTIME) -> Plan:
     """Plan from environment variables, read exactly as the runtime reads them.
 
     Malformed values produce the runtime's warnings and fallbacks (never
@@ -533,6 +513,9 @@ def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,
     initial_mask : iterable of int or str, optional
         The process affinity mask (OS proc ids or a cpulist string); by
         default ``topology.allowed``.
+    runtime : str
+        Whose rules to follow: a name of :data:`RUNTIMES` (``"intel"``, the
+        default: Intel's libiomp5).
 
     Returns
     -------
@@ -543,12 +526,14 @@ def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,
     ------
     PlanError
         Where the runtime itself would abort (e.g. ``OMP_NUM_THREADS`` too
-        large), or ``initial_mask`` selects no processor of ``topology``.
+        large), ``initial_mask`` selects no processor of ``topology``, or
+        ``runtime`` is not a known runtime.
     TypeError
         A value of ``env`` is not a string, or ``topology`` is not a
         :class:`~affinity.machine.topology.Topology`.
     """
-    return _run(_env_items(env), topology, initial_mask, False, None)
+    rules = _rules(runtime)
+    return _run(_env_items(env, rules.VARIABLES), topology, initial_mask, False, None, rules)
 
 
 _ENV_FORM = re.compile(r"^\s*(" + "|".join(SETTINGS_VARIABLES) + r")=")
@@ -579,7 +564,7 @@ def _spec_env(spec: Any) -> dict[str, str]:
 
 def plan(spec: Any = None, threads: int | None = None, topology: Topology | None = None, *,
          strict: bool = True, env: Mapping[str, str] | None = None,
-         initial_mask: Iterable[int] | str | None = None) -> Plan:
+         initial_mask: Iterable[int] | str | None = None, runtime: str = DEFAULT_RUNTIME) -> Plan:
     """Plan the binding of ``threads`` OpenMP threads.
 
     Parameters
@@ -603,6 +588,9 @@ def plan(spec: Any = None, threads: int | None = None, topology: Topology | None
     initial_mask : iterable of int or str, optional
         The process affinity mask (OS proc ids or a cpulist string); by
         default ``topology.allowed``.
+    runtime : str
+        Whose rules to follow: a name of :data:`RUNTIMES` (``"intel"``, the
+        default: Intel's libiomp5).
 
     Returns
     -------
@@ -614,13 +602,15 @@ def plan(spec: Any = None, threads: int | None = None, topology: Topology | None
     SpecError
         Malformed or conflicting settings, with ``strict=True``.
     PlanError
-        Where the runtime itself would abort, ``threads`` below 1, or an
-        ``initial_mask`` that selects no processor of ``topology``.
+        Where the runtime itself would abort, ``threads`` below 1, an
+        ``initial_mask`` that selects no processor of ``topology``, or an
+        unknown ``runtime``.
     TypeError
         ``threads`` is not an int, ``topology`` not a
         :class:`~affinity.machine.topology.Topology`, or ``spec`` of an
         unknown kind.
     """
+    rules = _rules(runtime)
     merged: dict[str, str] = dict(env or {})
     merged.update(_spec_env(spec))
     if threads is not None:
@@ -629,5 +619,5 @@ def plan(spec: Any = None, threads: int | None = None, topology: Topology | None
         if threads < 1:
             raise PlanError(f"threads must be at least 1, got {threads}")
         merged["OMP_NUM_THREADS"] = str(threads)
-    return _run(_env_items(merged), topology, initial_mask, strict, None)
+    return _run(_env_items(merged, rules.VARIABLES), topology, initial_mask, strict, None, rules)
 

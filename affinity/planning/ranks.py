@@ -1,10 +1,14 @@
 """Local ranks, and disjoint shares of a node for ranks and instances.
 
-Two parts, both pure:
+Three parts, all pure:
 
 * :func:`local_rank` reads a process's rank among the processes of its job on
   this node, and how many there are, from the variables MPI launchers, Slurm and
-  torchrun set;
+  torchrun set (Slurm's as it writes them: :func:`slurm_step`);
+* :func:`launcher_binding` reads whether that launcher bound the process to CPUs
+  itself (Slurm's ``--cpu-bind``, Open MPI's ``--bind-to``, Hydra's ``-bind-to``),
+  and :func:`place_rank` then plans inside the launcher's mask instead of cutting
+  the node again -- it never fights the launcher;
 * :func:`partition` cuts a machine (the PUs a :class:`~affinity.machine.topology.Topology`
   allows) into ``count`` disjoint shares of whole physical cores, NUMA node by
   NUMA node -- mpibind's idea: spread the shares over the nodes first, so that
@@ -18,14 +22,15 @@ Two parts, both pure:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..cpulist import format_list
 from ..errors import PlanError
 from ..machine.topology import Topology
 
-__all__ = ["LAUNCHER_VARIABLES", "LocalRank", "Share", "local_rank", "parse_rank", "partition", "rank_share",
-           "rank_topology"]
+__all__ = ["BINDING_VARIABLES", "JOB_VARIABLES", "LAUNCHER_VARIABLES", "LauncherBinding", "LocalRank", "Share",
+           "SlurmStep", "job_of", "launcher_binding", "local_rank", "parse_rank", "partition", "place_rank",
+           "rank_share", "rank_topology", "slurm_allocation", "slurm_step"]
 
 #: (launcher, local-rank variable, local-size variable), in the order they are
 #: tried: MPI launchers first (an mpirun inside a Slurm allocation inherits the
@@ -39,6 +44,19 @@ LAUNCHER_VARIABLES: tuple[tuple[str, str, str], ...] = (
     ("Slurm srun", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE"),
 )
 
+#: (launcher, variable): the variable a launcher sets in a process it bound to CPUs
+#: itself.  Open MPI 4 (ORTE) sets ``OMPI_MCA_orte_bound_at_launch=1`` whenever it
+#: bound (its default, ``--bind-to core`` for two ranks or fewer); Hydra (MPICH,
+#: Intel MPI) sets ``HYDRA_USER_PROVIDED_BINDING=1`` for ``-bind-to``; srun sets
+#: ``SLURM_CPU_BIND_TYPE`` (``none``, or ``mask_cpu:`` with every local task's mask
+#: in ``SLURM_CPU_BIND_LIST``, which is how ``--cpu-bind=cores`` and Slurm's
+#: automatic binding arrive).  torchrun binds nothing itself.
+BINDING_VARIABLES: tuple[tuple[str, str], ...] = (
+    ("Open MPI", "OMPI_MCA_orte_bound_at_launch"),
+    ("MPICH/Intel MPI (Hydra)", "HYDRA_USER_PROVIDED_BINDING"),
+    ("Slurm srun", "SLURM_CPU_BIND_TYPE"),
+)
+
 
 @dataclass(frozen=True)
 class LocalRank:
@@ -47,6 +65,7 @@ class LocalRank:
     rank: int
     size: int
     source: str  #: which launcher's variables said so, e.g. ``"Open MPI (OMPI_COMM_WORLD_LOCAL_RANK=1, ...)"``
+    launcher: str = ""  #: the launcher's name in :data:`LAUNCHER_VARIABLES`; "" when given by hand
 
     def __post_init__(self) -> None:
         if self.size < 1 or not 0 <= self.rank < self.size:
@@ -64,14 +83,14 @@ def local_rank(environ: Mapping[str, str]) -> LocalRank | None:
             # torchrun always sets both; for Slurm a SLURM_LOCALID without a step
             # (the batch script itself) is one process, not a rank of a step
             continue
-        rank = _int(environ, rank_var)
         if size_var == "SLURM_STEP_TASKS_PER_NODE":
-            node = _int(environ, "SLURM_NODEID") if "SLURM_NODEID" in environ else 0
-            size = _slurm_tasks_on_node(environ[size_var], node)
+            step = slurm_step(environ)
+            assert step is not None
+            rank, size = step.local_id, step.tasks_on_node
         else:
-            size = _int(environ, size_var)
+            rank, size = _int(environ, rank_var), _int(environ, size_var)
         return LocalRank(rank, size, f"{name} ({rank_var}={environ[rank_var]}, "
-                                     f"{size_var}={environ[size_var]})")
+                                     f"{size_var}={environ[size_var]})", name)
     return None
 
 
@@ -97,19 +116,149 @@ def _int(environ: Mapping[str, str], var: str) -> int:
     return int(v)
 
 
-def _slurm_tasks_on_node(text: str, node: int) -> int:
-    """``"2(x3),1"`` (tasks per node, run-length encoded) -> the count of node ``node``."""
+#: (launcher, variables): what one job's processes on a node share, per launcher (Open
+#: MPI's job id, torchrun's run id, Slurm's job and step); launchers not listed (Hydra,
+#: MVAPICH2, Cray PMI) start a job's local ranks from one proxy: their parent process
+JOB_VARIABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Open MPI", ("OMPI_MCA_ess_base_jobid",)),
+    ("torchrun", ("TORCHELASTIC_RUN_ID",)),
+    ("Slurm srun", ("SLURM_JOB_ID", "SLURM_STEP_ID")),
+)
+
+
+def job_of(environ: Mapping[str, str], parent: int) -> tuple[LocalRank, str] | None:
+    """(local rank, job) of a process with environment ``environ`` and parent PID
+    ``parent``: the job names the launcher and its job variables (:data:`JOB_VARIABLES`),
+    else the parent.  ``None`` for a process that is no launcher's rank."""
+    r = local_rank(environ)
+    if r is None:
+        return None
+    names = dict(JOB_VARIABLES).get(r.launcher, ())
+    if names and all(v in environ for v in names):
+        return r, f"{r.launcher} " + ", ".join(f"{v}={environ[v]}" for v in names)
+    return r, f"{r.launcher} ranks of parent process {parent}"
+
+
+# ---------------------------------------------------------------- Slurm
+
+@dataclass(frozen=True)
+class SlurmStep:
+    """A task of a Slurm job step, from the variables srun sets, read as Slurm
+    writes them (:func:`slurm_step`)."""
+
+    local_id: int  #: ``SLURM_LOCALID``: the task's rank on this node
+    node_id: int  #: ``SLURM_NODEID`` (0 when absent)
+    tasks_per_node: tuple[int, ...]  #: ``SLURM_STEP_TASKS_PER_NODE``, ``"2(x3),1"`` -> (2, 2, 2, 1)
+    cpus_per_task: int | None  #: ``SLURM_CPUS_PER_TASK`` (set only with ``-c``/``--cpus-per-task``)
+    cpu_bind_type: str  #: ``SLURM_CPU_BIND_TYPE``: ``"none"``, ``"mask_cpu:"``, ``"map_cpu:"``, ... ("" absent)
+    cpu_bind_list: tuple[frozenset[int], ...]  #: ``SLURM_CPU_BIND_LIST``: each local task's CPUs (mask_cpu/map_cpu)
+
+    @property
+    def tasks_on_node(self) -> int:
+        return self.tasks_per_node[self.node_id]
+
+    @property
+    def bound(self) -> bool:
+        """srun bound the task to CPUs itself (``--cpu-bind`` other than ``none``, or
+        Slurm's automatic binding)."""
+        return self.cpu_bind_type not in ("", "none") and not self.cpu_bind_type.startswith("none")
+
+
+def slurm_step(environ: Mapping[str, str]) -> SlurmStep | None:
+    """The Slurm step task ``environ`` describes; ``None`` without ``SLURM_LOCALID`` and
+    ``SLURM_STEP_TASKS_PER_NODE`` (outside a step: a batch script is one process).
+    Malformed variables raise :class:`PlanError` naming them."""
+    if "SLURM_LOCALID" not in environ or "SLURM_STEP_TASKS_PER_NODE" not in environ:
+        return None
+    local_id = _int(environ, "SLURM_LOCALID")
+    node = _int(environ, "SLURM_NODEID") if "SLURM_NODEID" in environ else 0
+    per_node = _slurm_counts(environ["SLURM_STEP_TASKS_PER_NODE"], "SLURM_STEP_TASKS_PER_NODE")
+    if not 0 <= node < len(per_node):
+        raise PlanError(f"SLURM_NODEID={node} but SLURM_STEP_TASKS_PER_NODE="
+                        f"{environ['SLURM_STEP_TASKS_PER_NODE']!r} lists {len(per_node)} nodes")
+    cpt = _int(environ, "SLURM_CPUS_PER_TASK") if environ.get("SLURM_CPUS_PER_TASK", "").strip() else None
+    bind_type = environ.get("SLURM_CPU_BIND_TYPE", "").strip()
+    return SlurmStep(local_id, node, per_node, cpt, bind_type,
+                     _slurm_bind_list(bind_type, environ.get("SLURM_CPU_BIND_LIST", "")))
+
+
+def slurm_allocation(environ: Mapping[str, str]) -> tuple[int, str] | None:
+    """Inside a Slurm allocation but outside a step (a batch script, an ``salloc``
+    shell): how many tasks the allocation runs on this node (``SLURM_TASKS_PER_NODE``
+    at ``SLURM_NODEID``) and what said so; ``None`` elsewhere."""
+    text = environ.get("SLURM_TASKS_PER_NODE")
+    if "SLURM_JOB_ID" not in environ or not text:
+        return None
+    counts = _slurm_counts(text, "SLURM_TASKS_PER_NODE")
+    node = _int(environ, "SLURM_NODEID") if "SLURM_NODEID" in environ else 0
+    if not 0 <= node < len(counts):
+        raise PlanError(f"SLURM_NODEID={node} but SLURM_TASKS_PER_NODE={text!r} lists {len(counts)} nodes")
+    return counts[node], f"Slurm job {environ['SLURM_JOB_ID']} (SLURM_TASKS_PER_NODE={text}, SLURM_NODEID={node})"
+
+
+def _slurm_counts(text: str, var: str) -> tuple[int, ...]:
+    """``"2(x3),1"`` (a count per node, run-length encoded) -> ``(2, 2, 2, 1)``."""
     counts: list[int] = []
     for item in text.split(","):
         item = item.strip()
         n, _, rep = item.partition("(x")
-        if not n.isdigit() or (rep and not rep.rstrip(")").isdigit()):
-            raise PlanError(f"SLURM_STEP_TASKS_PER_NODE={text!r}: cannot read {item!r}")
-        counts.extend([int(n)] * (int(rep.rstrip(")")) if rep else 1))
-    if not 0 <= node < len(counts):
-        raise PlanError(f"SLURM_NODEID={node} but SLURM_STEP_TASKS_PER_NODE={text!r} lists "
-                        f"{len(counts)} nodes")
-    return counts[node]
+        if not n.isdigit() or (rep and not (rep.endswith(")") and rep[:-1].isdigit())):
+            raise PlanError(f"{var}={text!r}: cannot read {item!r}")
+        counts.extend([int(n)] * (int(rep[:-1]) if rep else 1))
+    return tuple(counts)
+
+
+def _slurm_bind_list(bind_type: str, text: str) -> tuple[frozenset[int], ...]:
+    """``SLURM_CPU_BIND_LIST``: hex masks (``mask_cpu:``, ``0x1,0x2``) or CPU ids
+    (``map_cpu:``, ``0,1``), one per local task; empty for other types."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    out = []
+    for item in items:
+        try:
+            if bind_type.startswith("mask_cpu"):
+                bits = int(item, 16)
+                out.append(frozenset(i for i in range(bits.bit_length()) if bits >> i & 1))
+            elif bind_type.startswith("map_cpu"):
+                out.append(frozenset({int(item)}))
+            else:
+                return ()
+        except ValueError:
+            raise PlanError(f"SLURM_CPU_BIND_LIST={text!r} ({bind_type}): cannot read {item!r}") from None
+    return tuple(out)
+
+
+# ---------------------------------------------------------- launcher binding
+
+@dataclass(frozen=True)
+class LauncherBinding:
+    """A launcher bound this process to CPUs itself (:func:`launcher_binding`)."""
+
+    launcher: str
+    evidence: str  #: the variables that say so, e.g. ``"SLURM_CPU_BIND=quiet,mask_cpu:0x1,0x2"``
+    masks: tuple[frozenset[int], ...] = ()  #: every local rank's CPUs, where the launcher lists them
+    #: (srun; the list is reused cyclically when shorter than the ranks); empty: unknown
+
+    def mask_of(self, rank: int) -> frozenset[int] | None:
+        return self.masks[rank % len(self.masks)] if self.masks else None
+
+
+def launcher_binding(environ: Mapping[str, str], rank: LocalRank) -> LauncherBinding | None:
+    """How ``rank``'s launcher (the one whose variables gave the rank) bound the
+    process, from :data:`BINDING_VARIABLES`; ``None`` when it bound nothing, or the
+    rank was not given by a launcher."""
+    var = dict(BINDING_VARIABLES).get(rank.launcher)
+    if var is None or var not in environ:
+        return None
+    if var == "SLURM_CPU_BIND_TYPE":
+        step = slurm_step(environ)
+        if step is None or not step.bound:
+            return None
+        shown = environ.get("SLURM_CPU_BIND") or f"SLURM_CPU_BIND_TYPE={step.cpu_bind_type}"
+        return LauncherBinding(rank.launcher, shown if "=" in shown else f"SLURM_CPU_BIND={shown}",
+                               step.cpu_bind_list)
+    if environ[var].strip() in ("", "0"):
+        return None
+    return LauncherBinding(rank.launcher, f"{var}={environ[var]}")
 
 
 # --------------------------------------------------------------- partitioning
@@ -179,6 +328,14 @@ def partition(topology: Topology, count: int, cores_per_share: int | None = None
 
 def _n(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def whole_share(topology: Topology, index: int) -> Share:
+    """The allowed PUs of ``topology`` as one share numbered ``index``."""
+    units = [u for _, cs in _units(topology) for u in cs]
+    if not units:
+        raise PlanError(f"no allowed core in {topology.describe()}")
+    return _share(topology, index, units)
 
 
 def rank_share(topology: Topology, rank: int, size: int) -> Share:
@@ -285,14 +442,56 @@ def _share(topology: Topology, index: int, group: list[Unit]) -> Share:
     return Share(index, cpus, cores, nodes)
 
 
+# ------------------------------------------------------------- placing a rank
+
+def place_rank(topology: Topology, rank: LocalRank, binding: LauncherBinding | None = None,
+               whole: frozenset[int] | None = None) -> tuple[Share, str]:
+    """This rank's share of ``topology.allowed`` (the CPUs it inherited), and a
+    sentence saying how it was chosen.
+
+    * No launcher binding: ``partition(topology, rank.size)[rank.rank]``.
+    * The launcher bound the rank and lists every rank's mask (srun): the ranks
+      it gave the same mask cut that mask between them; a rank alone on its mask
+      plans inside all of it.
+    * The launcher bound the rank without listing the others' (Open MPI, Hydra):
+      a mask narrower than ``whole`` (the CPUs the job's ranks started from: the
+      cgroup's cpuset, default the machine) is the rank's own, planned inside as it
+      is; a mask as wide as ``whole`` says nothing, and is cut as without binding.
+    """
+    mine = topology.allowed
+    whole = (whole if whole is not None else topology.cpuset) & topology.cpuset
+    if binding is None:
+        share = rank_share(topology, rank.rank, rank.size)
+        return share, f"rank {rank.rank} of {rank.size} on this node ({rank.source}): {share.describe()}"
+    said = f"{binding.launcher} bound local rank {rank.rank} of {rank.size} to cpus {format_list(mine)} " \
+           f"({binding.evidence})"
+    listed = binding.mask_of(rank.rank)
+    if listed is not None and listed & topology.cpuset == mine:
+        peers = [i for i in range(rank.size) if binding.mask_of(i) == listed]
+        if len(peers) > 1:
+            share = replace(partition(topology, len(peers))[peers.index(rank.rank)], index=rank.rank)
+            return share, (f"{said}, as it bound local ranks {format_list(peers)}: this rank takes share "
+                           f"{peers.index(rank.rank)} of {len(peers)} of that mask: {share.describe()}")
+    elif listed is None and not mine < whole:
+        share = rank_share(topology, rank.rank, rank.size)
+        return share, (f"{said}, all the CPUs the ranks have: cut between the {rank.size} ranks: "
+                       f"{share.describe()}")
+    share = whole_share(topology, rank.rank)
+    return share, f"{said}: planning inside that mask, not cutting the node again: {share.describe()}"
+
+
 def rank_topology(topology: Topology, rank: str | LocalRank = "auto",
                   environ: Mapping[str, str] | None = None) -> tuple[Topology, LocalRank, Share]:
     """``topology`` restricted to this rank's share of the node, for in-process use
     (``affinity.apply(..., rank="auto")``): ``rank`` is ``"auto"`` (launcher
     variables of ``environ``, default ``os.environ``), ``"R/N"`` or a
-    :class:`LocalRank`.  Returns the restricted topology, the rank and its share."""
+    :class:`LocalRank`.  ``topology.allowed`` is what the process may use; a
+    launcher that bound the rank itself is followed (:func:`place_rank`).
+    Returns the restricted topology, the rank and its share."""
     import os
 
-    r = rank if isinstance(rank, LocalRank) else parse_rank(rank, os.environ if environ is None else environ)
-    share = rank_share(topology, r.rank, r.size)
+    env = os.environ if environ is None else environ
+    r = rank if isinstance(rank, LocalRank) else parse_rank(rank, env)
+    binding = launcher_binding(env, r) if rank == "auto" or isinstance(rank, LocalRank) else None
+    share, _ = place_rank(topology, r, binding)
     return topology.with_allowed(share.cpus), r, share

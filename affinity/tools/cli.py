@@ -106,6 +106,11 @@ def _plan_text(p: object, spec: str | None) -> str:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from ..cpulist import parse_list  # lazy: a command loads only its own layers
+
+    if getattr(args, "ranks", None) is not None:
+        from .ranks_report import cmd_plan_ranks  # lazy: only for --ranks
+
+        return cmd_plan_ranks(args, _load_topology(args), _write_picture)
     from ..errors import SpecError  # lazy: a command loads only its own layers
     from ..planning.planner import plan  # lazy: a command loads only its own layers
     from ..planning.spec import parse_assignments  # lazy: a command loads only its own layers
@@ -131,11 +136,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
         except AffinityError as e:  # e.g. GOMP_CPU_AFFINITY cannot give a thread several CPUs
             translations[name] = None
             untranslatable[name] = str(e)
+    workers = None
+    if args.dataloader_workers is not None:
+        from ..planning.workers import worker_layout  # lazy: a command loads only its own layers
+
+        workers = worker_layout(p, args.dataloader_workers)
     if args.json:
-        print(json.dumps({**p.to_dict(), "translations": translations,
-                          "untranslatable": untranslatable}, indent=2))
+        print(json.dumps({**p.to_dict(), "translations": translations, "untranslatable": untranslatable,
+                          **({"dataloader_workers": workers.to_dict()} if workers else {})}, indent=2))
     else:
         print(_plan_text(p, args.spec))
+        if workers is not None:
+            print(workers.describe())
         if args.verbose:
             print()
             print(p.explain())
@@ -153,6 +165,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from ..binding.bindmap import report  # lazy: a command loads only its own layers
 
+    if getattr(args, "ranks", False):
+        from .ranks_report import cmd_show_ranks  # lazy: only for --ranks
+
+        return cmd_show_ranks(args, _write_picture)
+
     try:
         bmap = report(args.pid)
     except FileNotFoundError:
@@ -163,8 +180,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         from ..machine.topology import Topology  # lazy: a command loads only its own layers
 
         rows = list(bmap.rows)
-        roles = [r.role if r.role in ("main", "tf-intra", "tf-inter", "tf-other", "openmp") else "other"
-                 for r in rows]
+        roles = [r.role if r.role in ("main", "tf-intra", "tf-inter", "tf-other", "openmp") else
+                 {"torch-intra": "tf-intra", "torch-inter": "tf-inter"}.get(r.role, "other") for r in rows]
         _write_picture(args.picture, Topology.from_system(), [r.actual for r in rows], roles=roles,
                        title=f"pid {bmap.pid}: {_plural(len(rows), 'thread')}")
     return 1 if bmap.mismatches else 0
@@ -180,6 +197,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .workload import main_cli  # lazy: a command loads only its own layers
 
     return main_cli(args)
+
+
+def _ranks_args(adder: str, p: argparse.ArgumentParser) -> None:
+    from . import ranks_report  # lazy: a command loads only its own layers
+
+    getattr(ranks_report, adder)(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -218,17 +241,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read malformed settings as the runtime does (warn, fall back) instead of failing")
     p.add_argument("--translate", action="store_true",
                    help="also print the equivalent KMP_AFFINITY, OMP_PLACES, GOMP_CPU_AFFINITY, taskset, numactl")
+    p.add_argument("--dataloader-workers", type=int, default=None, metavar="K",
+                   help="also place K PyTorch DataLoader workers beside the compute threads")
     p.add_argument("--json", action="store_true")
     p.add_argument("--picture", metavar="FILE", default=None, help="draw the plan (.svg or .png)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="also print the runtime's verbose map (KMP_AFFINITY=verbose: topology, OS proc "
                         "map, one 'bound to OS proc set' line per thread)")
+    _ranks_args("add_plan_args", p)
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("show", help="the bind map of a process: every thread, its mask, CPU and node")
     p.add_argument("pid", nargs="?", type=int, default=None, help="process id (default: this one)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--picture", metavar="FILE", default=None, help="draw the live process (.svg or .png)")
+    _ranks_args("add_show_args", p)
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("bench", help="tf_cnn_benchmarks-style TensorFlow workload on synthetic data")

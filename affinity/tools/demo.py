@@ -6,7 +6,8 @@
 4. the tf_cnn_benchmarks-style workload run twice, each in a fresh process
    (TensorFlow configures its pools once per process): with TensorFlow's
    defaults, then under the recommended plan; both throughputs, their ratio,
-   the thread counts and the pinned run's bind map.
+   the thread counts and the pinned run's bind map;
+5. PyTorch's row beside it (:func:`~affinity.tools.workload_torch.demo_rows`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..cpulist import format_list
 from ..machine.topology import Topology
 from ..planning.planner import plan
 from .workload import recommend
+from .workload_torch import demo_rows
 
 XEON_2S28C2T = "pack:2 [numa] core:28 pu:2(indexes=2*56:1*2)"
 
@@ -93,6 +95,13 @@ def run(out: TextIO, *, model: str = "resnet50", batch_size: int = 16, num_batch
     ratio = pinned["images_per_sec"] / base["images_per_sec"]
     say(f"ratio pinned / defaults: {ratio:.3f}")
     say()
+    say("== PyTorch beside it: small CNN, batch 32, inference; affinity.apply() before import torch ==")
+    torch_pinned = demo_rows(say, spec, n)
+    say()
     say("== Bind map of the pinned run ==")
     say(pinned["bind_map"])
+    if torch_pinned is not None:
+        say()
+        say("== Bind map of the pinned PyTorch run ==")
+        say(torch_pinned["bind_map"])
     return 0

@@ -11,8 +11,12 @@ seeded, each stopped at ``budget`` evaluations:
 * ``random``: optuna's ``RandomSampler(seed=s)``.
 
 The count is the number of calls of the objective up to and including the first
-whose value is within ``tol`` (3 %) of the surface's best; a searcher that never
-gets there within the budget counts ``budget + 1`` (shown as ``>budget``).
+whose configuration is within ``tol`` (3 %) of the surface's best (on a noisy
+surface: its value without the noise, though the searcher sees a fresh noisy draw
+at every call); a searcher that never gets there within the budget counts
+``budget + 1`` (shown as ``>budget``).  A configuration whose value is ``None``
+fails: the tuner's objective returns None, plain optuna's trial is told FAIL.
+Surfaces to minimize (latency) count within 3 % above the least value.
 """
 
 from __future__ import annotations
@@ -31,19 +35,25 @@ HERE = Path(__file__).resolve().parent
 if str(HERE.parent.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent.parent))
 
-from affinity.machine.topology import Topology  # noqa: E402
+import numpy as np  # noqa: E402
+
 from affinity.tuning.search import tune  # noqa: E402
+from hardware import topology_of  # noqa: E402
 
 MAIN = ("xeon2s_tf", "xeonphi_tf", "epyc_serving", "xeon2s_serving", "bench16_resnet18", "bench16_resnet50")
+#: written from how the hardware behaves, to break the rules of thumb (``hardware.py``)
+HARDWARE = ("knl_phi", "hybrid_client", "numa4_membw", "latency_server", "failing_train", "noisy_numa4",
+            "bench16_failfirst")
 STRESS = ("stress_rules_hold", "stress_omp_not_intra", "stress_anti_prior", "stress_unknown_param",
           "stress_plain", "stress_no_structure")
-RECORDED = ("recorded_2cpu_tf_matmul",)
+RECORDED = ("recorded_2cpu_tf_matmul", "recorded_2cpu_torch_cnn")
+ALL = (*HARDWARE, *RECORDED, *MAIN, *STRESS)
 METHODS = ("affinity", "tpe", "random")
 
 
 @dataclass(frozen=True)
 class Surface:
-    """A recorded or modelled response surface."""
+    """A recorded or modelled response surface (``None``: the configuration fails)."""
 
     name: str
     title: str
@@ -51,31 +61,65 @@ class Surface:
     topology: str
     params: tuple[str, ...]
     space: dict[str, list[Any]]
-    table: dict[tuple[Any, ...], float]
+    table: dict[tuple[Any, ...], float | None]
+    direction: str = "maximize"
+    noise: float = 0.0  #: relative spread of a fresh draw at every evaluation
+
+    @property
+    def sign(self) -> float:
+        return 1.0 if self.direction == "maximize" else -1.0
 
     @property
     def best(self) -> float:
-        return max(self.table.values())
+        return max((v for v in self.table.values() if v is not None), key=lambda v: self.sign * v)
 
     @property
     def size(self) -> int:
         return len(self.table)
 
-    def value(self, config: dict[str, Any]) -> float:
+    def value(self, config: dict[str, Any]) -> float | None:
         return self.table[tuple(config[n] for n in self.params)]
+
+    def near(self, value: float | None, tol: float = 0.03) -> bool:
+        """Whether ``value`` (noiseless) is within ``tol`` of the best."""
+        if value is None:
+            return False
+        return value >= (1 - tol) * self.best if self.sign > 0 else value <= (1 + tol) * self.best
 
 
 def load(name: str) -> Surface:
     """The surface ``name`` from ``bench/surfaces/<name>.json``."""
     d = json.loads((HERE / f"{name}.json").read_text())
-    table = {tuple(r[:-1]): float(r[-1]) for r in d["rows"]}
-    return Surface(d["name"], d["title"], d["kind"], d["topology"], tuple(d["params"]), d["space"], table)
+    table = {tuple(r[:-1]): (None if r[-1] is None else float(r[-1])) for r in d["rows"]}
+    return Surface(d["name"], d["title"], d["kind"], d["topology"], tuple(d["params"]), d["space"], table,
+                   d.get("direction", "maximize"), float(d.get("noise", 0.0)))
 
 
-def evals_to_within(values: Sequence[float], best: float, tol: float = 0.03) -> int | None:
-    """1-based index of the first value within ``tol`` of ``best`` (maximizing), or None."""
+class _Evaluator:
+    """The objective of one run: true values, a seeded noisy draw per call, and the stop
+    once a configuration within 3 % of the best has been evaluated."""
+
+    def __init__(self, s: Surface, seed: int, tol: float = 0.03):
+        self.s, self.tol = s, tol
+        self.rng = np.random.default_rng([seed, 7919])
+        self.true: list[float | None] = []
+
+    def __call__(self, config: dict[str, Any]) -> float | None:
+        v = self.s.value(config)
+        self.true.append(v)
+        if v is None:
+            return None
+        return v * float(np.exp(self.rng.normal(0.0, self.s.noise))) if self.s.noise else v
+
+    @property
+    def reached(self) -> bool:
+        return bool(self.true) and self.s.near(self.true[-1], self.tol)
+
+
+def evals_to_within(s: Surface, values: Sequence[float | None], tol: float = 0.03) -> int | None:
+    """1-based index of the first (true) value within ``tol`` of ``s``'s best, or None."""
     for i, v in enumerate(values, 1):
-        if v >= (1 - tol) * best:
+        if s.near(v, tol):
             return i
     return None
 
@@ -84,50 +128,52 @@ class _Stop(BaseException):
     """Ends a search once the target is reached (not an Exception: the tuner lets it through)."""
 
 
-def run_affinity(s: Surface, seed: int, budget: int, tol: float = 0.03) -> list[float]:
-    """The values :func:`affinity.tune` sees, in order, until within ``tol`` or ``budget``."""
-    seen: list[float] = []
+def run_affinity(s: Surface, seed: int, budget: int, tol: float = 0.03) -> list[float | None]:
+    """The true values :func:`affinity.tune` evaluates, in order, until within ``tol`` or ``budget``."""
+    ev = _Evaluator(s, seed, tol)
     outside: list[dict[str, Any]] = []
 
-    def objective(cfg: dict[str, Any]) -> float:
+    def objective(cfg: dict[str, Any]) -> float | None:
         if tuple(cfg) != s.params or any(cfg[n] not in s.space[n] for n in s.params):
             outside.append(cfg)
-        v = s.value(cfg)
-        seen.append(v)
-        if v >= (1 - tol) * s.best:
+        v = ev(cfg)
+        if ev.reached:
             raise _Stop
         return v
 
     try:
-        tune(objective, s.space, budget=budget, seed=seed, topology=Topology.from_synthetic(s.topology),
-             progress=False)
+        tune(objective, s.space, budget=budget, seed=seed, topology=topology_of(s.topology),
+             direction=s.direction, progress=False)
     except _Stop:
         pass
     assert not outside, f"called outside the space: {outside[:3]}"
-    assert len(seen) <= budget
-    return seen
+    assert len(ev.true) <= budget
+    return ev.true
 
 
-def run_optuna(s: Surface, sampler: optuna.samplers.BaseSampler, budget: int, tol: float = 0.03) -> list[float]:
-    """The values a plain optuna study with ``sampler`` sees, until within ``tol`` or ``budget``."""
+def run_optuna(s: Surface, sampler: optuna.samplers.BaseSampler, budget: int, seed: int = 0,
+               tol: float = 0.03) -> list[float | None]:
+    """The true values a plain optuna study with ``sampler`` evaluates, until within ``tol`` or ``budget``."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize", sampler=sampler)
-    seen: list[float] = []
+    study = optuna.create_study(direction=s.direction, sampler=sampler)
+    ev = _Evaluator(s, seed, tol)
     for _ in range(budget):
         t = study.ask()
         cfg = {n: t.suggest_categorical(n, s.space[n]) for n in s.params}
-        v = s.value(cfg)
-        seen.append(v)
-        study.tell(t, v)
-        if v >= (1 - tol) * s.best:
+        v = ev(cfg)
+        if v is None:
+            study.tell(t, state=optuna.trial.TrialState.FAIL)
+        else:
+            study.tell(t, v)
+        if ev.reached:
             break
-    return seen
+    return ev.true
 
 
 SEARCHERS: dict[str, Callable[[Surface, int, int], list[float]]] = {
     "affinity": run_affinity,
-    "tpe": lambda s, seed, b: run_optuna(s, optuna.samplers.TPESampler(seed=seed), b),
-    "random": lambda s, seed, b: run_optuna(s, optuna.samplers.RandomSampler(seed=seed), b),
+    "tpe": lambda s, seed, b: run_optuna(s, optuna.samplers.TPESampler(seed=seed), b, seed),
+    "random": lambda s, seed, b: run_optuna(s, optuna.samplers.RandomSampler(seed=seed), b, seed),
 }
 
 
@@ -137,7 +183,7 @@ def compare(s: Surface, *, seeds: Sequence[int] = range(10), budget: int | None 
     b = budget or min(s.size, 300)
     out: dict[str, list[int]] = {}
     for m in methods:
-        out[m] = [evals_to_within(SEARCHERS[m](s, seed, b), s.best) or b + 1 for seed in seeds]
+        out[m] = [evals_to_within(s, SEARCHERS[m](s, seed, b)) or b + 1 for seed in seeds]
     return out
 
 

@@ -320,7 +320,7 @@ def test_pin_threads_environment(probe):
 
 # ---------------------------------------------------------------------- ranks
 
-MPIRUN = shutil.which("mpirun")
+MPIRUN = shutil.which("mpirun.mpich") or shutil.which("mpirun")  # Open MPI binds by default: tests/engines
 
 
 @TWO

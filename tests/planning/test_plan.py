@@ -11,6 +11,7 @@ import pytest
 import affinity
 from affinity.machine import topology as topo_mod
 from affinity.errors import PlanError, SpecError
+from affinity.planning import planner
 from affinity.planning.planner import Plan, kmp_mask_str, plan, plan_env
 from affinity.planning.spec import KmpAffinity, OmpPlaces, OmpProcBind, Settings, parse_kmp_affinity, parse_kmp_hw_subset
 from affinity.machine.topology import Topology
@@ -58,6 +59,33 @@ def test_exports(t2s: Topology) -> None:
     assert isinstance(affinity.plan("compact", 2, t2s), Plan)
     assert affinity.plan_env is plan_env and affinity.Plan is Plan
     assert affinity.KmpAffinity is KmpAffinity
+
+
+def test_runtime_is_named_and_checked(t2s: Topology) -> None:
+    p = plan("compact", 2, t2s)
+    assert p.runtime == "intel" and p.to_dict()["runtime"] == "intel"
+    assert plan("compact", 2, t2s, runtime="intel") == p
+    assert plan_env({"KMP_AFFINITY": "compact"}, topology=t2s, runtime="intel").runtime == "intel"
+    for bad in ("intell", "", "INTEL"):
+        with pytest.raises(PlanError) as e:
+            plan("compact", 2, t2s, runtime=bad)
+        assert repr(bad) in str(e.value) and all(name in str(e.value) for name in planner.RUNTIMES)
+        with pytest.raises(PlanError):
+            plan_env({}, topology=t2s, runtime=bad)
+    with pytest.raises(TypeError):
+        plan("compact", 2, t2s, runtime=None)  # type: ignore[arg-type]
+
+
+def test_every_registered_runtime_follows_the_rules_interface(t2s: Topology) -> None:
+    """Each registry entry names itself, reads a sorted set of variables and
+    plans: a plan made by its rules says so."""
+    assert "intel" in planner.RUNTIMES
+    for name, rules in planner.RUNTIMES.items():
+        assert rules.NAME == name
+        assert list(rules.VARIABLES) == sorted(set(rules.VARIABLES))
+        p = plan_env({"OMP_NUM_THREADS": "2", "OMP_PROC_BIND": "close"}, topology=t2s, runtime=name)
+        assert p.runtime == name and p.threads == 2 and len(p.cpusets) == 2
+        assert "bound to OS proc set" in p.explain()
 
 
 def test_plan_forms_agree(t2s: Topology) -> None:

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from affinity.errors import PlanError
-from affinity.planning.ranks import LocalRank, local_rank, parse_rank, partition, rank_share, rank_topology
+from affinity.planning.ranks import (LauncherBinding, LocalRank, launcher_binding, local_rank, parse_rank,
+                                     partition, place_rank, rank_share, rank_topology, slurm_step)
 from affinity.machine.topology import Topology
 
 from helpers import golden_dir
@@ -87,10 +88,13 @@ PROBE = ("import json, os; from affinity.planning.ranks import local_rank; r = l
          ".write(json.dumps([r.rank, r.size, r.source]))")
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None,
+MPIRUN = shutil.which("mpirun.mpich") or shutil.which("mpirun")
+
+
+@pytest.mark.skipif(MPIRUN is None,
                     reason="no MPI launcher installed (make sysdeps installs MPICH when run as root)")
 def test_a_real_mpirun_gives_each_process_its_local_rank(tmp_path):
-    r = subprocess.run(["mpirun", "-np", "2", sys.executable, "-c", PROBE], capture_output=True,
+    r = subprocess.run([MPIRUN, "-np", "2", sys.executable, "-c", PROBE], capture_output=True,
                        text=True, timeout=120,
                        env={**__import__("os").environ, "OMPI_ALLOW_RUN_AS_ROOT": "1",
                             "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "RANK_OUT": str(tmp_path)})
@@ -257,3 +261,95 @@ def test_rank_topology_for_in_process_use():
     assert sub.allowed == cpus((0, 13), (56, 69))
     with pytest.raises(PlanError, match="no launcher variables"):
         rank_topology(t, "auto", {})
+
+
+# ------------------------------------------------- Slurm's variables, launcher binding
+
+# what srun -n 2 wrote into its tasks on the one-node Slurm of tests/engines (Slurm 22.05,
+# task/affinity): automatic binding, --cpu-bind=cores, --cpu-bind=none
+SRUN_AUTO = {"SLURM_LOCALID": "1", "SLURM_NODEID": "0", "SLURM_STEP_TASKS_PER_NODE": "2",
+             "SLURM_TASKS_PER_NODE": "2", "SLURM_CPUS_ON_NODE": "2", "SLURM_CPU_BIND": "quiet,mask_cpu:0x1,0x2",
+             "SLURM_CPU_BIND_LIST": "0x1,0x2", "SLURM_CPU_BIND_TYPE": "mask_cpu:",
+             "SLURM_CPU_BIND_VERBOSE": "quiet"}
+SRUN_NONE = {**SRUN_AUTO, "SLURM_CPU_BIND": "quiet,none", "SLURM_CPU_BIND_LIST": "", "SLURM_CPU_BIND_TYPE": "none"}
+
+
+def test_slurm_step_as_srun_writes_it():
+    s = slurm_step({**SRUN_AUTO, "SLURM_CPUS_PER_TASK": "1"})
+    assert (s.local_id, s.node_id, s.tasks_per_node, s.cpus_per_task) == (1, 0, (2,), 1)
+    assert s.bound and s.cpu_bind_list == ({0}, {1})
+    assert not slurm_step(SRUN_NONE).bound and slurm_step(SRUN_NONE).cpu_bind_list == ()
+    # several nodes: counts run-length encoded, this node's picked by SLURM_NODEID
+    s = slurm_step({"SLURM_LOCALID": "0", "SLURM_NODEID": "3", "SLURM_STEP_TASKS_PER_NODE": "2(x3),1"})
+    assert s.tasks_per_node == (2, 2, 2, 1) and s.tasks_on_node == 1 and s.cpus_per_task is None
+    # masks wider than 64 CPUs, and map_cpu's decimal ids
+    s = slurm_step({**SRUN_AUTO, "SLURM_CPU_BIND_LIST": "0x10000000000000000,0x3"})
+    assert s.cpu_bind_list == ({64}, {0, 1})
+    s = slurm_step({**SRUN_AUTO, "SLURM_CPU_BIND_TYPE": "map_cpu:", "SLURM_CPU_BIND_LIST": "5,7"})
+    assert s.cpu_bind_list == ({5}, {7})
+    assert slurm_step({"SLURM_LOCALID": "0", "SLURM_TASKS_PER_NODE": "2"}) is None  # a batch script
+    with pytest.raises(PlanError, match="SLURM_CPU_BIND_LIST='0xq' \\(mask_cpu:\\): cannot read '0xq'"):
+        slurm_step({**SRUN_AUTO, "SLURM_CPU_BIND_LIST": "0xq"})
+    with pytest.raises(PlanError, match="SLURM_CPUS_PER_TASK='two'"):
+        slurm_step({**SRUN_AUTO, "SLURM_CPUS_PER_TASK": "two"})
+    with pytest.raises(PlanError, match="cannot read '2\\(x3'"):
+        slurm_step({**SRUN_AUTO, "SLURM_STEP_TASKS_PER_NODE": "2(x3"})
+
+
+def test_launcher_binding_is_read_from_the_launcher_that_gave_the_rank():
+    b = launcher_binding(SRUN_AUTO, local_rank(SRUN_AUTO))
+    assert b == LauncherBinding("Slurm srun", "SLURM_CPU_BIND=quiet,mask_cpu:0x1,0x2", (frozenset({0}), frozenset({1})))
+    assert launcher_binding(SRUN_NONE, local_rank(SRUN_NONE)) is None
+    ompi = {"OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_orte_bound_at_launch": "1"}
+    assert launcher_binding(ompi, local_rank(ompi)) == LauncherBinding("Open MPI", "OMPI_MCA_orte_bound_at_launch=1")
+    hydra = {"MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2", "HYDRA_USER_PROVIDED_BINDING": "1"}
+    assert launcher_binding(hydra, local_rank(hydra)).launcher.startswith("MPICH")
+    # mpirun inside a bound srun step: the MPI launcher's (no) binding counts, not srun's
+    inside = {**SRUN_AUTO, "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"}
+    assert launcher_binding(inside, local_rank(inside)) is None
+    assert launcher_binding(SRUN_AUTO, LocalRank(0, 2, "--ranks 0/2")) is None  # given by hand
+
+
+TWO_CORES = "pack:1 [numa] core:2 pu:1"
+XEON_1 = "pack:2 [numa] core:4 pu:2(indexes=2*8:1*2)"  # 2x4x2, siblings i and i+8
+
+
+def test_place_rank_follows_the_launchers_mask_and_never_cuts_it_again():
+    t = Topology.from_synthetic(TWO_CORES)
+    r1 = local_rank(SRUN_AUTO)
+    # srun bound rank 1 to CPU 1: its share is CPU 1, said so
+    share, how = place_rank(t.with_allowed({1}), r1, launcher_binding(SRUN_AUTO, r1))
+    assert share.cpus == {1} and share.index == 1
+    assert how.startswith("Slurm srun bound local rank 1 of 2 to cpus 1 (SLURM_CPU_BIND=quiet,mask_cpu:0x1,0x2): "
+                          "planning inside that mask")
+    # without the launcher's word the same 1-CPU mask cannot hold 2 ranks
+    with pytest.raises(PlanError, match="cannot give 2 disjoint shares of cpus 1"):
+        place_rank(t.with_allowed({1}), r1)
+    # srun gave both ranks the same mask (--cpu-bind=sockets): they cut it between them
+    same = {**SRUN_AUTO, "SLURM_CPU_BIND_LIST": "0x3,0x3"}
+    share, how = place_rank(t, r1, launcher_binding(same, r1))
+    assert share.cpus == {1} and "as it bound local ranks 0-1: this rank takes share 1 of 2" in how
+
+
+def test_place_rank_without_the_other_ranks_masks():
+    t = Topology.from_synthetic(XEON_1)
+    ompi = {"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_orte_bound_at_launch": "1"}
+    r = local_rank(ompi)
+    b = launcher_binding(ompi, r)
+    # bound to a core (Open MPI's default for 2 ranks): planned inside that core
+    share, how = place_rank(t.with_allowed({1, 9}), r, b)
+    assert share.cpus == {1, 9} and len(share.cores) == 1 and "planning inside that mask" in how
+    # bound to a socket: narrower than the machine, the rank's own
+    share, _ = place_rank(t.with_allowed(cpus((4, 7), (12, 15))), r, b)
+    assert share.cpus == cpus((4, 7), (12, 15)) and share.numa_nodes == {1}
+    # "bound" to everything there is (--bind-to socket on a one-socket cgroup): cut as if unbound
+    share, how = place_rank(t.with_allowed(cpus((0, 3), (8, 11))), r, b, whole=cpus((0, 3), (8, 11)))
+    assert share.cpus == {2, 3, 10, 11} and "cut between the 2 ranks" in how
+
+
+def test_rank_topology_follows_a_launchers_binding():
+    t = Topology.from_synthetic(TWO_CORES)
+    sub, r, share = rank_topology(t.with_allowed({1}), "auto", SRUN_AUTO)
+    assert sub.allowed == share.cpus == {1} and r.launcher == "Slurm srun"
+    sub, _, _ = rank_topology(t, "auto", SRUN_NONE)
+    assert sub.allowed == {1}

@@ -34,7 +34,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from .spec import CATALOG, HW_LAYERS, KmpHwSubset
+from ..syntax import CATALOG, HW_LAYERS
+from .settings import KmpHwSubset
 
 # kmp_hw_t, in the runtime's enumeration order
 SOCKET, PROC_GROUP, NUMA, DIE, LLC, L3, TILE, MODULE, L2, L1, CORE, THREAD = range(12)

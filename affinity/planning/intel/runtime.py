@@ -21,17 +21,24 @@ messages it prints.  It follows, step by step:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from operator import itemgetter
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import ktopo as kt
-from ..cpulist import format_list
-from ..errors import PlanError, SpecError
-from .spec import (SETTINGS_VARIABLES, Diagnostic, KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, Place,
-                   ProcList, ProcRange, catalog, kmp_affinity_has_type_name, parse_lenient,
-                   parse_strict)
+from . import topology as kt
+from ...cpulist import format_list
+from ...errors import PlanError, SpecError
+from ..rules import Memo, Outcome
+from ..spec import SETTINGS_VARIABLES, NumThreads, OmpPlaces, OmpProcBind, Place, parse_lenient, parse_strict
+from ..syntax import Diagnostic, catalog
+from .settings import KmpAffinity, KmpHwSubset, ProcList, ProcRange, kmp_affinity_has_type_name
+
+#: The name the planner's registry knows these rules by.
+NAME = "intel"
+#: The variables Intel's runtime reads to place threads, in its processing order.
+VARIABLES = SETTINGS_VARIABLES
 
 #: The most threads a team may have before the planner refuses: a default Linux
 #: process cannot create more (vm.max_map_count = 65530 mappings, two per
@@ -1050,3 +1057,79 @@ def _check_team(n: int) -> None:
         raise PlanError(
             f"a team of {n} threads cannot be created: the runtime aborts (OMP: Error #34, System unable "
             f"to allocate necessary resources for OMP thread) or crashes beyond {MAX_TEAM} threads")
+
+
+# ---------------------------------------------------------------------------
+# The planner's entry points (see affinity.planning.rules)
+# ---------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=4096)
+def _settings(items: tuple[tuple[str, str], ...],
+              strict: bool) -> tuple[RuntimeSettings, tuple[str, ...], tuple[Any, ...]]:
+    """The runtime's settings for sorted variables, with its messages (memoized)."""
+    st, texts, diags = process_env(dict(items), strict)
+    return st, tuple(texts), tuple(diags)
+
+
+def evaluate(env: tuple[tuple[str, str], ...], topology: Any, initial: frozenset[int], *, strict: bool,
+             threads: int | None, memo: Memo) -> Outcome:
+    """What libiomp5 does with the sorted variables ``env`` on ``topology``
+    (see :mod:`affinity.planning.rules`)."""
+    st, texts, _diags = _settings(env, strict)
+    res = evaluate_settings(st, list(texts), topology, initial, threads=threads,
+                            base_for=lambda procs: memo(("table", procs), lambda: kt.build(topology, procs)))
+    return Outcome(threads=res.threads, cpusets=res.cpusets if isinstance(res.cpusets, tuple) else tuple(res.cpusets),
+                   places=None if res.places is None else tuple(res.places), place_nums=tuple(res.place_nums),
+                   warnings=tuple(res.warnings), affinity_type=res.affinity_type, granularity=res.granularity,
+                   proc_bind=res.proc_bind, num_procs=res.num_procs, view=res.ktopo)
+
+
+def kmp_mask_str(cpus: Any) -> str:
+    """An OS-proc set printed the way the runtime prints it (``0,1``,
+    ``0-3,8``; three or more consecutive procs become a range)."""
+    ids = sorted(set(cpus))
+    if not ids:
+        return "{<empty>}"
+    out = []
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        if j - i > 1:
+            out.append(f"{ids[i]}-{ids[j]}")
+        elif j - i == 1:
+            out.append(f"{ids[i]},{ids[j]}")
+        else:
+            out.append(str(ids[i]))
+        i = j + 1
+    return ",".join(out)
+
+
+def explain(plan: Any) -> list[str]:
+    """The runtime's ``verbose`` account of ``plan``: its warnings, the
+    topology summary, the OS proc -> (socket, core, thread) map and one
+    ``thread N bound to OS proc set {...}`` line per thread."""
+    var = "KMP_AFFINITY"
+    if plan.proc_bind in ("close", "spread", "primary"):
+        var = "OMP_PROC_BIND"
+    lines = [f"OMP: Warning: {w}" for w in plan.warnings]
+    view: kt.KTopo | None = plan._view
+    if plan.affinity_type == "disabled" or view is None:
+        lines.append(f"{var}: affinity disabled; threads run on the process mask "
+                     f"{{{kmp_mask_str(plan.initial_mask)}}}")
+    else:
+        respect = "respected" if plan.union <= plan.initial_mask else "not respected"
+        lines.append(f"{var}: Initial OS proc set {respect}: {kmp_mask_str(plan.initial_mask)}")
+        lines.append(f"{var}: {view.num_threads} available OS procs")
+        lines.append(f"{var}: {'Uniform' if view.uniform else 'Nonuniform'} topology")
+        for t, eq in view.equivalences():
+            lines.append(f'{var}: topology layer "{kt.cat(t)}" is equivalent to "{kt.cat(eq)}".')
+        lines.append(f"{var}: {view.summary()}")
+        lines.append(f"{var}: OS proc to physical thread map:")
+        order = sorted(range(view.num_threads), key=lambda i: (view.ids[i], view.os[i]))
+        for i in order:
+            lines.append(f"{var}: OS proc {view.os[i]} maps to {view.describe_thread(i)}")
+    for i, s in enumerate(plan.cpusets):
+        lines.append(f"{var}: thread {i} bound to OS proc set {{{kmp_mask_str(s)}}}")
+    return lines

@@ -1,0 +1,107 @@
+"""What libgomp reads of the machine, derived from a :class:`Topology`.
+
+libgomp never asks hwloc: it opens sysfs files (``strace`` of the real library
+confirms it, see ``tests/golden_gomp/README.md``):
+
+==========================================  ==========================================
+``cpu/cpuN/topology/thread_siblings_list``  the PUs of N's core
+``cpu/cpuN/topology/core_siblings_list``    the PUs of N's package
+``cpu/cpuN/cache/indexK/{level,shared_cpu_list}``  N's caches (the last level is used)
+``node/online``, ``node/nodeK/cpulist``     the NUMA nodes, by node number
+==========================================  ==========================================
+
+:func:`sysfs_view` is the one place that turns a :class:`Topology` into those
+facts; :func:`view_from_files` reads the same facts from the files' text (the
+test checks the two agree on the machines the real library was run on).
+Offline CPUs have no files, so they appear in no list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ...cpulist import parse_list
+from ...machine.topology import Topology
+
+__all__ = ["SysfsView", "sysfs_view", "view_from_files"]
+
+
+@dataclass(frozen=True)
+class SysfsView:
+    """The machine as libgomp sees it.  Every set holds OS CPU numbers."""
+
+    #: CPU -> its ``thread_siblings_list``
+    thread_siblings: Mapping[int, frozenset[int]]
+    #: CPU -> its ``core_siblings_list``
+    core_siblings: Mapping[int, frozenset[int]]
+    #: CPU -> ``shared_cpu_list`` of its highest-level cache (absent: no cache files)
+    last_cache: Mapping[int, frozenset[int]]
+    #: ``(node number, cpulist)`` for each node of ``node/online``, ascending
+    numa_nodes: tuple[tuple[int, frozenset[int]], ...]
+    #: CPUs the kernel accepts in an affinity mask (online and in the cpuset)
+    usable: frozenset[int]
+
+
+def sysfs_view(topology: Topology) -> SysfsView:
+    """The sysfs facts libgomp would read on ``topology``'s machine.
+
+    Thread siblings are the PU's core, core siblings its package (Linux's
+    ``core_siblings`` is the package), the last-level cache is the
+    highest-level cache holding the PU, NUMA nodes come in node-number order
+    with their full CPU lists (memory-only nodes list none).  ``usable`` is
+    ``topology.allowed``: the CPUs a thread of this process may be bound to.
+    """
+    threads: dict[int, frozenset[int]] = {}
+    cores: dict[int, frozenset[int]] = {}
+    for pu in topology.pus:
+        threads[pu.os_index] = topology.cores[pu.core].cpuset
+        cores[pu.os_index] = topology.packages[pu.package].cpuset
+    cache: dict[int, tuple[int, frozenset[int]]] = {}
+    for c in topology.caches:
+        for cpu in c.cpuset:
+            if cpu not in cache or c.level >= cache[cpu][0]:
+                cache[cpu] = (c.level, c.cpuset)
+    nodes = tuple(sorted((n.os_index, n.cpuset) for n in topology.numa_nodes))
+    return SysfsView(threads, cores, {k: v[1] for k, v in cache.items()}, nodes,
+                     topology.allowed or topology.cpuset)
+
+
+def view_from_files(files: Mapping[str, str], usable: frozenset[int] | None = None) -> SysfsView:
+    """The same facts read from sysfs text, keyed by paths relative to
+    ``/sys/devices/system`` (``"cpu/cpu0/topology/thread_siblings_list"``).
+
+    ``usable`` defaults to ``cpu/online``."""
+    threads: dict[int, frozenset[int]] = {}
+    cores: dict[int, frozenset[int]] = {}
+    levels: dict[int, dict[int, int]] = {}
+    shared: dict[tuple[int, int], frozenset[int]] = {}
+    for path, text in files.items():
+        parts = path.split("/")
+        if len(parts) < 4 or parts[0] != "cpu" or not parts[1].startswith("cpu") or not parts[1][3:].isdigit():
+            continue
+        cpu = int(parts[1][3:])
+        if parts[2] == "topology" and parts[3] == "thread_siblings_list":
+            threads[cpu] = parse_list(text.strip())
+        elif parts[2] == "topology" and parts[3] == "core_siblings_list":
+            cores[cpu] = parse_list(text.strip())
+        elif parts[2] == "cache" and len(parts) == 5 and parts[3].startswith("index"):
+            k = int(parts[3][5:])
+            if parts[4] == "level":
+                levels.setdefault(cpu, {})[k] = int(text.strip())
+            elif parts[4] == "shared_cpu_list":
+                shared[(cpu, k)] = parse_list(text.strip())
+    last: dict[int, frozenset[int]] = {}
+    for cpu, by_index in levels.items():
+        # libgomp: the highest level wins, among equals the highest index
+        best = max(by_index, key=lambda k: (by_index[k], k))
+        if (cpu, best) in shared:
+            last[cpu] = shared[(cpu, best)]
+    nodes = []
+    for node in sorted(parse_list(files.get("node/online", "").strip())):
+        text = files.get(f"node/node{node}/cpulist")
+        if text is not None:
+            nodes.append((node, parse_list(text.strip())))
+    if usable is None:
+        usable = parse_list(files.get("cpu/online", "").strip())
+    return SysfsView(threads, cores, last, tuple(nodes), usable)

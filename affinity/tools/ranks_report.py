@@ -1,0 +1,264 @@
+"""Where the ranks of a job land: ``affinity plan --ranks N|auto`` (before anything
+runs) and ``affinity show --ranks [PID]`` (where every thread of every rank of a job
+on this node really is).
+
+``plan --ranks`` computes each local rank's launch exactly as ``affinity run --ranks``
+does in that rank (:func:`~affinity.launcher.build.build_launch`, pure): the share,
+the thread count, the memory policy and every thread's CPUs.  ``--ranks auto`` takes
+the rank count from the launcher variables of this process (inside a rank: the
+shares follow the launcher's own binding where it lists every rank's mask, as srun
+does), or from a Slurm allocation (a batch script, an ``salloc`` shell: the ranks
+``srun --cpu-bind=none`` would start).
+
+``show --ranks`` finds the processes of a job on this node by their launcher
+variables (:func:`~affinity.planning.ranks.job_of`) and reads every thread's mask
+and last CPU from the kernel (:func:`~affinity.binding.bindmap.report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..binding.bindmap import ThreadRow, report
+from ..cpulist import format_list
+from ..errors import PlanError
+from ..launcher.build import Context, Instance, build_launch
+from ..launcher.options import RunOptions
+from ..machine.topology import Topology
+from ..planning.ranks import (LAUNCHER_VARIABLES, LocalRank, job_of, launcher_binding, local_rank,
+                              slurm_allocation)
+
+__all__ = ["RankPlan", "RankThreads", "add_plan_args", "add_show_args", "cmd_plan_ranks", "cmd_show_ranks",
+           "find_jobs", "plan_ranks"]
+
+
+def add_plan_args(p: argparse.ArgumentParser) -> None:
+    """``--ranks`` on ``affinity plan``."""
+    p.add_argument("--ranks", metavar="N|auto", default=None,
+                   help="plan every local rank of a job of N ranks on this node (auto: as many as the "
+                        "launcher variables or the Slurm allocation say), each on its share, as "
+                        "'affinity run --ranks' will place them")
+
+
+def add_show_args(p: argparse.ArgumentParser) -> None:
+    """``--ranks`` on ``affinity show``."""
+    p.add_argument("--ranks", action="store_true",
+                   help="show every rank of the job of PID (default: of every job) on this node: each "
+                        "thread's mask, CPU and node, read from the kernel")
+
+
+# ------------------------------------------------------------------ plan --ranks
+
+@dataclass(frozen=True)
+class RankPlan:
+    rank: int
+    size: int
+    instance: Instance  #: what ``affinity run --ranks`` does in that rank
+    said: tuple[str, ...]  #: its notices (a launcher's binding followed)
+
+    def to_dict(self) -> dict[str, Any]:
+        i = self.instance
+        return {"rank": self.rank, "size": self.size, "cpus": format_list(i.cpus),
+                "cores": len(i.share.cores) if i.share else None, "threads": i.threads,
+                "mempolicy": i.mempolicy, "mem_nodes": format_list(i.mem_nodes),
+                "slots": [format_list(s) for s in i.slots], "notices": list(self.said)}
+
+
+def _rank_environments(environ: Mapping[str, str], topology: Topology,
+                       count: str) -> tuple[list[tuple[dict[str, str], Topology, str]], str]:
+    """One (environment, topology, --ranks value) per local rank to plan, and the header."""
+    if count != "auto":
+        if not count.isdigit() or int(count) < 1:
+            raise PlanError(f"--ranks: expected a positive rank count or 'auto', got {count!r}")
+        n = int(count)
+        return [(dict(environ), topology, f"{i}/{n}") for i in range(n)], f"--ranks {n}"
+    me = local_rank(environ)
+    if me is not None:
+        var = next(rv for name, rv, _ in LAUNCHER_VARIABLES if name == me.launcher)
+        binding = launcher_binding(environ, me)
+        if binding is not None and not binding.masks:
+            return ([(dict(environ), topology, "auto")],
+                    f"{me.source}; {binding.launcher} bound this rank and lists no other rank's mask: "
+                    f"this rank only")
+        out = []
+        for i in range(me.size):
+            mask = binding.mask_of(i) if binding is not None else None
+            out.append(({**environ, var: str(i)}, topology.with_allowed(mask) if mask else topology, "auto"))
+        return out, me.source
+    alloc = slurm_allocation(environ)
+    if alloc is None:
+        raise PlanError("--ranks auto: neither launcher variables nor a Slurm allocation in this environment; "
+                        "give the rank count (--ranks 4)")
+    n, source = alloc
+    base = {k: v for k, v in environ.items() if not k.startswith("SLURM_CPU_BIND")}
+    return ([({**base, "SLURM_LOCALID": str(i), "SLURM_STEP_TASKS_PER_NODE": str(n), "SLURM_NODEID": "0"},
+              topology, "auto") for i in range(n)],
+            f"{source}: the tasks of 'srun --cpu-bind=none' (with Slurm's binding, each plans inside its mask)")
+
+
+def plan_ranks(topology: Topology, count: str, spec: str | None = None, threads: int | None = None,
+               ctx: Context | None = None) -> tuple[list[RankPlan], str]:
+    """Every local rank's launch, and a header saying where the rank count came from.
+
+    Parameters
+    ----------
+    topology : Topology
+        The machine, ``allowed`` being what the ranks start from.
+    count : str
+        ``"N"`` or ``"auto"`` (read from ``ctx.environ``).
+    spec, threads
+        As ``affinity run [SPEC] --threads``.
+    ctx : Context, optional
+        The environment and cgroup limits (default: none).
+
+    Raises
+    ------
+    PlanError
+        No rank count, or a share that cannot be cut.
+    """
+    ctx = ctx or Context()
+    envs, header = _rank_environments(ctx.environ, topology, count)
+    plans = []
+    for env, topo, ranks in envs:
+        opts = RunOptions(command=("-",), spec=spec, threads=threads, ranks=ranks)
+        launch = build_launch(opts, topo, Context(env, ctx.quota, ctx.cgroup_cpus, ctx.mems_allowed))
+        assert launch.rank is not None
+        plans.append(RankPlan(launch.rank.rank, launch.rank.size, launch.instances[0], launch.notices))
+    return plans, header
+
+
+def _plan_table(plans: list[RankPlan], header: str, topology: Topology) -> str:
+    lines = [f"{len(plans)} local rank{'s' if len(plans) != 1 else ''} on {topology.describe()} ({header}):",
+             f"{'rank':>4}  {'cpus':<16} {'cores':>5} {'threads':>7}  {'memory':<12} thread -> CPUs"]
+    for p in plans:
+        i = p.instance
+        mem = f"{i.mempolicy} {format_list(i.mem_nodes)}".strip() if i.mempolicy else "inherited"
+        slots = " ".join(f"{{{format_list(s)}}}" for s in i.slots)
+        cores = len(i.share.cores) if i.share else 0
+        lines.append(f"{p.rank:>4}  {format_list(i.cpus):<16} {cores:>5} {i.threads:>7}  {mem:<12} {slots}")
+    lines += [f"rank {p.rank}: {n}" for p in plans for n in p.said]
+    return "\n".join(lines)
+
+
+def cmd_plan_ranks(args: argparse.Namespace, topology: Topology, write_picture: Any) -> int:
+    """``affinity plan [SPEC] --ranks N|auto``: the table (or JSON), and the picture."""
+    ctx = Context.of_this_process() if topology.is_this_system else Context(dict(os.environ))
+    plans, header = plan_ranks(topology, args.ranks, args.spec, args.threads, ctx)
+    if args.json:
+        print(json.dumps({"source": header, "ranks": [p.to_dict() for p in plans]}, indent=2))
+    else:
+        print(_plan_table(plans, header, topology))
+    if args.picture:
+        write_picture(args.picture, topology, [p.instance.cpus for p in plans],
+                      title=f"{len(plans)} ranks: each number is a rank's share")
+    return 0
+
+
+# ------------------------------------------------------------------ show --ranks
+
+@dataclass(frozen=True)
+class RankThreads:
+    rank: LocalRank
+    pid: int
+    rows: tuple[ThreadRow, ...]
+
+    @property
+    def cpus(self) -> frozenset[int]:
+        return frozenset().union(*(r.actual for r in self.rows))
+
+
+def _environ(pid: int) -> dict[str, str] | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            items = fh.read().split(b"\0")
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    env = dict(i.decode(errors="replace").split("=", 1) for i in items if b"=" in i)
+    env["\0ppid"] = stat[stat.rindex(")") + 2:].split()[1]
+    return env
+
+
+def find_jobs(pid: int | None = None) -> dict[str, list[RankThreads]]:
+    """The ranks of every job on this node (or of the job of ``pid``), by job, each
+    rank's processes with their threads as the kernel reports them."""
+    jobs: dict[str, list[RankThreads]] = {}
+    me = os.getpid()
+    pids = sorted(int(d) for d in os.listdir("/proc") if d.isdigit())
+    for p in pids:
+        env = _environ(p) if p != me else None
+        if env is None:
+            continue
+        try:
+            found = job_of(env, int(env.pop("\0ppid")))
+        except PlanError:
+            continue  # malformed launcher variables: not a rank we can place
+        if found is None:
+            continue
+        rank, job = found
+        try:
+            rows = report(p).rows
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # exited meanwhile
+        jobs.setdefault(job, []).append(RankThreads(rank, p, rows))
+    if pid is not None:
+        wanted = [job for job, ranks in jobs.items() if any(r.pid == pid for r in ranks)]
+        if not wanted:
+            raise PlanError(f"show --ranks {pid}: process {pid} is no rank of a launcher this user can read")
+        jobs = {wanted[0]: jobs[wanted[0]]}
+    return {job: sorted(ranks, key=lambda r: (r.rank.rank, r.pid)) for job, ranks in jobs.items()}
+
+
+def _overlaps(ranks: list[RankThreads]) -> list[str]:
+    out = []
+    for i, a in enumerate(ranks):
+        for b in ranks[i + 1:]:
+            common = a.cpus & b.cpus
+            if common and a.rank.rank != b.rank.rank:
+                out.append(f"ranks {a.rank.rank} (pid {a.pid}) and {b.rank.rank} (pid {b.pid}) share cpus "
+                           f"{format_list(common)}")
+    return out
+
+
+def _show_table(job: str, ranks: list[RankThreads]) -> str:
+    size = max(r.rank.size for r in ranks)
+    lines = [f"{job}: {len({r.rank.rank for r in ranks})} of {size} local ranks on this node",
+             f"{'rank':>4} {'pid':>8} {'tid':>8}  {'thread':<16} {'mask':<14} {'cpu':>4} {'node':>4}"]
+    for r in ranks:
+        for t in r.rows:
+            node = "" if t.node is None else str(t.node)
+            lines.append(f"{r.rank.rank:>4} {r.pid:>8} {t.tid:>8}  {t.name[:16]:<16} "
+                         f"{format_list(t.actual):<14} {t.last_cpu:>4} {node:>4}")
+    for r in ranks:
+        lines.append(f"rank {r.rank.rank} (pid {r.pid}): {len(r.rows)} thread{'s' if len(r.rows) != 1 else ''} "
+                     f"on cpus {format_list(r.cpus)}")
+    overlaps = _overlaps(ranks)
+    lines += [f"OVERLAP: {o}" for o in overlaps] or ["the ranks' CPUs are disjoint"]
+    return "\n".join(lines)
+
+
+def cmd_show_ranks(args: argparse.Namespace, write_picture: Any) -> int:
+    """``affinity show --ranks [PID]``: a table per job; exit 1 when ranks overlap
+    or none is found."""
+    jobs = find_jobs(args.pid)
+    if not jobs:
+        print("affinity show --ranks: no process of this user carries launcher rank variables "
+              "(mpirun, srun, torchrun) on this node")
+        return 1
+    if args.json:
+        print(json.dumps({job: [{"rank": r.rank.rank, "size": r.rank.size, "pid": r.pid,
+                                 "cpus": format_list(r.cpus), "threads": [t.to_dict() for t in r.rows]}
+                                for r in ranks] for job, ranks in jobs.items()}, indent=2))
+    else:
+        print("\n\n".join(_show_table(job, ranks) for job, ranks in jobs.items()))
+    if args.picture:
+        job, ranks = next(iter(jobs.items()))
+        write_picture(args.picture, Topology.from_system(), [r.cpus for r in ranks],
+                      title=f"{job}: each number is a rank's threads")
+    return 1 if any(_overlaps(r) for r in jobs.values()) else 0

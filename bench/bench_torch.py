@@ -1,0 +1,162 @@
+"""PyTorch on this machine: affinity against what a PyTorch user would otherwise do,
+in one run, interleaved round by round.
+
+Inference (the small CNN of :mod:`affinity.tools.workload_torch`, batch 32, 64x64
+images), each run a fresh process:
+
+* ``torch defaults``: nothing set;
+* ``OMP_PROC_BIND/OMP_PLACES by hand``: ``OMP_PROC_BIND=close OMP_PLACES=cores``
+  (libgomp places its own team; it also pins the main thread as it loads);
+* ``taskset``: ``taskset -c <the plan's CPUs>`` around the command;
+* ``affinity apply()``: ``affinity.apply(SPEC)`` then ``import torch`` (the card's line);
+* ``affinity run``: ``affinity run SPEC -- python ...``.
+
+Training, a DataLoader of 2 worker processes feeding SGD steps:
+
+* ``train: torch defaults`` against ``train: affinity layout``
+  (``apply(SPEC, dataloader_workers=2)`` before ``import torch``).
+
+Each round runs every variant once, the order rotated by one each round; a
+variant's values are its images/sec per round.  ``python bench/bench_torch.py
+--rounds 5`` writes ``bench/torch.json``; :func:`section` turns it into the
+PyTorch section of ``bench/RESULTS.md`` (``bench/report.py`` calls it).  Under
+pytest (``make bench``) it runs 3 rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "torch.json"
+BATCHES = "40"
+
+
+def _recommended() -> tuple[str, int]:
+    from affinity.machine.topology import Topology
+    from affinity.tools.workload import recommend
+
+    return recommend(Topology.from_system())
+
+
+def variants(spec: str, threads: int) -> list[tuple[str, list[str], dict[str, str]]]:
+    """(label, command, extra environment) of every variant, in the base order."""
+    from affinity.planning.planner import plan
+    from affinity.cpulist import format_list
+    from affinity.machine.topology import Topology
+    from affinity.tools.workload_torch import workload_cmd
+
+    p = plan(spec, threads=threads, topology=Topology.from_system().with_allowed(os.sched_getaffinity(0)))
+    infer = ["--num-batches", BATCHES]
+    train = ["--train", "--loader-workers", "2", "--num-batches", "20"]
+    pin = ["--pin", spec, "--threads", str(threads)]
+    return [
+        ("torch defaults", workload_cmd(*infer), {}),
+        ("OMP_PROC_BIND/OMP_PLACES by hand", workload_cmd(*infer), {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}),
+        ("taskset", ["taskset", "-c", format_list(p.union), *workload_cmd(*infer)], {}),
+        ("affinity apply()", workload_cmd(*infer, *pin), {}),
+        ("affinity run", [sys.executable, "-m", "affinity", "run", spec, "-t", str(threads), "--",
+                          *workload_cmd(*infer)], {}),
+        ("train: torch defaults", workload_cmd(*train), {}),
+        ("train: affinity layout", workload_cmd(*train, *pin), {}),
+    ]
+
+
+def measure(rounds: int) -> dict[str, Any]:
+    """Every variant once per round, the order rotated each round."""
+    from affinity.tools.workload_torch import clean_env, run_fresh
+
+    spec, threads = _recommended()
+    vs = variants(spec, threads)
+    values: dict[str, list[float]] = {label: [] for label, _, _ in vs}
+    for r in range(rounds):
+        order = vs[r % len(vs):] + vs[:r % len(vs)]
+        for label, cmd, extra in order:
+            values[label].append(run_fresh(cmd, clean_env(extra))["images_per_sec"])
+    import torch
+
+    return {"machine": {"cpus": len(os.sched_getaffinity(0)), "cpu": platform.processor() or platform.machine(),
+                        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                        "torch": torch.__version__},
+            "spec": spec, "threads": threads, "rounds": rounds, "unit": "images/sec",
+            "rows": [{"label": k, "values": v} for k, v in values.items()]}
+
+
+def _row(label: str, v: list[float], ref: float) -> str:
+    m = statistics.median(v)
+    return f"| `{label}` | {m:.1f} | {min(v):.1f} – {max(v):.1f} | {m / ref:.3f} | {len(v)} |"
+
+
+def _table(rows: list[dict[str, Any]], ref_label: str) -> list[str]:
+    ref = statistics.median(next(r["values"] for r in rows if r["label"] == ref_label))
+    out = ["| variant | median images/s | spread (min – max) | ratio | rounds |", "|---|---:|---:|---:|---:|"]
+    out += [_row(r["label"] + (" ◆" if r["label"] == ref_label else ""), r["values"], ref) for r in rows]
+    return out
+
+
+def _overlap(a: list[float], b: list[float]) -> bool:
+    return min(a) <= max(b) and min(b) <= max(a)
+
+
+def _sentence(rows: list[dict[str, Any]], ours: str, ref_label: str) -> str:
+    by = {r["label"]: r["values"] for r in rows}
+    a, b = by[ours], by[ref_label]
+    ratio = statistics.median(a) / statistics.median(b)
+    verdict = ("the spreads overlap: no difference beyond the noise" if _overlap(a, b)
+               else "the spreads do not overlap")
+    return f"`{ours}` against `{ref_label}`: {ratio:.3f}x; {verdict}."
+
+
+def section(doc: dict[str, Any] | None = None) -> list[str]:
+    """The PyTorch section of RESULTS.md, from ``bench/torch.json``."""
+    if doc is None:
+        try:
+            doc = json.loads(OUT.read_text())
+        except (OSError, ValueError):
+            return ["## PyTorch", "", "Not measured yet: `python bench/bench_torch.py --rounds 5`.", ""]
+    m = doc["machine"]
+    infer = [r for r in doc["rows"] if not r["label"].startswith("train")]
+    train = [r for r in doc["rows"] if r["label"].startswith("train")]
+    return ["## PyTorch (issue 20)", "",
+            f"torch {m['torch']} (CPU build, its bundled libgomp), {m['cpus']} CPUs, {m['date']}; plan "
+            f"`{doc['spec']}` with {doc['threads']} threads; {doc['rounds']} rounds, variants interleaved (order "
+            "rotated each round), each run a fresh process (`bench/bench_torch.py`). Higher is better; the ratio "
+            "is the median over the reference's (◆).", "",
+            "### Inference, small CNN (batch 32, 64x64)", "", *_table(infer, "torch defaults"), "",
+            _sentence(infer, "affinity apply()", "torch defaults") + " " +
+            _sentence(infer, "affinity apply()", "OMP_PROC_BIND/OMP_PLACES by hand"), "",
+            "### Training with a DataLoader of 2 workers", "", *_table(train, "train: torch defaults"), "",
+            _sentence(train, "train: affinity layout", "train: torch defaults"), ""]
+
+
+def test_torch_interleaved():
+    """``make bench``: 3 interleaved rounds, written to bench/torch.json."""
+    import pytest
+
+    pytest.importorskip("torch")
+    doc = measure(int(os.environ.get("AFFINITY_BENCH_TORCH_ROUNDS", "3")))
+    OUT.write_text(json.dumps(doc, indent=1) + "\n")
+    assert all(len(r["values"]) == doc["rounds"] and min(r["values"]) > 0 for r in doc["rows"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--print", action="store_true", help="print the section of the existing bench/torch.json")
+    a = ap.parse_args(argv)
+    if not a.print:
+        OUT.write_text(json.dumps(measure(a.rounds), indent=1) + "\n")
+    print("\n".join(section()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

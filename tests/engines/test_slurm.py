@@ -1,0 +1,152 @@
+"""Ranks under a real Slurm (the one-node cluster of ``conftest.slurm``): srun and
+sbatch jobs whose tasks run ``affinity run --ranks auto`` or
+``affinity.apply(rank="auto")``, every task's thread masks read back from the
+kernel inside the job."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from affinity.cpulist import format_list
+from affinity.machine.topology import Topology
+from affinity.planning.ranks import partition
+
+from helpers.launch import clean_env
+from helpers.ranks_probe import check_disjoint_placed, local_rank_of, probe_command, read_reports
+
+AFFINITY_RUN = (sys.executable, "-m", "affinity", "run")
+NODE = Topology.from_system()
+CPUS = NODE.allowed
+pytestmark = pytest.mark.skipif(len(NODE.cores) < 2, reason="two ranks need two cores")
+
+
+def srun(slurm, *args: str) -> object:
+    r = slurm.client("srun", *args, env=clean_env())
+    assert r.returncode == 0, f"srun {' '.join(args)}: rc={r.returncode}\n{r.stdout}\n{r.stderr}\n{slurm.logs()}"
+    return r
+
+
+def test_srun_ranks_auto_gives_each_task_a_disjoint_share_with_its_plan(slurm, omp_lib, tmp_path):
+    out = tmp_path / "out"
+    r = srun(slurm, "-n", "2", "--cpu-bind=none", *AFFINITY_RUN, "--ranks", "auto", "-v", "--",
+             *probe_command(tmp_path, out, "plain", omp_lib))
+    reports = read_reports(out, 2)
+    shares = check_disjoint_placed(reports, CPUS)
+    # srun bound nothing: the tasks cut the node the way the pure partition says
+    assert shares == [s.cpus for s in partition(NODE, 2)]
+    for rep in reports:
+        i = local_rank_of(rep)
+        assert rep.env["SLURM_CPU_BIND_TYPE"] == "none"
+        assert (f"rank {i} of 2 on this node (Slurm srun (SLURM_LOCALID={i}, SLURM_STEP_TASKS_PER_NODE=2))"
+                in r.stderr), r.stderr
+
+
+def srun_mask(env: dict[str, str], local_id: int) -> frozenset[int]:
+    """The CPUs srun's SLURM_CPU_BIND_LIST gives task ``local_id`` (read here on its own:
+    hex masks for mask_cpu, CPU ids for map_cpu)."""
+    item = env["SLURM_CPU_BIND_LIST"].split(",")[local_id]
+    if env["SLURM_CPU_BIND_TYPE"].startswith("map_cpu"):
+        return frozenset({int(item)})
+    return frozenset(c for c in CPUS if int(item, 16) >> c & 1)
+
+
+@pytest.mark.parametrize("bind", ["(Slurm's automatic binding)", "--cpu-bind=cores", "--cpu-bind=map_cpu:{rev}"])
+def test_srun_binding_is_followed_never_fought_and_said(slurm, omp_lib, tmp_path, bind):
+    out = tmp_path / "out"
+    # map_cpu in reverse order: srun's placement differs from the partition affinity would make
+    bind = bind.format(rev=",".join(str(min(c.cpuset)) for c in reversed(NODE.cores[:2])))
+    r = srun(slurm, "-n", "2", *([bind] if bind.startswith("--") else []), *AFFINITY_RUN, "--ranks", "auto",
+             "--", *probe_command(tmp_path, out, "plain", omp_lib))
+    reports = read_reports(out, 2)
+    shares = check_disjoint_placed(reports, CPUS)
+    for rep, share in zip(sorted(reports, key=local_rank_of), shares):
+        i = local_rank_of(rep)
+        slurm_mask = srun_mask(rep.env, i)
+        assert rep.env["SLURM_CPU_BIND_TYPE"] in ("mask_cpu:", "map_cpu:") and slurm_mask < CPUS  # srun bound
+        assert share == slurm_mask  # ... and affinity planned inside exactly that
+        said = (f"affinity run: Slurm srun bound local rank {i} of 2 to cpus {format_list(slurm_mask)} "
+                f"(SLURM_CPU_BIND={rep.env['SLURM_CPU_BIND']}): planning inside that mask, not cutting the node "
+                f"again")
+        assert said in r.stderr, r.stderr
+    if "map_cpu" in bind:
+        assert shares == [s.cpus for s in reversed(partition(NODE.with_allowed(shares[0] | shares[1]), 2))]
+
+
+def test_apply_rank_auto_inside_srun_tasks(slurm, omp_lib, tmp_path):
+    out = tmp_path / "out"
+    srun(slurm, "-n", "2", "--cpu-bind=none", *probe_command(tmp_path, out, "apply", omp_lib))
+    reports = sorted(read_reports(out, 2), key=local_rank_of)
+    plans = [frozenset().union(*map(frozenset, rep.extra["plan"])) for rep in reports]
+    assert plans == [s.cpus for s in partition(NODE, 2)]
+    for rep, plan in zip(reports, plans):
+        # apply() pinned the threads it knows (main, OpenMP team) inside its share; none strays
+        assert all(m <= plan for m in rep.threads.values()), (plan, rep.threads)
+        assert rep.omp == rep.places[:len(rep.omp)] and frozenset().union(*rep.omp) <= plan
+
+
+VARS = r"""
+import json, os, sys
+from affinity.planning.ranks import slurm_step
+s = slurm_step(os.environ)
+json.dump({"step": [s.local_id, s.node_id, list(s.tasks_per_node), s.cpus_per_task, s.cpu_bind_type,
+                    [sorted(m) for m in s.cpu_bind_list]],
+           "mask": sorted(os.sched_getaffinity(0)),
+           "raw": {k: v for k, v in os.environ.items() if k.startswith("SLURM_")}},
+          open(os.path.join(sys.argv[1], f"task-{os.getpid()}.json"), "w"))
+"""
+
+
+def test_slurm_variables_read_as_srun_writes_them(slurm, tmp_path):
+    (tmp_path / "vars.py").write_text(VARS)
+    srun(slurm, "-n", "2", "-c", "1", "--cpu-bind=cores", sys.executable, str(tmp_path / "vars.py"), str(tmp_path))
+    got = sorted((json.loads(f.read_text()) for f in tmp_path.glob("task-*.json")), key=lambda g: g["step"][0])
+    assert [g["step"][0] for g in got] == [0, 1]
+    for g in got:
+        local_id, node_id, per_node, cpt, bind_type, bind_list = g["step"]
+        assert (node_id, per_node, cpt, bind_type) == (0, [2], 1, "mask_cpu:"), g["raw"]
+        assert g["raw"]["SLURM_STEP_TASKS_PER_NODE"] == "2" and g["raw"]["SLURM_CPUS_PER_TASK"] == "1"
+        # the mask SLURM_CPU_BIND_LIST gives this task is the one the kernel says it has
+        assert bind_list[local_id] == g["mask"], g["raw"]
+
+
+JOB = """#!/bin/bash
+#SBATCH --ntasks=2
+#SBATCH --job-name=affinity-engines
+set -e
+srun --cpu-bind=none {run} --ranks auto -- {probe_none}
+srun {run} --ranks auto -- {probe_bound}
+"""
+
+
+def test_sbatch_job_script_runs_both_steps(slurm, omp_lib, tmp_path):
+    run = " ".join(AFFINITY_RUN)
+    none, bound = tmp_path / "none", tmp_path / "bound"
+    script = tmp_path / "job.sh"
+    script.write_text(JOB.format(run=run, probe_none=" ".join(probe_command(tmp_path, none, "plain", omp_lib)),
+                                 probe_bound=" ".join(probe_command(tmp_path, bound, "plain", omp_lib))))
+    r = slurm.client("sbatch", "--wait", "-o", str(tmp_path / "job.out"), str(script), env=clean_env())
+    log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
+    assert r.returncode == 0, f"{r.stdout}{r.stderr}\n--- job output\n{log}\n{slurm.logs()}"
+    assert r.stdout.startswith("Submitted batch job")
+    free = check_disjoint_placed(read_reports(none, 2), CPUS)
+    assert free == [s.cpus for s in partition(NODE, 2)]
+    bound_shares = check_disjoint_placed(read_reports(bound, 2), CPUS)
+    assert all(len(s) < len(CPUS) for s in bound_shares)
+    assert "planning inside that mask" in log  # the bound step said it followed srun
+    for rep in read_reports(none, 2) + read_reports(bound, 2):
+        assert rep.env["SLURM_JOB_NAME"] == "affinity-engines"
+
+
+def test_the_cluster_is_this_machine(slurm):
+    """What the fixture configured: Slurm's node is this machine, bound through cgroups
+    where this container lets slurmd make them."""
+    assert slurm.cpus == len(NODE.cpuset)
+    conf = Path(slurm.env["SLURM_CONF"]).read_text()
+    if slurm.cgroup:
+        assert "TaskPlugin=task/affinity,task/cgroup" in conf and "ProctrackType=proctrack/cgroup" in conf
+    else:
+        assert "TaskPlugin=task/affinity\n" in conf and "ProctrackType=proctrack/linuxproc" in conf

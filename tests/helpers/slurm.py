@@ -1,0 +1,239 @@
+"""A one-node Slurm for the engine tests, configured by the project's own files.
+
+:func:`start` writes ``slurm.conf`` and ``cgroup.conf`` into a fresh directory
+(the node as ``slurmd -C`` finds this machine, ``SlurmUser=root``, ports that
+were free, a munge key of its own), starts ``munged``, ``slurmctld`` and
+``slurmd`` in the foreground as children of the test process, and waits until
+``sinfo`` shows the node idle; :meth:`Slurm.stop` ends them.  Nothing outside
+the directory is touched but the cgroups ``slurmd`` makes for its jobs.
+
+What works in which container is decided by probing, once, and recorded on the
+:class:`Slurm` value (``cgroup``, ``why``):
+
+* ``task/cgroup`` and ``proctrack/cgroup`` need a cgroup v1 ``cpuset`` hierarchy
+  this process may write (``slurmd`` makes ``slurm_<node>/uid_U/job_J/step_S``
+  groups in it); Slurm 22.05's cgroup/v2 plugin needs systemd (it asks dbus for
+  a scope), which containers do not run.  Without one: ``task/affinity`` alone
+  and ``proctrack/linuxproc`` (process tracking by parent PID).
+* ``task/affinity`` works everywhere ``sched_setaffinity`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DAEMONS = ("munged", "slurmctld", "slurmd")
+CLIENTS = ("srun", "sbatch", "sinfo", "squeue", "scontrol")
+#: how long the daemons may take to come up, and a job to finish (generous: a loaded
+#: machine only waits longer; no test asserts on time)
+START_LIMIT = 60.0
+
+
+def missing_tools() -> list[str]:
+    return [t for t in DAEMONS + CLIENTS if shutil.which(t) is None and not os.path.exists(f"/usr/sbin/{t}")]
+
+
+def _exe(name: str) -> str:
+    return shutil.which(name) or f"/usr/sbin/{name}"
+
+
+def cgroup_v1_cpuset() -> tuple[bool, str]:
+    """(usable, why): may slurmd make cpuset groups here (cgroup v1, writable)?"""
+    top = Path("/sys/fs/cgroup/cpuset")
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError as e:
+        return False, f"cannot read /proc/self/mounts: {e}"
+    v1 = any(line.split()[1] == str(top) and line.split()[2] == "cgroup" for line in mounts)
+    if not v1:
+        return False, ("no cgroup v1 cpuset hierarchy at /sys/fs/cgroup/cpuset (Slurm 22.05's cgroup/v2 "
+                       "plugin needs systemd, which this container does not run)")
+    if os.geteuid() != 0 or not os.access(top, os.W_OK):
+        return False, "the cgroup v1 cpuset hierarchy is not writable here"
+    return True, "cgroup v1 cpuset hierarchy, writable"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node_line() -> str:
+    """``NodeName=... CPUs=... SocketsPerBoard=... CoresPerSocket=... ThreadsPerCore=...``
+    as slurmd finds this machine (``slurmd -C``), memory left out (it moves)."""
+    out = subprocess.run([_exe("slurmd"), "-C"], capture_output=True, text=True, timeout=30, check=True).stdout
+    line = out.splitlines()[0]
+    return " ".join(w for w in line.split() if not w.startswith("RealMemory="))
+
+
+@dataclass
+class Slurm:
+    root: Path
+    node: str  #: NodeName (this host's name)
+    cpus: int  #: CPUs= of the node line
+    cgroup: bool  #: task/cgroup and proctrack/cgroup in use
+    why: str  #: why (not)
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a client (srun, sbatch, sinfo) needs on top of the caller's environment."""
+        return {"SLURM_CONF": str(self.root / "slurm.conf")}
+
+    def logs(self) -> str:
+        parts = []
+        for name in ("munged.log", "slurmctld.log", "slurmd.log", *(f"{d}.out" for d in DAEMONS)):
+            p = self.root / name
+            if p.exists():
+                parts.append(f"--- {p}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-40:]))
+        return "\n".join(parts)
+
+    def client(self, *args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+        base = dict(os.environ if env is None else env)
+        return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout,
+                              env={**base, **self.env})
+
+    def node_state(self) -> str:
+        r = self.client("sinfo", "-h", "-N", "-n", self.node, "-o", "%t", timeout=30)
+        return r.stdout.strip() if r.returncode == 0 else f"(sinfo failed: {r.stderr.strip()})"
+
+    def wait_idle(self, limit: float = START_LIMIT) -> None:
+        end = time.monotonic() + limit
+        state = ""
+        while time.monotonic() < end:
+            for name, p in self.procs.items():
+                if p.poll() is not None:
+                    raise RuntimeError(f"{name} exited with status {p.returncode}\n{self.logs()}")
+            state = self.node_state()
+            if state == "idle":
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"the Slurm node {self.node} is not idle after {limit:.0f} s "
+                           f"(sinfo says {state!r})\n{self.logs()}")
+
+    def stop(self) -> None:
+        for name in reversed(list(self.procs)):
+            p = self.procs[name]
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        self.procs.clear()
+
+
+def _slurm_conf(root: Path, node: str, line: str, ports: tuple[int, int], cgroup: bool) -> str:
+    return "\n".join([
+        "# written by tests/helpers/slurm.py: a one-node cluster for the engine tests",
+        "ClusterName=affinitytest",
+        f"SlurmctldHost={node}(127.0.0.1)",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        f"SlurmctldPort={ports[0]}",
+        f"SlurmdPort={ports[1]}",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={root}/munge.socket",
+        f"StateSaveLocation={root}/state",
+        f"SlurmdSpoolDir={root}/spool",
+        f"SlurmctldPidFile={root}/slurmctld.pid",
+        f"SlurmdPidFile={root}/slurmd.pid",
+        f"SlurmctldLogFile={root}/slurmctld.log",
+        f"SlurmdLogFile={root}/slurmd.log",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+        "MailProg=/bin/true",
+        f"ProctrackType={'proctrack/cgroup' if cgroup else 'proctrack/linuxproc'}",
+        f"TaskPlugin={'task/affinity,task/cgroup' if cgroup else 'task/affinity'}",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "SchedulerType=sched/builtin",
+        "ReturnToService=2",
+        "MpiDefault=none",
+        "JobCompType=jobcomp/none",
+        "AccountingStorageType=accounting_storage/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "InactiveLimit=0",
+        "KillWait=2",
+        "MinJobAge=2",
+        # job ids of their own (the control port's): two clusters on one machine (two test
+        # runs) never share a step's cgroup, slurm_<node>/uid_0/job_<id>
+        f"FirstJobId={ports[0] * 1000}",
+        f"{line} NodeAddr=127.0.0.1 State=UNKNOWN",
+        f"PartitionName=test Nodes={node} Default=YES MaxTime=10 State=UP",
+        "",
+    ])
+
+
+def _cgroup_conf() -> str:
+    # cores only: memory limits would move the job into this container's memory cgroup
+    return "CgroupPlugin=cgroup/v1\nConstrainCores=yes\nConstrainRAMSpace=no\n"
+
+
+def _start_daemons(s: Slurm) -> None:
+    r = s.root
+    env = {**os.environ, **s.env}
+    out = {}
+    for name, argv in (
+        ("munged", [_exe("munged"), "-F", "--force", f"--socket={r}/munge.socket",
+                    f"--key-file={r}/munge.key", f"--pid-file={r}/munged.pid",
+                    f"--log-file={r}/munged.log", f"--seed-file={r}/munge.seed"]),
+        ("slurmctld", [_exe("slurmctld"), "-D", "-i"]),
+        ("slurmd", [_exe("slurmd"), "-D", "-N", s.node]),
+    ):
+        out[name] = open(r / f"{name}.out", "wb")  # noqa: SIM115
+        s.procs[name] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out[name],
+                                         stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        out[name].close()
+        if name == "munged":
+            _wait_for_socket(s, r / "munge.socket")
+
+
+def _wait_for_socket(s: Slurm, path: Path) -> None:
+    end = time.monotonic() + START_LIMIT
+    while not path.exists():
+        if s.procs["munged"].poll() is not None or time.monotonic() > end:
+            raise RuntimeError(f"munged did not create {path}\n{s.logs()}")
+        time.sleep(0.02)
+
+
+def start(root: Path, attempts: int = 3) -> Slurm:
+    """Configure and start a one-node Slurm in ``root``; raise RuntimeError with the
+    daemons' logs when the node does not come up idle.  A port taken between the
+    probe and slurmctld's bind is retried with new ports (``attempts`` times)."""
+    node = socket.gethostname().split(".")[0]
+    line = node_line()
+    cpus = int(next(w for w in line.split() if w.startswith("CPUs=")).split("=")[1])
+    line = line.replace(line.split()[0], f"NodeName={node}", 1)
+    cgroup, why = cgroup_v1_cpuset()
+    error = ""
+    for attempt in range(attempts):
+        d = root / f"slurm-{attempt}"
+        for sub in ("state", "spool"):
+            (d / sub).mkdir(parents=True)
+        key = d / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        (d / "slurm.conf").write_text(_slurm_conf(d, node, line, (_free_port(), _free_port()), cgroup))
+        (d / "cgroup.conf").write_text(_cgroup_conf())
+        s = Slurm(d, node, cpus, cgroup, why)
+        try:
+            _start_daemons(s)
+            s.wait_idle()
+            return s
+        except RuntimeError as e:
+            s.stop()
+            error = str(e)
+            if "Address already in use" not in error:
+                break
+    raise RuntimeError(f"could not start a one-node Slurm in {root}: {error}")

@@ -1,0 +1,58 @@
+"""The libgomp planner against the real GNU libgomp, case by case.
+
+Every case of ``tests/golden_gomp`` (what libgomp itself did, see its README) is
+planned for both builds -- ``gcc12`` (Debian's GCC 12 libgomp) and ``torch``
+(PyTorch's bundled GCC 8.5 libgomp) -- and must match the record exactly: team
+size, every thread's CPU set in thread order, the place list, the initial
+thread's mask after load, ``omp_get_proc_bind()``, the place numbers and
+partitions, ``omp_get_num_procs()``/``omp_get_max_threads()`` and the messages
+(full text, in order).  Where the library hung (``rc`` "timeout") the planner must
+refuse with :class:`PlanError`.  The machines are loaded from their hwloc XML
+exports; the sysfs facts the planner derives from them must equal the fake
+``/sys`` trees the library read.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from affinity.planning.gnu import sysfs_view, view_from_files
+from gnu_golden import GOLDEN, MACHINES, differences, doc, expected, topology
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_sysfs_view_matches_fake_sys(machine):
+    """One derivation, checked against the files the real library read."""
+    with open(GOLDEN / "fakesys" / f"{machine}.json") as f:
+        files = json.load(f)["files"]
+    from_files = view_from_files(files)
+    derived = sysfs_view(topology(machine))
+    assert dict(derived.thread_siblings) == dict(from_files.thread_siblings)
+    assert dict(derived.core_siblings) == dict(from_files.core_siblings)
+    assert dict(derived.last_cache) == dict(from_files.last_cache)
+    assert derived.numa_nodes == from_files.numa_nodes
+    assert derived.usable == from_files.usable
+
+
+@pytest.mark.parametrize("build", ["gcc12", "torch"])
+@pytest.mark.parametrize("machine", MACHINES)
+def test_every_case_matches_the_real_library(machine, build):
+    cases = doc(machine)["cases"]
+    assert len(cases) > 700
+    failures = []
+    for i, case in enumerate(cases):
+        diff = differences(machine, case, build)
+        if diff:
+            failures.append(f"case {i} {case['section']} env={case['env']} mask={case.get('initial_mask')}: "
+                            + "; ".join(f"{k}: recorded {w!r}, planned {g!r}" for k, (w, g) in diff.items()))
+    assert not failures, f"{len(failures)}/{len(cases)} cases differ:\n" + "\n".join(failures[:20])
+
+
+def test_the_builds_really_differ_in_the_records():
+    """The torch records are not the gcc12 ones: the build switch is exercised."""
+    cases = doc("2s4c2t_linux")["cases"]
+    differ = [c for c in cases if expected(c, "torch") is not c]
+    assert len(differ) >= 100
+    assert any(expected(c, "torch")["rc"] == "timeout" for c in differ)
