@@ -31,6 +31,7 @@ _LAZY = {
     "TuneUsageError": "errors",
     "TuneUnavailableError": "errors",
     "TrialPruned": "errors",
+    "Signalled": "errors",
     "SpaceError": "errors",
     "PictureError": "errors",
     "PictureUnavailableError": "errors",
@@ -84,8 +85,9 @@ if TYPE_CHECKING:  # pragma: no cover - the same names as _LAZY (tests/test_api_
     from .binding.bindmap import report
     from .errors import (AccessDenied, AffinityError, AffinityWarning, BindError, CannotExecute, CommandError,
                          ForeignTopologyError, MaskNarrowedError, NativeUnavailableError, NoSuchThread,
-                         PictureError, PictureUnavailableError, PlanError, SpaceError, SpecError, TopologyError,
-                         TrialPruned, TuneError, TuneUnavailableError, TuneUsageError, UnsupportedError, UsageError)
+                         PictureError, PictureUnavailableError, PlanError, Signalled, SpaceError, SpecError,
+                         TopologyError, TrialPruned, TuneError, TuneUnavailableError, TuneUsageError,
+                         UnsupportedError, UsageError)
     from .machine.topology import Topology
     from .planning.planner import Plan, plan, plan_env
     from .planning.spec import KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, ProcList, Settings

@@ -25,6 +25,7 @@ __all__ = [
     "PictureError",
     "PictureUnavailableError",
     "PlanError",
+    "Signalled",
     "SpaceError",
     "SpecError",
     "TopologyError",
@@ -226,9 +227,19 @@ class PictureUnavailableError(AffinityError, ImportError):
     """
 
 
+class Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, stopping a command the way Ctrl-C does (``affinity tune``:
+    the running trial is stopped, finished ones are kept); ``signum`` is the signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
 def exit_status(error: BaseException) -> int:
     """The exit status of every ``affinity`` command for an error it raised: 2 usage,
-    130 interrupted, a command that cannot be executed its shell status (126/127),
+    130 interrupted (128 + N for signal N), a command that cannot be executed its shell
+    status (126/127),
     1 any other error of affinity.
 
     Parameters
@@ -239,6 +250,8 @@ def exit_status(error: BaseException) -> int:
     -------
     int
     """
+    if isinstance(error, Signalled):
+        return 128 + error.signum
     if isinstance(error, KeyboardInterrupt):
         return 130
     if isinstance(error, UsageError):

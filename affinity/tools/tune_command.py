@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..errors import TrialPruned, TuneError, TuneUsageError
+from ..errors import Signalled, TrialPruned, TuneError, TuneUsageError, exit_status
 from ..machine.topology import Topology
 from ..tuning.config import Config
 from ..tuning.search import Search, TrialRecord, TuneResult, check_budget, machine_id
@@ -58,20 +58,12 @@ def run(args: argparse.Namespace) -> int:
         return setup.run()
 
 
-class _Signalled(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, stopping the tuner the way Ctrl-C does."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
 @contextmanager
 def _signals_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise :class:`_Signalled`: the running trial (its launcher and
+    """SIGTERM and SIGHUP raise :class:`Signalled`: the running trial (its launcher and
     instances) is stopped, the study keeps every finished trial, folders are removed."""
     def raise_it(signum: int, frame: Any) -> None:
-        raise _Signalled(signum)
+        raise Signalled(signum)
 
     previous = {s: signal.signal(s, raise_it) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -141,8 +133,8 @@ class _Setup:
                                split=self.split)
         try:
             return self._run(runner)
-        except _Signalled as e:
-            return 128 + e.signum
+        except Signalled as e:
+            return exit_status(e)
         finally:
             runner.close()
 
@@ -168,7 +160,7 @@ class _Setup:
         except KeyboardInterrupt as e:
             bar.close()
             self._interrupted(search)
-            return 128 + e.signum if isinstance(e, _Signalled) else 130
+            return exit_status(e)
         bar.close()
         searched = time.monotonic() - t0
         records = search.records()
@@ -180,7 +172,7 @@ class _Setup:
             rows = self._remeasure(runner, search)
         except KeyboardInterrupt as e:
             self._interrupted(search)
-            return 128 + e.signum if isinstance(e, _Signalled) else 130
+            return exit_status(e)
         return self._finish(search, rows, runner, searched)
 
     def _plain(self) -> dict[str, Any]:

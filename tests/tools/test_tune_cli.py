@@ -282,15 +282,15 @@ def test_a_warm_start_uses_only_this_machines_studies_of_the_command(tmp_path):
     script.write_text("import os, sys\nr, b = int(sys.argv[1]), int(os.environ['BEST'])\n"
                       "print(1000 - 100 * abs(r - b), 'images/sec')\n")
     url = f"sqlite:///{tmp_path / 'w.db'}"
-    args = ["--budget", "3", "--repeats", "1", "--top", "1", "--json", "--param", "threads=1", "--param",
-            "rate=1,2,3,4", "--storage", url, "--", sys.executable, str(script), "{rate}"]
+    args = ["--budget", "4", "--repeats", "1", "--top", "1", "--json", "--param", "threads=1", "--param",
+            "rate=1,2,3,4", "--storage", url, "--", sys.executable, str(script), "{rate}"]  # all 4: best known
     a = json.loads(tune(args, tmp_path, env=_env(tmp_path, BEST="2")).stdout)
     b = json.loads(tune(args, tmp_path, env=_env(tmp_path, BEST="3")).stdout)
     assert a["best"]["rate"] == 2 and b["best"]["rate"] == 3 and a["study_name"] != b["study_name"]
     optuna.load_study(study_name=b["study_name"], storage=url).set_user_attr("affinity.machine_id", "elsewhere")
     r = tune(args, tmp_path, env=_env(tmp_path, BEST="4"))
     out = json.loads(r.stdout)
-    assert out["warm_start"].startswith(f"warm start from study {a['study_name']} (this machine, 3 trials; "
+    assert out["warm_start"].startswith(f"warm start from study {a['study_name']} (this machine, 4 trials; "
                                         f"variables changed: BEST)"), out["warm_start"]
     assert out["trials"][0]["config"]["rate"] == 2  # A's best first; B's (3) never came from B
     assert b["study_name"] not in r.stderr
