@@ -8,7 +8,8 @@ optuna storage with heartbeats that several tuners can share.
 * :func:`default_storage`: ``$XDG_CACHE_HOME/affinity/tune.db``
   (``~/.cache/affinity/tune.db``), each component checked with ``lstat``: the cache
   folder owned by this user, ``affinity/`` and ``tune.db`` owned by this user, not
-  symlinks, ``affinity/`` not writable by others (docs/hardening.md);
+  symlinks, ``affinity/`` not writable by others (docs/tuning.md, "Who may write
+  the study");
 * :func:`rdb_storage`: a SQLite file opened with optuna's heartbeats (a trial whose
   tuner died is failed by :func:`optuna.storages.fail_stale_trials` after the grace
   period; a live tuner's running trial is never touched), the schema created under a
