@@ -673,7 +673,7 @@ def tune(objective: Callable[[dict[str, Any]], Any], space: Mapping[str, Sequenc
          budget: int = 40, seed: int | None = None, topology: Topology | str | None = None,
          direction: str = "maximize", storage: Any = None, study_name: str | None = None,
          progress: bool | Callable[[TrialRecord, list[TrialRecord]], None] = False,
-         baseline: Mapping[str, Any] | float | None = None) -> TuneResult:
+         baseline: Mapping[str, Any] | float | None = None, work: str = "copies") -> TuneResult:
     """Find the configuration of ``space`` that makes ``objective`` best, in few calls.
 
     Parameters
@@ -716,6 +716,12 @@ def tune(objective: Callable[[dict[str, Any]], Any], space: Mapping[str, Sequenc
         counted in the budget), or a value already measured.  Gives
         ``result.baseline`` and ``result.speedup``.
 
+    work : {"copies", "split"}
+        What several instances do: ``"copies"`` -- each the whole job (so
+        ``instances`` is not in the default space: copies are not a faster job);
+        ``"split"`` -- the work splits between them (a service under load, ranks that
+        take their share): ``instances`` is in the default space.
+
     Returns
     -------
     TuneResult
@@ -743,7 +749,9 @@ def tune(objective: Callable[[dict[str, Any]], Any], space: Mapping[str, Sequenc
         notes += [note] if note else []
     else:
         topo = Topology.load(topology)
-    sp = default_space(topo) if space is None else Space.of(space)
+    if work not in ("copies", "split"):
+        raise TuneUsageError(f"work must be 'copies' or 'split', got {work!r}")
+    sp = default_space(topo, instances=work == "split") if space is None else Space.of(space)
     who = f"{getattr(objective, '__module__', '')}.{getattr(objective, '__qualname__', type(objective).__name__)}"
     search = Search(sp, topo, direction=direction, seed=seed, storage=storage, study_name=study_name, key=who)
     base, budget_left, note = _baseline(objective, baseline, budget, search)

@@ -206,7 +206,7 @@ def _counts(cores: int, pus: int) -> list[int]:
     return sorted(out)
 
 
-def default_space(topology: Topology, *, instances: bool = True, tensorflow: bool = True) -> Space:
+def default_space(topology: Topology, *, instances: bool = False, tensorflow: bool = True) -> Space:
     """A space built from a machine: counts that divide its cores, PUs and packages.
 
     Parameters
@@ -214,8 +214,10 @@ def default_space(topology: Topology, *, instances: bool = True, tensorflow: boo
     topology : Topology
         The machine (its allowed PUs).
     instances : bool
-        Include ``instances`` (copies on disjoint cores) and ``membind`` (with
-        several NUMA nodes).
+        Include ``instances`` (processes on disjoint cores): only where the work
+        splits between them (``affinity tune --split``, ``tune(work="split")``);
+        copies of a job are not a faster job.  ``membind`` is included with several
+        NUMA nodes either way.
     tensorflow : bool
         Include ``inter`` (TensorFlow's inter-op pool).
 
@@ -243,8 +245,8 @@ def default_space(topology: Topology, *, instances: bool = True, tensorflow: boo
         if len(ks) > 10:  # many divisors: powers of two and the machine's own counts
             ks = {k for k in ks if k & (k - 1) == 0} | {nodes, packages, cores // packages, cores}
         space["instances"] = sorted(k for k in ks if 1 <= k <= cores)
-        if nodes > 1:
-            space["membind"] = ["none", "local", "interleave"]
+    if nodes > 1:
+        space["membind"] = ["none", "local", "interleave"]
     return Space.of(space)
 
 
