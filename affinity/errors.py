@@ -19,6 +19,7 @@ __all__ = [
     "CannotExecute",
     "CommandError",
     "ForeignTopologyError",
+    "MalformedValue",
     "MaskNarrowedError",
     "NoSuchThread",
     "NativeUnavailableError",
@@ -259,3 +260,16 @@ def exit_status(error: BaseException) -> int:
     if isinstance(error, CannotExecute):
         return error.status
     return 1
+
+
+class MalformedValue(AffinityError):
+    """Internal to the settings parsers (``affinity.planning``): a malformed value
+    found inside a helper -- where (``pos``), why (``detail``) and what kind of
+    error.  The parser that catches it issues the runtime's warning (or, strict,
+    a :class:`SpecError`); it never reaches a caller."""
+
+    def __init__(self, pos: int, detail: str | None, what: str = "syntax error"):
+        super().__init__(f"{what} at {pos}" + (f": {detail}" if detail else ""))
+        self.pos = pos
+        self.detail = detail
+        self.what = what

@@ -4,28 +4,37 @@ reference); the preload library's cost per pthread_create; the pure partition
 of large machines.  ``make bench`` (pytest-benchmark) runs these; nothing here
 asserts on time.
 
-Start-up rows (group ``startup: launch /bin/true``), each a fresh process per round:
+Start-up is measured the way launches happen in practice: **a variable of the
+environment differs on every run** (hyperfine varies one, Slurm and MPI set per-job
+ones, the tuner a temporary log directory), so a launch cache keyed on the whole
+environment would never hit.  Two measurements:
 
-* ``python -c pass`` (◆): the same interpreter starting and exiting -- the floor
-  for any Python launcher;
-* ``affinity run``: ``python -m affinity run -- /bin/true`` as a user runs it
-  again and again: the launch remembered from the first run
-  (:mod:`affinity.launcher.fastpath`), the mask set and read back, the command
-  exec'd;
-* ``affinity run (first)``: the same with nothing remembered
-  (``AFFINITY_LAUNCH_CACHE=0``): topology, cgroup limits, plan, then exec;
-* ``affinity run --pin-threads``: remembered too (it adds the preload's variables);
-* ``affinity run --instances 2``: never remembered (two processes started and
-  waited for, memory bound to each share's node);
-* ``direct``, ``taskset``, ``numactl``: the command with no Python at all.
+* :func:`interleaved` (``python bench/bench_launch.py --rounds 30`` prints the table
+  of bench/RESULTS.md's launcher section): every variant once per round, in a
+  rotating order, each round with its own value of the changing variable; medians,
+  the middle half of the rounds, and each variant's ratio to ``python -c pass``
+  taken round by round (the two ran seconds apart, under the same load);
+* ``test_startup`` (pytest-benchmark, group ``startup: launch /bin/true``): the same
+  variants one after another, for ``make bench``'s report.
+
+Variants: ``python -c pass`` (◆, the floor for any launcher written in Python);
+``affinity run -- true`` with the launch cache off (``AFFINITY_LAUNCH_CACHE=0``:
+topology, cgroup limits, plan, then exec), with ``--instances 2`` and with
+``--membind 0`` (never remembered); ``affinity run`` with the cache on (the changing
+variable is not one a launch reads: :mod:`affinity.launcher.fastpath`); ``taskset``
+and ``numactl``, which start no Python.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -36,22 +45,82 @@ from affinity.machine.topology import Topology
 
 TRUE = shutil.which("true") or "/bin/true"
 CPUS = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+AFFINITY = [sys.executable, "-m", "affinity", "run"]
+#: the variable that differs on every run (the one hyperfine itself varies)
+CHANGING = "HYPERFINE_RANDOMIZED_ENVIRONMENT_OFFSET"
 
-
-def run(cmd: list[str], **env: str) -> None:
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env={**os.environ, **env})
-
-
-STARTUP = {
-    "direct": [],
-    "taskset": ["taskset", "-c", CPUS],
-    "numactl": ["numactl", "-C", CPUS, "--"],
-    "python -c pass": None,
-    "affinity run": [sys.executable, "-m", "affinity", "run", "--"],
-    "affinity run (first)": [sys.executable, "-m", "affinity", "run", "--"],
-    "affinity run --pin-threads": [sys.executable, "-m", "affinity", "run", "--pin-threads", "--"],
-    "affinity run --instances 2": [sys.executable, "-m", "affinity", "run", "--instances", "2", "--"],
+#: name -> (argv, extra environment); None: ``python -c pass``
+STARTUP: dict[str, tuple[list[str], dict[str, str]]] = {
+    "python -c pass": ([sys.executable, "-c", "pass"], {}),
+    "taskset": (["taskset", "-c", CPUS, TRUE], {}),
+    "numactl": (["numactl", "-C", CPUS, "--", TRUE], {}),
+    "affinity run (cache off)": ([*AFFINITY, "--", TRUE], {"AFFINITY_LAUNCH_CACHE": "0"}),
+    "affinity run --instances 2 (cache off)": ([*AFFINITY, "--instances", "2", "--", TRUE],
+                                               {"AFFINITY_LAUNCH_CACHE": "0"}),
+    "affinity run --membind 0 (cache off)": ([*AFFINITY, "--membind", "0", "--", TRUE],
+                                             {"AFFINITY_LAUNCH_CACHE": "0"}),
+    "affinity run (cache on)": ([*AFFINITY, "--", TRUE], {}),
 }
+REFERENCE = "python -c pass"
+
+
+def _available() -> dict[str, tuple[list[str], dict[str, str]]]:
+    return {k: v for k, v in STARTUP.items() if v[0][0] == sys.executable or shutil.which(v[0][0])}
+
+
+def _once(argv: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env)
+    return time.perf_counter() - t0
+
+
+def interleaved(rounds: int, cache_dir: str) -> dict[str, dict[str, float]]:
+    """Every variant once per round (rotating order; the changing variable takes the
+    round's number); per variant: median, quartiles, and the median and quartiles of
+    its per-round ratio to ``python -c pass``."""
+    variants = _available()
+    names = list(variants)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    base = {**os.environ, "XDG_CACHE_HOME": cache_dir}
+    for r in range(rounds + 1):  # round 0 warms the caches of the system (and the launch file)
+        order = names[r % len(names):] + names[:r % len(names)]
+        for n in order:
+            argv, extra = variants[n]
+            dt = _once(argv, {**base, **extra, CHANGING: str(r)})
+            if r:
+                times[n].append(dt)
+    out = {}
+    ref = times[REFERENCE]
+    for n, ts in times.items():
+        ratios = [t / p for t, p in zip(ts, ref)]
+        q = statistics.quantiles(ts, n=4)
+        rq = statistics.quantiles(ratios, n=4)
+        out[n] = {"median": statistics.median(ts), "q1": q[0], "q3": q[2],
+                  "ratio": statistics.median(ratios), "ratio_q1": rq[0], "ratio_q3": rq[2]}
+    return out
+
+
+def table(stats: dict[str, dict[str, float]], rounds: int) -> str:
+    """The markdown table of bench/RESULTS.md's launcher section."""
+    ms = lambda s: f"{s * 1e3:.1f} ms"  # noqa: E731
+    lines = [f"| launch `true` ({rounds} interleaved rounds, `{CHANGING}` changing) | median | "
+             "middle half | ratio to ◆ (middle half) |", "|---|---:|---:|---:|"]
+    for n, s in sorted(stats.items(), key=lambda kv: kv[1]["median"]):
+        mark = " ◆" if n == REFERENCE else ""
+        lines.append(f"| `{n}`{mark} | {ms(s['median'])} | {ms(s['q1'])} – {ms(s['q3'])} | "
+                     f"{s['ratio']:.2f} ({s['ratio_q1']:.2f} – {s['ratio_q3']:.2f}) |")
+    return "\n".join(lines)
+
+
+def test_interleaved_startup(benchmark, tmp_path) -> None:
+    """The interleaved measurement, short (``make bench``); its table goes into the
+    benchmark's extra_info.  Asserts only what it measured, never a time."""
+    benchmark.group = "startup: interleaved ratios"
+    stats = {}
+    benchmark.pedantic(lambda: stats.update(interleaved(5, str(tmp_path))), rounds=1, iterations=1)
+    assert set(stats) == set(_available()) and stats[REFERENCE]["ratio"] == 1.0
+    benchmark.extra_info["ratios"] = {n: s["ratio"] for n, s in stats.items()}
+    benchmark.extra_info["table"] = table(stats, 5)
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +132,16 @@ def launch_cache(tmp_path_factory) -> str:
 @pytest.mark.parametrize("how", list(STARTUP))
 def test_startup(benchmark, how, launch_cache):
     benchmark.group = "startup: launch /bin/true"
-    base = STARTUP[how]
-    if base and shutil.which(base[0]) is None and base[0] != sys.executable:
-        pytest.skip(f"{base[0]} is not installed")
-    env = {"XDG_CACHE_HOME": launch_cache}
-    if how == "affinity run (first)":
-        env["AFFINITY_LAUNCH_CACHE"] = "0"
-    cmd = [sys.executable, "-c", "pass"] if base is None else base + [TRUE]
-    benchmark.pedantic(run, args=(cmd,), kwargs=env, rounds=15, iterations=1, warmup_rounds=1)
+    if how not in _available():
+        pytest.skip(f"{STARTUP[how][0][0]} is not installed")
+    argv, extra = STARTUP[how]
+    env = {**os.environ, "XDG_CACHE_HOME": launch_cache, **extra}
+    rounds = iter(range(10**6))
+
+    def once() -> None:
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env={**env, CHANGING: str(next(rounds))})
+
+    benchmark.pedantic(once, rounds=15, iterations=1, warmup_rounds=1)
 
 
 CREATE = r"""
@@ -130,3 +201,11 @@ def test_partition(benchmark, desc, count):
     topo = Topology.from_synthetic(desc)
     shares = benchmark(partition, topo, count)
     assert len(shares) == count
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description="affinity run's start-up, interleaved, with a changing environment")
+    ap.add_argument("--rounds", type=int, default=30)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        print(table(interleaved(a.rounds, d), a.rounds))

@@ -12,9 +12,12 @@ runtime binds to.  Every row checks that the planner's cpusets equal the
 runtime's.
 
 Rows per machine (group ``plan-N-PUs``): ``plan(spec)`` on a Topology already
-planned on (how it is used: the runtime's topology table is cached per
-Topology), the cold first plan on a fresh Topology value, ``plan_env`` with a
-malformed ``KMP_AFFINITY`` (warnings and fallback), and the runtime (◆).
+planned on (how it is used: the planner's two caches -- how the runtime read
+the settings, and per Topology the runtime's table, initialization and team --
+hit), the cold first plan on a fresh Topology value, the same plan computed
+with no cache at all (``uncached``: what the caches save), the plan by LLVM
+libomp's rules (``runtime="llvm"``), ``plan_env`` with a malformed
+``KMP_AFFINITY`` (warnings and fallback), and the runtime (◆).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from affinity.planning import planner
 from affinity.planning.planner import plan, plan_env
 from affinity.machine.topology import Topology
 
@@ -42,7 +46,8 @@ SPECS = {
     "places": {"OMP_PLACES": "cores", "OMP_PROC_BIND": "spread"},
     "balanced": {"KMP_AFFINITY": "granularity=fine,balanced"},
 }
-ROWS = [*(f"plan {k}" for k in SPECS), "plan compact (cold)", "plan_env malformed", "libiomp5 compact"]
+ROWS = [*(f"plan {k}" for k in SPECS), "plan compact (cold)", "plan compact (uncached)", "plan compact (llvm)",
+        "plan_env malformed", "libiomp5 compact"]
 
 
 def _rows(S: int, C: int, T: int) -> list[tuple[int, int, int]]:
@@ -101,7 +106,7 @@ def test_plan(benchmark, npus: int, row: str) -> None:
     benchmark.group = f"plan-{npus}-PUs"
     t = topology(npus)
     compact = plan_env(SPECS["compact"], topology=t)
-    if row.startswith("plan ") and not row.endswith("(cold)"):
+    if row.removeprefix("plan ") in SPECS:
         env = SPECS[row.split()[1]]
         plan_env(env, topology=t)  # warm: the runtime's table is built once per Topology
         p = benchmark(plan_env, env, topology=t)
@@ -111,6 +116,14 @@ def test_plan(benchmark, npus: int, row: str) -> None:
         p = benchmark.pedantic(lambda topo: plan_env(SPECS["compact"], topology=topo),
                                setup=lambda: ((build(S, C, T),), {}), rounds=15)
         assert p.cpusets == compact.cpusets
+    elif row == "plan compact (uncached)":
+        rules, items = planner.RUNTIMES["intel"], tuple(sorted(SPECS["compact"].items()))
+        p = benchmark.pedantic(planner._run, (items, t, None, False, rules), {"cached": False}, rounds=15)
+        assert p.cpusets == compact.cpusets
+    elif row == "plan compact (llvm)":
+        plan_env(SPECS["compact"], topology=t, runtime="llvm")
+        p = benchmark(plan_env, SPECS["compact"], topology=t, runtime="llvm")
+        assert p.cpusets == compact.cpusets  # no NUMA node inside a package: the runtimes agree
     elif row == "plan_env malformed":
         env = {"KMP_AFFINITY": "granularity=fine,compakt,scatter,1", "OMP_NUM_THREADS": "7"}
         p = benchmark(plan_env, env, topology=t)

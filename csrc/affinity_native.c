@@ -4,8 +4,10 @@
  * export, CPU binding of threads by Linux TID, whole-process binding that is
  * all-or-nothing, memory policies and area binding.
  * Every function returns 0 (or a count) on success, -1 with errno on failure;
- * the Python side (affinity/_native.py) turns that into exceptions that name
- * the call.
+ * a shim that makes several calls also records which one failed
+ * (aff_failed_call()); the Python side (affinity/machine/_native.py) turns that
+ * into exceptions that name the call.  errno is set by the failing step itself,
+ * never left over from an earlier one.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -38,6 +40,43 @@ struct aff_topo {
     int nwords;
 };
 
+/* The kernel's memory-policy modes (<linux/mempolicy.h>, enum mempolicy_mode),
+ * named here: libnuma's <numaif.h> is not a build dependency, and the older
+ * kernel headers lack the newer modes. */
+enum {
+    KERNEL_MPOL_DEFAULT = 0,
+    KERNEL_MPOL_PREFERRED = 1,
+    KERNEL_MPOL_BIND = 2,
+    KERNEL_MPOL_INTERLEAVE = 3,
+    KERNEL_MPOL_LOCAL = 4,
+    KERNEL_MPOL_PREFERRED_MANY = 5,
+    KERNEL_MPOL_WEIGHTED_INTERLEAVE = 6,
+};
+/* get_mempolicy(2) flag: the policy of the page at addr */
+#define KERNEL_MPOL_F_ADDR (1UL << 1)
+/* what aff_mempolicy_mode reports for a kernel mode it does not know: the mode + this */
+#define AFF_MEM_UNKNOWN_BASE 100
+
+/* The call the last failing multi-step shim of this thread failed in (a string
+ * literal), or NULL: set by fail(), cleared when a shim starts. */
+static __thread const char *last_failed_call;
+
+const char *aff_failed_call(void) { return last_failed_call ? last_failed_call : ""; }
+
+static void start(void) { last_failed_call = NULL; }
+
+/* Record that `call` failed with `err` (0: keep the errno the call set, or EINVAL
+ * when it set none) and return -1. */
+static int fail(const char *call, int err)
+{
+    if (err)
+        errno = err;
+    else if (!errno)
+        errno = EINVAL;
+    last_failed_call = call;
+    return -1;
+}
+
 unsigned aff_api_version_header(void) { return HWLOC_API_VERSION; }
 unsigned aff_api_version_runtime(void) { return hwloc_get_api_version(); }
 
@@ -47,23 +86,22 @@ int aff_gettid(void) { return (int)syscall(SYS_gettid); }
 
 static int to_words(hwloc_const_bitmap_t set, unsigned long *words, int nwords)
 {
-    if (hwloc_bitmap_weight(set) < 0 || hwloc_bitmap_last(set) >= nwords * (int)(8 * sizeof(unsigned long))) {
-        errno = ERANGE; /* caller's buffer too small (or infinite set) */
-        return -1;
-    }
-    return hwloc_bitmap_to_ulongs(set, (unsigned)nwords, words) < 0 ? -1 : 0;
+    if (hwloc_bitmap_weight(set) < 0 || hwloc_bitmap_last(set) >= nwords * (int)(8 * sizeof(unsigned long)))
+        return fail("hwloc_bitmap_to_ulongs", ERANGE); /* caller's buffer too small (or infinite set) */
+    errno = 0;
+    return hwloc_bitmap_to_ulongs(set, (unsigned)nwords, words) < 0 ? fail("hwloc_bitmap_to_ulongs", 0) : 0;
 }
 
 static hwloc_bitmap_t from_words(const unsigned long *words, int nwords)
 {
     hwloc_bitmap_t set = hwloc_bitmap_alloc();
     if (!set) {
-        errno = ENOMEM;
+        fail("hwloc_bitmap_alloc", ENOMEM);
         return NULL;
     }
     if (hwloc_bitmap_from_ulongs(set, (unsigned)nwords, words) < 0) {
         hwloc_bitmap_free(set);
-        errno = ENOMEM;
+        fail("hwloc_bitmap_from_ulongs", ENOMEM);
         return NULL;
     }
     return set;
@@ -76,7 +114,7 @@ static hwloc_bitmap_t cpuset_from_words(const unsigned long *words, int nwords)
     hwloc_bitmap_t set = from_words(words, nwords);
     if (set && hwloc_bitmap_iszero(set)) {
         hwloc_bitmap_free(set);
-        errno = EINVAL;
+        fail("aff_set_cpubind (an empty CPU set)", EINVAL);
         return NULL;
     }
     return set;
@@ -84,15 +122,12 @@ static hwloc_bitmap_t cpuset_from_words(const unsigned long *words, int nwords)
 
 static int require_thissystem(aff_topo *t)
 {
-    if (!t || !t->topo) {
-        errno = EINVAL;
-        return -1;
-    }
-    if (!hwloc_topology_is_thissystem(t->topo)) {
+    start();
+    if (!t || !t->topo)
+        return fail("aff_topo (no topology)", EINVAL);
+    if (!hwloc_topology_is_thissystem(t->topo))
         /* hwloc would return success and do nothing: refuse instead. */
-        errno = EXDEV;
-        return -1;
-    }
+        return fail("hwloc_topology_is_thissystem", EXDEV);
     return 0;
 }
 
@@ -126,10 +161,8 @@ static int collect_objs(aff_topo *t)
     int nnuma = (int)hwloc_get_nbobjs_by_type(t->topo, HWLOC_OBJ_NUMANODE);
     cap += nnuma > 0 ? nnuma : 0;
     t->objs = calloc(cap ? (size_t)cap : 1, sizeof(hwloc_obj_t));
-    if (!t->objs) {
-        errno = ENOMEM;
-        return -1;
-    }
+    if (!t->objs)
+        return fail("calloc", ENOMEM);
     for (int d = 0; d < depth; d++) {
         unsigned nb = hwloc_get_nbobjs_by_depth(t->topo, d);
         for (unsigned i = 0; i < nb; i++) {
@@ -144,32 +177,47 @@ static int collect_objs(aff_topo *t)
     return 0;
 }
 
+/* Each step clears errno first, so a failure reports the errno of its own call
+ * (EINVAL when hwloc sets none), never one left over from before. */
 int aff_topo_load(int kind, const char *arg, aff_topo **out)
 {
+    start();
     aff_topo *t = calloc(1, sizeof(*t));
-    if (!t) {
-        errno = ENOMEM;
-        return -1;
-    }
-    int err = 0;
+    if (!t)
+        return fail("calloc", ENOMEM);
+    const char *call = "hwloc_topology_init";
+    errno = 0;
     if (hwloc_topology_init(&t->topo) < 0)
         goto fail;
     /* Know the whole machine, including PUs outside our cgroup cpuset. */
+    call = "hwloc_topology_set_flags";
+    errno = 0;
     if (hwloc_topology_set_flags(t->topo, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED) < 0)
         goto fail;
-    hwloc_topology_set_icache_types_filter(t->topo, HWLOC_TYPE_FILTER_KEEP_NONE);
+    call = "hwloc_topology_set_icache_types_filter";
+    errno = 0;
+    if (hwloc_topology_set_icache_types_filter(t->topo, HWLOC_TYPE_FILTER_KEEP_NONE) < 0)
+        goto fail;
+    errno = 0;
     if (kind == AFF_LOAD_XML) {
+        call = "hwloc_topology_set_xml";
         if (!arg || hwloc_topology_set_xml(t->topo, arg) < 0)
             goto fail;
     } else if (kind == AFF_LOAD_SYNTHETIC) {
+        call = "hwloc_topology_set_synthetic";
         if (!arg || hwloc_topology_set_synthetic(t->topo, arg) < 0)
             goto fail;
     } else if (kind != AFF_LOAD_SYSTEM) {
+        call = "aff_topo_load (unknown kind)";
         errno = EINVAL;
         goto fail;
     }
+    call = "hwloc_topology_load";
+    errno = 0;
     if (hwloc_topology_load(t->topo) < 0)
         goto fail;
+    call = "calloc";
+    errno = 0;
     if (collect_objs(t) < 0)
         goto fail;
     {
@@ -182,13 +230,14 @@ int aff_topo_load(int kind, const char *arg, aff_topo **out)
     *out = t;
     return 0;
 fail:
-    err = errno ? errno : EINVAL;
-    if (t->topo)
-        hwloc_topology_destroy(t->topo);
-    free(t->objs);
-    free(t);
-    errno = err;
-    return -1;
+    {
+        int err = errno ? errno : EINVAL;
+        if (t->topo)
+            hwloc_topology_destroy(t->topo);
+        free(t->objs);
+        free(t);
+        return fail(call, err);
+    }
 }
 
 void aff_topo_free(aff_topo *t)
@@ -207,10 +256,9 @@ int aff_topo_nobjs(aff_topo *t) { return t->nobjs; }
 
 int aff_topo_obj(aff_topo *t, int i, aff_obj *out, unsigned long *cpuset, int nwords)
 {
-    if (i < 0 || i >= t->nobjs) {
-        errno = EINVAL;
-        return -1;
-    }
+    start();
+    if (i < 0 || i >= t->nobjs)
+        return fail("aff_topo_obj (index out of range)", EINVAL);
     hwloc_obj_t o = t->objs[i];
     memset(out, 0, sizeof(*out));
     out->type = obj_kind(o);
@@ -230,11 +278,10 @@ int aff_topo_obj(aff_topo *t, int i, aff_obj *out, unsigned long *cpuset, int nw
 
 int aff_topo_allowed(aff_topo *t, unsigned long *cpuset, int nwords)
 {
+    start();
     hwloc_bitmap_t set = hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(t->topo));
-    if (!set) {
-        errno = ENOMEM;
-        return -1;
-    }
+    if (!set)
+        return fail("hwloc_bitmap_dup", ENOMEM);
     if (hwloc_topology_is_thissystem(t->topo)) {
         hwloc_bitmap_t mine = hwloc_bitmap_alloc();
         if (mine && hwloc_get_cpubind(t->topo, mine, HWLOC_CPUBIND_PROCESS) == 0)
@@ -251,16 +298,17 @@ int aff_topo_ncpukinds(aff_topo *t) { return hwloc_cpukinds_get_nr(t->topo, 0); 
 int aff_topo_cpukind(aff_topo *t, int i, unsigned long *cpuset, int nwords,
                      int *efficiency, char *coretype, int coretype_len)
 {
+    start();
     hwloc_bitmap_t set = hwloc_bitmap_alloc();
     unsigned nr_infos = 0;
     struct hwloc_info_s *infos = NULL;
-    if (!set) {
-        errno = ENOMEM;
-        return -1;
-    }
+    if (!set)
+        return fail("hwloc_bitmap_alloc", ENOMEM);
+    errno = 0;
     if (hwloc_cpukinds_get_info(t->topo, (unsigned)i, set, efficiency, &nr_infos, &infos, 0) < 0) {
+        int err = errno;
         hwloc_bitmap_free(set);
-        return -1;
+        return fail("hwloc_cpukinds_get_info", err);
     }
     if (coretype_len > 0)
         coretype[0] = '\0';
@@ -274,18 +322,22 @@ int aff_topo_cpukind(aff_topo *t, int i, unsigned long *cpuset, int nwords,
 
 /* ------------------------------------------------------------ CPU binding */
 
+/* Bind thread tid (0: the calling thread); on failure the call is recorded. */
 static int set_tid(aff_topo *t, int tid, hwloc_const_bitmap_t set)
 {
+    errno = 0;
     if (tid == 0)
-        return hwloc_set_cpubind(t->topo, set, HWLOC_CPUBIND_THREAD);
-    return hwloc_linux_set_tid_cpubind(t->topo, (pid_t)tid, set);
+        return hwloc_set_cpubind(t->topo, set, HWLOC_CPUBIND_THREAD) < 0 ? fail("hwloc_set_cpubind", 0) : 0;
+    return hwloc_linux_set_tid_cpubind(t->topo, (pid_t)tid, set) < 0 ? fail("hwloc_linux_set_tid_cpubind", 0) : 0;
 }
 
+/* Read thread tid's mask (0: the calling thread); on failure the call is recorded. */
 static int get_tid(aff_topo *t, int tid, hwloc_bitmap_t set)
 {
+    errno = 0;
     if (tid == 0)
-        return hwloc_get_cpubind(t->topo, set, HWLOC_CPUBIND_THREAD);
-    return hwloc_linux_get_tid_cpubind(t->topo, (pid_t)tid, set);
+        return hwloc_get_cpubind(t->topo, set, HWLOC_CPUBIND_THREAD) < 0 ? fail("hwloc_get_cpubind", 0) : 0;
+    return hwloc_linux_get_tid_cpubind(t->topo, (pid_t)tid, set) < 0 ? fail("hwloc_linux_get_tid_cpubind", 0) : 0;
 }
 
 int aff_get_thread_cpubind(aff_topo *t, int tid, unsigned long *cpuset, int nwords)
@@ -293,10 +345,8 @@ int aff_get_thread_cpubind(aff_topo *t, int tid, unsigned long *cpuset, int nwor
     if (require_thissystem(t) < 0)
         return -1;
     hwloc_bitmap_t set = hwloc_bitmap_alloc();
-    if (!set) {
-        errno = ENOMEM;
-        return -1;
-    }
+    if (!set)
+        return fail("hwloc_bitmap_alloc", ENOMEM);
     int rc = get_tid(t, tid, set);
     if (rc == 0)
         rc = to_words(set, cpuset, nwords);
@@ -327,9 +377,9 @@ int aff_set_threads_cpubind(aff_topo *t, int n, const int *tids, const unsigned 
         return -1;
     hwloc_bitmap_t set = hwloc_bitmap_alloc(), old = hwloc_bitmap_alloc();
     int rc = 0, i, err = 0;
+    const char *call = "hwloc_bitmap_alloc";
     if (!set || !old) {
-        errno = ENOMEM;
-        rc = -1;
+        rc = fail(call, ENOMEM);
         goto out;
     }
     *failed_index = -1;
@@ -339,25 +389,27 @@ int aff_set_threads_cpubind(aff_topo *t, int n, const int *tids, const unsigned 
         if (hwloc_bitmap_from_ulongs(set, (unsigned)nwords, cpusets + (size_t)i * (size_t)nwords) < 0
             || hwloc_bitmap_iszero(set)) {
             err = EINVAL;
+            call = "aff_set_threads_cpubind (an empty CPU set)";
             goto undo;
         }
         if (get_tid(t, tids[i], old) < 0) {
             if (errno == ESRCH)
                 continue;
             err = errno;
+            call = last_failed_call;
             goto undo;
         }
         if (to_words(old, oldw, nwords) < 0) {
             err = errno;
+            call = last_failed_call;
             goto undo;
         }
         if (set_tid(t, tids[i], set) < 0) {
-            if (errno == ESRCH) {
-                memset(oldw, 0, sizeof(unsigned long) * (size_t)nwords);
-                continue;
-            }
-            err = errno;
             memset(oldw, 0, sizeof(unsigned long) * (size_t)nwords);
+            if (errno == ESRCH)
+                continue;
+            err = errno;
+            call = last_failed_call;
             goto undo;
         }
     }
@@ -370,8 +422,7 @@ undo:
         if (!hwloc_bitmap_iszero(old))
             set_tid(t, tids[j], old); /* best effort: restoring a mask it had */
     }
-    errno = err;
-    rc = -1;
+    rc = fail(call, err); /* the step that failed, not one of the restores */
 out:
     hwloc_bitmap_free(set);
     hwloc_bitmap_free(old);
@@ -384,9 +435,10 @@ out:
  * itself: affinity.binding.threads.task_ids). */
 static int list_threads(int *tids, int max)
 {
+    errno = 0;
     DIR *d = opendir("/proc/self/task");
     if (!d)
-        return -1;
+        return fail("opendir(/proc/self/task)", 0);
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
@@ -410,6 +462,7 @@ int aff_set_process_cpubind(aff_topo *t, const unsigned long *cpuset, int nwords
     if (!set)
         return -1;
     int cap = 64, ndone = 0, rc = 0, err = 0;
+    const char *call = "malloc";
     int *done = malloc(sizeof(int) * (size_t)cap);
     hwloc_bitmap_t *olds = malloc(sizeof(hwloc_bitmap_t) * (size_t)cap);
     int tcap = 256;
@@ -423,12 +476,14 @@ int aff_set_process_cpubind(aff_topo *t, const unsigned long *cpuset, int nwords
         int nt = list_threads(tids, tcap);
         if (nt < 0) {
             err = errno;
+            call = last_failed_call;
             goto undo;
         }
         if (nt > tcap) {
             int *bigger = realloc(tids, sizeof(int) * (size_t)nt * 2);
             if (!bigger) {
                 err = ENOMEM;
+                call = "realloc";
                 goto undo;
             }
             tids = bigger;
@@ -453,6 +508,7 @@ int aff_set_process_cpubind(aff_topo *t, const unsigned long *cpuset, int nwords
                     olds = o2;
                 if (!d2 || !o2) {
                     err = ENOMEM;
+                    call = "realloc";
                     goto undo;
                 }
                 cap *= 2;
@@ -460,14 +516,15 @@ int aff_set_process_cpubind(aff_topo *t, const unsigned long *cpuset, int nwords
             hwloc_bitmap_t old = hwloc_bitmap_alloc();
             if (!old) {
                 err = ENOMEM;
+                call = "hwloc_bitmap_alloc";
                 goto undo;
             }
-            if (hwloc_linux_get_tid_cpubind(t->topo, tids[k], old) < 0
-                || hwloc_linux_set_tid_cpubind(t->topo, tids[k], set) < 0) {
+            if (get_tid(t, tids[k], old) < 0 || set_tid(t, tids[k], set) < 0) {
                 hwloc_bitmap_free(old);
                 if (errno == ESRCH)
                     continue; /* exited meanwhile */
                 err = errno;
+                call = last_failed_call;
                 *failed_tid = tids[k];
                 goto undo;
             }
@@ -480,7 +537,7 @@ int aff_set_process_cpubind(aff_topo *t, const unsigned long *cpuset, int nwords
     goto out;
 undo:
     for (int j = ndone - 1; j >= 0; j--)
-        hwloc_linux_set_tid_cpubind(t->topo, done[j], olds[j]);
+        hwloc_linux_set_tid_cpubind(t->topo, done[j], olds[j]); /* best effort */
     rc = -1;
 out:
     for (int j = 0; j < ndone; j++)
@@ -490,7 +547,7 @@ out:
     free(tids);
     hwloc_bitmap_free(set);
     if (rc < 0)
-        errno = err;
+        return fail(call, err); /* the step that failed, not one of the restores */
     return rc;
 }
 
@@ -499,13 +556,14 @@ int aff_get_last_cpu(aff_topo *t, int tid)
     if (require_thissystem(t) < 0)
         return -1;
     hwloc_bitmap_t set = hwloc_bitmap_alloc();
-    if (!set) {
-        errno = ENOMEM;
-        return -1;
-    }
+    if (!set)
+        return fail("hwloc_bitmap_alloc", ENOMEM);
+    errno = 0;
     int rc = hwloc_linux_get_tid_last_cpu_location(t->topo, (pid_t)(tid ? tid : aff_gettid()), set);
     if (rc == 0)
         rc = hwloc_bitmap_first(set);
+    else
+        fail("hwloc_linux_get_tid_last_cpu_location", 0);
     hwloc_bitmap_free(set);
     return rc;
 }
@@ -536,8 +594,7 @@ static int to_hwloc_policy(int policy, int flags, hwloc_membind_policy_t *p, int
         *p = HWLOC_MEMBIND_DEFAULT;
         return 0;
     default:
-        errno = EINVAL;
-        return -1;
+        return fail("aff_membind (unknown policy)", EINVAL);
     }
 }
 
@@ -561,22 +618,24 @@ int aff_set_membind(aff_topo *t, const unsigned long *nodeset, int nwords, int p
     hwloc_bitmap_t set = membind_args(t, nodeset, nwords, policy, flags, &p, &hflags);
     if (!set)
         return -1;
+    errno = 0;
     int rc = hwloc_set_membind(t->topo, set, p, hflags | HWLOC_MEMBIND_THREAD);
+    int err = errno;
     hwloc_bitmap_free(set);
-    return rc;
+    return rc < 0 ? fail("hwloc_set_membind", err) : rc;
 }
 
 static int mode_from_kernel(int m)
 {
     switch (m) {
-    case 0: return AFF_MEM_DEFAULT;
-    case 1: /* MPOL_PREFERRED */
-    case 5: /* MPOL_PREFERRED_MANY */ return AFF_MEM_PREFERRED;
-    case 2: return AFF_MEM_BIND;
-    case 3: /* MPOL_INTERLEAVE */
-    case 6: /* MPOL_WEIGHTED_INTERLEAVE */ return AFF_MEM_INTERLEAVE;
-    case 4: return AFF_MEM_LOCAL;
-    default: return m + 100;
+    case KERNEL_MPOL_DEFAULT: return AFF_MEM_DEFAULT;
+    case KERNEL_MPOL_PREFERRED:
+    case KERNEL_MPOL_PREFERRED_MANY: return AFF_MEM_PREFERRED;
+    case KERNEL_MPOL_BIND: return AFF_MEM_BIND;
+    case KERNEL_MPOL_INTERLEAVE:
+    case KERNEL_MPOL_WEIGHTED_INTERLEAVE: return AFF_MEM_INTERLEAVE;
+    case KERNEL_MPOL_LOCAL: return AFF_MEM_LOCAL;
+    default: return m + AFF_MEM_UNKNOWN_BASE;
     }
 }
 
@@ -600,7 +659,7 @@ int aff_get_mempolicy_addr(void *addr, int *mode, unsigned long *nodeset, int nw
     int m = 0;
     memset(nodeset, 0, sizeof(unsigned long) * (size_t)nwords);
     if (syscall(SYS_get_mempolicy, &m, nodeset, (unsigned long)nwords * 8 * sizeof(unsigned long),
-                addr, 2UL /* MPOL_F_ADDR */) < 0)
+                addr, KERNEL_MPOL_F_ADDR) < 0)
         return -1;
     *mode = mode_from_kernel(m);
     return 0;
@@ -618,22 +677,20 @@ int aff_set_mempolicy(int policy, const unsigned long *nodeset, int nwords)
             several = 1;
         any |= w != 0;
     }
+    start();
     switch (policy) {
-    case AFF_MEM_DEFAULT: m = 0; break;
-    case AFF_MEM_PREFERRED: m = several ? 5 /* MPOL_PREFERRED_MANY */ : 1; break;
-    case AFF_MEM_BIND: m = 2; break;
-    case AFF_MEM_INTERLEAVE: m = 3; break;
-    case AFF_MEM_LOCAL: m = 4; break;
+    case AFF_MEM_DEFAULT: m = KERNEL_MPOL_DEFAULT; break;
+    case AFF_MEM_PREFERRED: m = several ? KERNEL_MPOL_PREFERRED_MANY : KERNEL_MPOL_PREFERRED; break;
+    case AFF_MEM_BIND: m = KERNEL_MPOL_BIND; break;
+    case AFF_MEM_INTERLEAVE: m = KERNEL_MPOL_INTERLEAVE; break;
+    case AFF_MEM_LOCAL: m = KERNEL_MPOL_LOCAL; break;
     default:
-        errno = EINVAL;
-        return -1;
+        return fail("aff_set_mempolicy (unknown policy)", EINVAL);
     }
-    if (m == 0 || m == 4)
+    if (m == KERNEL_MPOL_DEFAULT || m == KERNEL_MPOL_LOCAL)
         return (int)syscall(SYS_set_mempolicy, m, NULL, 0UL);
-    if (!any) {
-        errno = EINVAL;
-        return -1;
-    }
+    if (!any)
+        return fail("aff_set_mempolicy (no node)", EINVAL);
     /* the kernel reads maxnode-1 bits (a historical off-by-one libnuma also pads) */
     return (int)syscall(SYS_set_mempolicy, m, nodeset,
                         (unsigned long)nwords * 8 * sizeof(unsigned long) + 1);
@@ -665,18 +722,19 @@ int aff_get_area_membind(aff_topo *t, void *addr, size_t len, unsigned long *nod
         return -1;
     hwloc_bitmap_t set = hwloc_bitmap_alloc();
     hwloc_membind_policy_t p;
-    if (!set) {
-        errno = ENOMEM;
-        return -1;
-    }
+    if (!set)
+        return fail("hwloc_bitmap_alloc", ENOMEM);
+    errno = 0;
     int rc = hwloc_get_area_membind(t->topo, addr, len, set, &p, HWLOC_MEMBIND_BYNODESET);
-    if (rc == 0) {
+    if (rc < 0) {
+        fail("hwloc_get_area_membind", 0);
+    } else {
         switch (p) {
         case HWLOC_MEMBIND_BIND: *policy = AFF_MEM_BIND; break;
         case HWLOC_MEMBIND_INTERLEAVE: *policy = AFF_MEM_INTERLEAVE; break;
         case HWLOC_MEMBIND_FIRSTTOUCH:
         case HWLOC_MEMBIND_DEFAULT: *policy = AFF_MEM_DEFAULT; break;
-        default: *policy = (int)p + 100; break;
+        default: *policy = (int)p + AFF_MEM_UNKNOWN_BASE; break;
         }
         rc = to_words(set, nodeset, nwords);
     }
@@ -690,12 +748,13 @@ int aff_get_area_memlocation(aff_topo *t, void *addr, size_t len, unsigned long 
     if (require_thissystem(t) < 0)
         return -1;
     hwloc_bitmap_t set = hwloc_bitmap_alloc();
-    if (!set) {
-        errno = ENOMEM;
-        return -1;
-    }
+    if (!set)
+        return fail("hwloc_bitmap_alloc", ENOMEM);
+    errno = 0;
     int rc = hwloc_get_area_memlocation(t->topo, addr, len, set, HWLOC_MEMBIND_BYNODESET);
-    if (rc == 0)
+    if (rc < 0)
+        fail("hwloc_get_area_memlocation", 0);
+    else
         rc = to_words(set, nodeset, nwords);
     hwloc_bitmap_free(set);
     return rc;
@@ -714,6 +773,7 @@ struct aff_pin_team {
     int *tids;
     unsigned long *readback;
     int *errs;
+    const char **calls;
 };
 
 static void aff_pin_member(void *arg)
@@ -723,16 +783,14 @@ static void aff_pin_member(void *arg)
     if (i < 0 || i >= c->n)
         return;
     c->tids[i] = aff_gettid();
+    /* this runs in the member's own thread: its failing call is recorded per member */
     hwloc_bitmap_t set = from_words(c->cpusets + (size_t)i * (size_t)c->nwords, c->nwords);
-    if (!set) {
-        c->errs[i] = ENOMEM;
-        return;
-    }
-    if (hwloc_set_cpubind(c->t->topo, set, HWLOC_CPUBIND_THREAD) < 0) {
-        c->errs[i] = errno ? errno : EINVAL;
-    } else if (hwloc_get_cpubind(c->t->topo, set, HWLOC_CPUBIND_THREAD) < 0
-               || to_words(set, c->readback + (size_t)i * (size_t)c->nwords, c->nwords) < 0) {
-        c->errs[i] = errno ? errno : EINVAL;
+    if (!set
+        || set_tid(c->t, 0, set) < 0
+        || get_tid(c->t, 0, set) < 0
+        || to_words(set, c->readback + (size_t)i * (size_t)c->nwords, c->nwords) < 0) {
+        c->errs[i] = errno;
+        c->calls[i] = last_failed_call;
     } else {
         c->errs[i] = 0;
     }
@@ -741,25 +799,22 @@ static void aff_pin_member(void *arg)
 
 int aff_omp_pin_team(aff_topo *t, void *gomp_parallel, void *omp_get_thread_num, int n,
                      const unsigned long *cpusets, int nwords, int *tids,
-                     unsigned long *readback, int *errs)
+                     unsigned long *readback, int *errs, const char **calls)
 {
     if (require_thissystem(t) < 0)
         return -1;
-    if (!gomp_parallel || !omp_get_thread_num || n <= 0) {
-        errno = EINVAL;
-        return -1;
-    }
+    if (!gomp_parallel || !omp_get_thread_num || n <= 0)
+        return fail("aff_omp_pin_team (no runtime or no team)", EINVAL);
     struct aff_pin_team c = {t, (aff_omp_thread_num_fn)omp_get_thread_num, n, nwords, cpusets,
-                             tids, readback, errs};
+                             tids, readback, errs, calls};
     for (int i = 0; i < n; i++) {
         tids[i] = 0;
-        errs[i] = ESRCH; /* "this member never ran" until it reports */
+        errs[i] = AFF_NEVER_RAN; /* until the member reports */
+        calls[i] = "GOMP_parallel";
     }
     ((aff_gomp_parallel_fn)gomp_parallel)(aff_pin_member, &c, (unsigned)n, 0);
     for (int i = 0; i < n; i++)
-        if (errs[i]) {
-            errno = errs[i];
-            return -1;
-        }
+        if (errs[i])
+            return fail(calls[i], errs[i] == AFF_NEVER_RAN ? ECHILD : errs[i]);
     return 0;
 }

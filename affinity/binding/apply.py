@@ -41,9 +41,11 @@ from ..machine import _native, cgroup
 from ..machine.topology import Topology
 from ..planning.envvars import DEFAULT_BLOCKTIME, plan_environment, worker_slots
 from ..planning.memory import MemorySpec, membind_spec
+from ..planning import precedence
 from ..planning.planner import plan as make_plan
 from ..planning.ranks import rank_topology
 from ..planning.spec import DEFAULT_SPEC
+from . import blas as _blas
 from . import numa, registry
 from . import openmp as _omp
 from . import tf as _tf
@@ -62,7 +64,7 @@ class Pin:
     """What a thread was asked to do."""
 
     tid: int
-    role: str  #: main, tf-intra, tf-inter, tf-other, openmp, other
+    role: str  #: main, tf-intra, tf-inter, tf-other, openmp, blas, other
     cpus: frozenset[int]
     index: int | None = None  #: slot / team member number, where it has one
     note: str | None = None  #: why it was placed so, for the bind map
@@ -96,7 +98,7 @@ class Binding:
     env_set : dict of str to str
         The variables exported.
     env_kept : dict of str to str
-        Values the user had set and that were kept (``export=True``).
+        Values the user had set and that were kept (``export="keep"``).
     notes : list of str
         What was applied differently from the plan, and why (also warned).
     active : bool
@@ -312,12 +314,23 @@ def _repin_enclosing_teams() -> list[str]:
     return []
 
 
-def _set_env(values: Mapping[str, str], override: bool, b: Binding, snap_env: dict[str, str | None]
+def _user_environ() -> dict[str, str]:
+    """The environment but for values an enclosing binding exported (ours, not the user's)."""
+    ours = registry.exported()
+    return {k: v for k, v in os.environ.items() if ours.get(k) != v}
+
+
+def _set_env(values: Mapping[str, str], keep: bool, b: Binding, snap_env: dict[str, str | None]
              ) -> None:
-    ours = registry.exported()  # values an enclosing binding exported are ours, not the user's
+    """Export ``values``; the user's differing values are replaced and noted
+    (:func:`affinity.planning.precedence.replaced`, the rule of ``affinity run``), or
+    kept with ``export="keep"``."""
+    user = _user_environ()
+    if not keep:
+        b.notes.extend(precedence.replaced(values, user))
     for k, v in values.items():
         old = os.environ.get(k)
-        if old is not None and old != v and not override and ours.get(k) != old:
+        if keep and k in user and user[k] != v:
             b.env_kept[k] = old
             continue
         snap_env.setdefault(k, old)
@@ -333,7 +346,7 @@ def _check_modes(tensorflow: Any, openmp: Any, blas: Any, inter: str, env: Any, 
     for name, value, allowed in (("tensorflow", tensorflow, _TF_MODES), ("openmp", openmp, _OTHER_MODES),
                                  ("torch", torch, _OTHER_MODES),
                                  ("blas", blas, _OTHER_MODES), ("inter_placement", inter, ("union", "package")),
-                                 ("export", env, (True, False, "override"))):
+                                 ("export", env, (True, False, "override", "keep"))):
         if not any(value is a or (isinstance(a, str) and value == a) for a in allowed):
             raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, not {value!r}")
 
@@ -365,14 +378,17 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
     openmp : {"auto", True, False}
         Size and pin the team of every OpenMP runtime already loaded.
     blas : {"auto", True, False}
-        Limit BLAS pools to the intra-op count (threadpoolctl).
+        Limit BLAS pools to the intra-op count (threadpoolctl) and pin OpenBLAS's
+        worker threads; what cannot be done is a note (:mod:`affinity.binding.blas`).
     membind : None, "auto", str or (policy, nodes)
         ``None`` leaves memory alone; ``"auto"`` binds to the NUMA nodes of the
         plan's CPUs; ``"interleave:all"``, ``"bind:0-1"``, ``("preferred", {0})``...
         Set on the calling thread before pools start, so they inherit it.
-    export : {True, "override", False}
-        ``True``: export the plan's variables, keeping values the user set (listed
-        in ``Binding.env_kept``); ``"override"``: replace them too; ``False``:
+    export : {True, "override", "keep", False}
+        ``True`` (or ``"override"``): export the plan's variables, replacing values
+        the user set, each replacement a note (as ``affinity run`` does:
+        :mod:`affinity.planning.precedence`); ``"keep"``: keep the user's values
+        (listed in ``Binding.env_kept``); ``False``:
         export nothing.
     inter_placement : {"union", "package"}
         Where inter-op workers go: anywhere in the plan, or worker ``j`` on the
@@ -434,6 +450,8 @@ def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow
     _check_modes(tensorflow, openmp, blas, inter, env, torch[0])
     # (a mask PyTorch's libgomp narrowed to its first place at load is widened back)
     process_mask = _torch.mask_before_load_pin(_native.get_thread_cpubind(os.getpid()))
+    asked = threads
+    threads, env_warnings = precedence.team_size(threads, _user_environ())  # the rule of `affinity run`
     if rank is not None:  # this rank's share of what the process may use
         p = make_plan(spec, threads=threads, topology=rank_topology(topo.with_allowed(process_mask), rank)[0],
                       strict=strict)
@@ -448,7 +466,9 @@ def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow
     b._snapshot = snap
     b._seen = set(snap.masks)
     b.notes.extend(f"planner: {w}" for w in p.warnings)  # the runtime's own warnings
-    b.notes.extend(_oversubscription(p, threads))
+    b.notes.extend(env_warnings)
+    b.notes.extend(precedence.oversubscription(p.threads, p.union, "threads" if asked is not None
+                                               else "OMP_NUM_THREADS"))
     env_before = dict(os.environ)
     try:
         _apply_steps(b, tensorflow, openmp, blas, want_mem, env, blocktime, torch)
@@ -479,14 +499,6 @@ def _cgroup_cpus(topo: Topology, process_mask: frozenset[int]) -> frozenset[int]
     return cg if process_mask <= cg else process_mask
 
 
-def _oversubscription(p: Any, threads: int | None) -> list[str]:
-    cpus = len(p.union)
-    if threads is not None and threads > cpus:
-        return [f"threads={threads} on {cpus} CPU{'s' if cpus != 1 else ''} oversubscribes them "
-                f"({format_list(p.union)}): several threads share a CPU"]
-    return []
-
-
 def _note_env_changes(snap: _Snapshot, before: Mapping[str, str]) -> None:
     """Record every variable that changed during :func:`apply` (importing
     threadpoolctl sets ``KMP_DUPLICATE_LIB_OK``, for one) so that restore puts the
@@ -505,7 +517,7 @@ def _apply_steps(b: Binding, tensorflow: Any, openmp: Any, blas: Any, want_mem: 
         b.membind = numa.set_membind(want_mem.nodes, want_mem.policy)
     # 2. environment for children and runtimes not yet loaded
     if env:
-        _set_env(plan_environment(b.plan, blocktime=blocktime), env == "override", b, b._snapshot.env)
+        _set_env(plan_environment(b.plan, blocktime=blocktime), env == "keep", b, b._snapshot.env)
     # 3. TensorFlow: now if it is imported, else when it is (and when its runtime starts)
     if tensorflow is True or (tensorflow == "auto" and _tf.imported()):
         _attach_tensorflow(b, start=tensorflow is True)
@@ -532,7 +544,7 @@ def _attach_tensorflow(b: Binding, *, start: bool) -> None:
     if not _tf.is_running():
         state = _tf.start_runtime(b.intra_op_threads, b.inter_op_threads)
     else:
-        state = _tf.find_running_pools(known=())
+        state = _tf.find_running_pools(known=(), environ=_environ_before(b))
         if (state.intra_size, state.inter_size) != (b.intra_op_threads, b.inter_op_threads):
             b.notes.append(
                 f"TensorFlow was already running: its pools keep {state.intra_size} intra-op and "
@@ -540,6 +552,19 @@ def _attach_tensorflow(b: Binding, *, start: bool) -> None:
                 f"{b.inter_op_threads}); thread counts were not changed, the existing threads "
                 f"were pinned")
     _pin_tensorflow(b, state)
+
+
+def _environ_before(b: Binding) -> dict[str, str]:
+    """The environment before this binding exported anything: what a runtime that
+    started earlier read (its pool sizes)."""
+    assert b._snapshot is not None
+    env = dict(os.environ)
+    for k, old in b._snapshot.env.items():
+        if old is None:
+            env.pop(k, None)
+        else:
+            env[k] = old
+    return env
 
 
 def _pin_tensorflow(b: Binding, state: Any) -> None:
@@ -614,12 +639,13 @@ def _pin_openmp(b: Binding, runtimes: list[Any] | None = None) -> None:
 
 
 def _limit_blas(b: Binding) -> None:
-    try:
-        from threadpoolctl import threadpool_info, threadpool_limits  # lazy: optional, and it loads every BLAS
-    except ImportError:
-        return
-    if any(i.get("user_api") == "blas" for i in threadpool_info()):
-        b._blas = threadpool_limits(limits=b.intra_op_threads, user_api="blas")
+    """BLAS pools limited to the intra-op count, OpenBLAS's workers pinned (:mod:`.blas`)."""
+    done = _blas.limit_and_pin(b.intra_op_threads, b.slots)
+    b._blas = done.limiter
+    for tid, (i, cpus) in done.pinned.items():
+        b.pins[tid] = Pin(tid, "blas", cpus, i)
+        b._seen.add(tid)
+    b.notes.extend(done.notes)
 
 
 class pinned:

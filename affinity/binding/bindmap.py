@@ -5,7 +5,10 @@ for this process by the active :class:`~affinity.binding.apply.Binding`\\ s (rol
 set each thread was asked to use).  Text lines follow the form users grep
 for in Intel's verbose output::
 
-    affinity: pid 4242 tid 4250 thread 0 [tf-intra python] bound to OS proc set {0} cpu 0 node 0
+    affinity: pid 4242 tid 4250 thread 0 [tf-intra python] bound to OS proc set {0} last ran on cpu 0 node 0
+
+(``last ran on cpu``: where the kernel last ran the thread, a moment ago -- inside
+its set, or, for a thread bound since, possibly the CPU it ran on before.)
 
 A thread whose actual set differs from the requested one is flagged
 ``MISMATCH`` (and listed in :attr:`BindMap.mismatches`).
@@ -24,7 +27,8 @@ from ..machine.topology import Topology
 from . import registry
 from . import runtimes as _runtimes
 from .numa import get_membind
-from .threads import task_ids
+from . import tf as _tf
+from .threads import task_ids, task_names
 
 __all__ = ["BindMap", "ThreadRow", "report"]
 
@@ -72,7 +76,7 @@ class BindMap:
             node = f" node {r.node}" if r.node is not None else ""
             pol = f" mempolicy {r.mempolicy}" if r.mempolicy else ""
             line = (f"affinity: pid {self.pid} tid {r.tid}{idx} [{r.role} {r.name}] bound to OS proc set "
-                    f"{{{format_list(r.actual)}}} cpu {r.last_cpu}{node}{pol}")
+                    f"{{{format_list(r.actual)}}} last ran on cpu {r.last_cpu}{node}{pol}")
             if r.mismatch:
                 line += f" MISMATCH: requested {{{format_list(r.requested or ())}}}"
             if r.note:
@@ -122,6 +126,38 @@ def _guess_role(pid: int, tid: int, name: str) -> str:
     return "other"
 
 
+def _environ_count(pid: int, name: str) -> int:
+    """A positive count from another process's environment (0: unset or unreadable)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            items = fh.read().split(b"\0")
+    except OSError:
+        return 0
+    prefix = name.encode() + b"="
+    for item in items:
+        if item.startswith(prefix):
+            text = item[len(prefix):].decode(errors="replace").strip()
+            return int(text) if text.isdigit() else 0
+    return 0
+
+
+def _outside_pools(pid: int) -> dict[int, int]:
+    """TensorFlow's intra-op workers in another process (TID -> worker index), by the
+    rule that finds them in this one (:func:`affinity.binding.tf.pools_of`), the
+    pool's size being what TensorFlow took at start: ``TF_NUM_INTRAOP_THREADS`` from
+    the process's environment, else its CPU count."""
+    try:
+        names = task_names(pid)
+        st = _status(pid, pid)
+    except (OSError, ValueError):
+        return {}
+    if _tf.INTER_NAME not in names.values():
+        return {}
+    size = _environ_count(pid, "TF_NUM_INTRAOP_THREADS") or len(parse_list(st.get("Cpus_allowed_list", "")))
+    state = _tf.pools_of(names, names.get(pid, ""), size, skip=(pid,))
+    return {tid: i for i, tid in enumerate(state.intra)}
+
+
 def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
     """The bind map of a process: every thread, where it is bound and where it runs.
 
@@ -166,6 +202,7 @@ def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
             mempolicy_self = str(get_membind())
         except Exception:  # noqa: BLE001
             mempolicy_self = None
+    outside = _outside_pools(pid) if pid != me else {}
     rows = []
     mems = ""
     for tid in task_ids(pid):
@@ -178,10 +215,10 @@ def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
         name = st.get("Name", "")
         actual = parse_list(st.get("Cpus_allowed_list", ""))
         pin = pins.get(tid)
-        role = pin.role if pin is not None else _guess_role(pid, tid, name)
+        role = pin.role if pin is not None else "tf-intra" if tid in outside else _guess_role(pid, tid, name)
         requested = pin.cpus if pin is not None else (bindings[-1].main_mask if bindings and tid == pid
                                                        else None)
-        rows.append(ThreadRow(tid, name, role, pin.index if pin is not None else None,
+        rows.append(ThreadRow(tid, name, role, pin.index if pin is not None else outside.get(tid),
                               requested, actual, cpu, node_of.get(cpu),
                               mempolicy_self if tid == caller else None, getattr(pin, "note", None)))
     if bindings:

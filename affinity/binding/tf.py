@@ -127,13 +127,13 @@ def start_runtime(intra: int | None, inter: int | None) -> TFState:
     return TFState(tuple(i), tuple(j), tuple(o), len(i), len(j), True)
 
 
-def _env_count(name: str) -> int:
+def _env_count(name: str, environ: Mapping[str, str] | None = None) -> int:
     """A pool size TensorFlow took from its environment variable (0: none given)."""
-    text = os.environ.get(name, "").strip()
+    text = (os.environ if environ is None else environ).get(name, "").strip()
     return int(text) if text.isdigit() else 0
 
 
-def find_running_pools(known: Iterable[int] = ()) -> TFState:
+def find_running_pools(known: Iterable[int] = (), environ: Mapping[str, str] | None = None) -> TFState:
     """Find the pools of a runtime that started before us.
 
     Inter-op workers are named ``tf_Compute``.  Intra-op workers are unnamed; the
@@ -141,7 +141,8 @@ def find_running_pools(known: Iterable[int] = ()) -> TFState:
     threads with the highest TIDs below the first ``tf_Compute`` thread, as many
     as the intra-op pool has (the configured size, or the process's CPU count at
     start when it was left to TensorFlow).  ``known`` threads (Python's own,
-    already classified) are never taken.
+    already classified) are never taken.  ``environ``: the environment the runtime
+    started in (default: this process's now).
     """
     tf = _tf()
     names = task_names()
@@ -149,10 +150,19 @@ def find_running_pools(known: Iterable[int] = ()) -> TFState:
     main = os.getpid()
     skip = set(known) | {main}
     skip |= {t.native_id for t in threading.enumerate() if t.native_id}
+    size = (tf.config.threading.get_intra_op_parallelism_threads() or _env_count("TF_NUM_INTRAOP_THREADS", environ)
+            or len(os.sched_getaffinity(main)))
+    return pools_of(names, pname, size, skip)
+
+
+def pools_of(names: Mapping[int, str], pname: str, size: int, skip: Iterable[int] = ()) -> TFState:
+    """The rule :func:`find_running_pools` follows, on any process's threads (TID ->
+    name; ``pname``: the process's own name): inter-op workers by name, intra-op
+    workers the ``size`` highest unnamed TIDs below the first inter-op worker, not
+    in ``skip``.  ``affinity show PID`` applies it to other processes."""
+    skip = set(skip)
     inter = sorted(t for t, n in names.items() if n == INTER_NAME)
     other = sorted(t for t, n in names.items() if n == GRAPH_RUNNER)
-    size = (tf.config.threading.get_intra_op_parallelism_threads() or _env_count("TF_NUM_INTRAOP_THREADS")
-            or len(os.sched_getaffinity(main)))
     intra: list[int] = []
     if inter:
         below = sorted((t for t, n in names.items() if n == pname and t < inter[0] and t not in skip),

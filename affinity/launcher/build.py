@@ -17,6 +17,7 @@ from ..cpulist import IdList, format_list, parse_list
 from ..errors import PlanError
 from ..machine.cgroup import CpuQuota, cpu_quota, cpuset_cpus, default_thread_count
 from ..machine.topology import Topology
+from ..planning import precedence
 from ..planning.envvars import plan_environment
 from ..planning.memory import check_nodes
 from ..planning.planner import plan, plan_env
@@ -246,10 +247,10 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
         p = _make_plan(opts.spec, threads, topology, cpus, ctx)
         warnings.extend(f"planner: {w}" for w in getattr(p, "warnings", ()))
         slots = tuple(p.cpusets)  # thread i of the team on the plan's set i
-        if opts.threads is not None and opts.threads > len(cpus):
-            warnings.append(f"instance {i}: --threads {opts.threads} on {len(cpus)} CPU"
-                            f"{'s' if len(cpus) != 1 else ''} ({format_list(cpus)}) oversubscribes them")
+        warnings.extend(f"instance {i}: {w}" for w in precedence.oversubscription(
+            threads, cpus, "--threads" if opts.threads is not None else "OMP_NUM_THREADS"))
         env = _instance_env(i, len(shares), p, slots, opts, ctx.environ)
+        notes.extend(f"instance {i}: {n}" for n in precedence.replaced(env, ctx.environ))
         policy, policy_nodes, required = _memory_policy(i, share, opts, mem_nodes, nodes, warnings)
         log = os.path.join(opts.log_dir, f"instance-{i}.log") if opts.log_dir else None
         instances.append(Instance(i, tuple(opts.command), cpus, policy, frozenset(policy_nodes), required,
@@ -379,14 +380,11 @@ def _cores_in(topology: Topology, cpus: frozenset[int]) -> int:
 
 
 def _env_threads(environ: Mapping[str, str], warnings: list[str]) -> int | None:
-    text = environ.get("OMP_NUM_THREADS")
-    if text is None:
-        return None
-    first = text.split(",")[0].strip()
-    if first.isdigit() and int(first) > 0:
-        return int(first)
-    warnings.append(f"ignoring OMP_NUM_THREADS={text!r}: not a positive thread count")
-    return None
+    """``OMP_NUM_THREADS`` by the rule :func:`affinity.planning.precedence.team_size`
+    (``--threads`` wins: see :func:`_thread_count`)."""
+    threads, said = precedence.team_size(None, environ)
+    warnings.extend(said)
+    return threads
 
 
 def _thread_count(i: int, cores: int, opts: RunOptions, ctx: Context, env_threads: int | None, sharing: int,

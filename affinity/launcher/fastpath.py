@@ -8,8 +8,12 @@ the process mask and the environment (one instance; no memory policy, log file
 or verbose output; no warning to print), the full path remembers it here, keyed
 by every input the answer depends on:
 
-* the command line (every word after ``run``) and the environment, but for
-  ``PWD``, ``OLDPWD``, ``_`` and ``SHLVL``, which no step reads;
+* the command line (every word after ``run``) and the variables of the
+  environment a launch reads (:data:`READ_PREFIXES`, :data:`READ_NAMES`): the
+  runtimes' and TensorFlow's, affinity's own, hwloc's, the dynamic loader's and
+  Python's, ``PATH`` and where the cache lives.  Any other variable may change
+  from run to run (hyperfine varies one, Slurm and MPI set per-job ones, a tuner
+  its trial's) and the launch is still the remembered one;
 * this process's CPU mask and ``Mems_allowed_list``;
 * the machine: the boot (``boot_id``: a new boot may renumber everything), the
   online and present CPUs and the online NUMA nodes (hotplug);
@@ -21,6 +25,9 @@ by every input the answer depends on:
   at every use;
 * the code: size and modification time of every file of the package, and the
   Python version (the file's format).
+
+Launches with ``--pin-threads`` (they export ``LD_PRELOAD``) or ``--ranks`` (per-job
+variables) are never remembered: the file holds only the plan's own variables.
 
 A later run with equal inputs sets the same mask (and reads it back) and
 executes the same command with the same variables, importing nothing of the
@@ -49,11 +56,14 @@ import sys
 __all__ = ["exec_remembered", "inputs", "remember", "start"]
 
 #: the format of an entry; a change makes every stored launch a miss
-FORMAT = 1
+FORMAT = 2
 #: launches kept (the oldest goes first)
 KEEP = 32
-#: variables of the environment that no step of a launch reads
-_VOLATILE = ("PWD", "OLDPWD", "_", "SHLVL")
+#: the environment variables a remembered launch depends on: those starting so...
+READ_PREFIXES = ("OMP_", "KMP_", "GOMP_", "TF_", "AFFINITY_", "HWLOC_", "LD_", "PYTHON")
+#: ... and these (``tests/launcher/test_startup.py`` checks that every variable the
+#: launcher, the planner and the machine layer name is covered)
+READ_NAMES = ("PATH", "HOME", "XDG_CACHE_HOME")
 #: the files that hold a cgroup's CPU limits (cgroup v2 and v1)
 _LIMIT_FILES = ("cpu.max", "cpu.cfs_quota_us", "cpu.cfs_period_us", "cpuset.cpus", "cpuset.cpus.effective",
                 "cpuset.effective_cpus")
@@ -108,7 +118,7 @@ def _package_stamp() -> tuple[tuple[str, int, int], ...]:
 def inputs(words: list[str]) -> tuple:
     """Everything the launch of ``affinity run WORDS`` depends on, but for the CPU
     limit files (:func:`_limit_files`, read at every use)."""
-    env = tuple(sorted((k, v) for k, v in os.environ.items() if k not in _VOLATILE))
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(READ_PREFIXES) or k in READ_NAMES))
     return (FORMAT, tuple(words), env, tuple(sorted(os.sched_getaffinity(0))), _status_line(b"Mems_allowed_list"),
             tuple(_read(f) for f in _MACHINE_FILES), _read("/proc/self/cgroup"), _cgroup_mounts(),
             _package_stamp())

@@ -132,8 +132,10 @@ def _dry_run(launch: Launch, as_json: bool) -> int:
 
 def _rememberable(launch: Launch) -> bool:
     """A launch :mod:`~affinity.launcher.fastpath` can replay: one process given a
-    mask and variables, and nothing to say or to set besides."""
-    if len(launch.instances) != 1 or launch.warnings or launch.notices or launch.verbose:
+    mask and the plan's variables, and nothing to say or to set besides (no preload:
+    the file never holds an ``LD_PRELOAD`` to export; no rank: per-job variables)."""
+    if (len(launch.instances) != 1 or launch.warnings or launch.notices or launch.verbose
+            or launch.rank is not None):
         return False
     inst = launch.instances[0]
-    return inst.mempolicy is None and inst.log is None and bool(inst.argv)
+    return inst.mempolicy is None and inst.log is None and bool(inst.argv) and "LD_PRELOAD" not in inst.env

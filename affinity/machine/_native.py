@@ -117,11 +117,21 @@ def available() -> bool:
 # ------------------------------------------------------------------ errors
 
 def check(rc: int, call: str, argument: object = None, *, detail: str | None = None) -> int:
-    """Raise for ``rc == -1`` using the current errno; return ``rc`` otherwise."""
+    """Raise for ``rc == -1`` using the current errno; return ``rc`` otherwise.
+
+    ``call`` names the C function when the shim recorded no step of its own
+    (:func:`failed_call`)."""
     if rc != -1:
         return rc
     err = lib().ffi.errno
-    raise error_for(err, call, argument, detail)
+    raise error_for(err, failed_call(call), argument, detail)
+
+
+def failed_call(default: str) -> str:
+    """The call the last failing shim of this thread failed in (``aff_failed_call``:
+    the step of a multi-step shim), or ``default`` when it recorded none."""
+    m = lib()
+    return m.ffi.string(m.lib.aff_failed_call()).decode() or default
 
 
 def error_for(err: int, call: str, argument: object = None, detail: str | None = None) -> BindError:
@@ -229,9 +239,7 @@ class NativeTopology:
             what = {"system": "this system", "xml": arg, "synthetic": f"synthetic:{arg}"}[kind]
             reason = {_errno.EINVAL: "hwloc rejected it (invalid description or file)",
                       _errno.ENOENT: "no such file"}.get(err, _errno.errorcode.get(err, str(err)))
-            call = {"system": "hwloc_topology_load", "xml": "hwloc_topology_set_xml",
-                    "synthetic": "hwloc_topology_set_synthetic"}[kind]
-            raise TopologyError(f"{call} failed: {reason}", what)
+            raise TopologyError(f"{failed_call('aff_topo_load')} failed: {reason}", what)
         self._m = m
         self.handle = m.ffi.gc(out[0], m.lib.aff_topo_free)
         self.kind = kind
@@ -362,7 +370,7 @@ def set_threads_cpubind(pairs: list[tuple[int, frozenset[int]]]) -> dict[int, fr
         err = m.ffi.errno
         i = failed[0]
         arg = (f"tid={pairs[i][0]}, cpus={{{_fmt(pairs[i][1])}}}" if 0 <= i < n else f"{n} threads")
-        raise error_for(err, "hwloc_linux_set_tid_cpubind", arg, "no thread was changed")
+        raise error_for(err, failed_call("hwloc_linux_set_tid_cpubind"), arg, "no thread was changed")
     raw = bytes(old)
     step = nw * 8
     out = {}
@@ -380,7 +388,7 @@ def set_process_cpubind(cpus: Iterable[int]) -> None:
     rc = s._m.lib.aff_set_process_cpubind(s.handle, words(cpus, s.nwords), s.nwords, failed)
     if rc == -1:
         err = s._m.ffi.errno
-        raise error_for(err, "hwloc_linux_set_tid_cpubind",
+        raise error_for(err, failed_call("hwloc_linux_set_tid_cpubind"),
                         f"tid={failed[0]}, cpus={{{_fmt(cpus)}}}" if failed[0] else f"{{{_fmt(cpus)}}}",
                         "whole-process bind undone: every thread keeps its previous mask")
 
@@ -515,12 +523,20 @@ def omp_pin_team(gomp_parallel: int, omp_get_thread_num: int,
     tids = m.ffi.new("int[]", n)
     back = m.ffi.new("unsigned long[]", n * nw)
     errs = m.ffi.new("int[]", n)
+    calls = m.ffi.new("char *[]", n)
     rc = m.lib.aff_omp_pin_team(s.handle, m.ffi.cast("void *", gomp_parallel),
-                                m.ffi.cast("void *", omp_get_thread_num), n, sets, nw, tids, back, errs)
+                                m.ffi.cast("void *", omp_get_thread_num), n, sets, nw, tids, back, errs, calls)
     if rc == -1:
-        bad = next((i for i in range(n) if errs[i]), 0)
-        detail = ("the runtime ran fewer threads than asked" if errs[bad] == _errno.ESRCH
-                  else f"team member {bad}")
-        raise error_for(errs[bad], "hwloc_set_cpubind", f"omp thread {bad}, cpus={{{_fmt(cpusets[bad])}}}",
-                        detail)
+        if not any(errs[i] for i in range(n)):  # refused before the region ran
+            raise error_for(m.ffi.errno, failed_call("aff_omp_pin_team"), f"{n} threads")
+        missing = [i for i in range(n) if errs[i] == m.lib.AFF_NEVER_RAN]
+        if missing:
+            ran = n - len(missing)
+            raise BindError(0, "GOMP_parallel", f"{n} threads", message=(
+                f"GOMP_parallel({n} threads) ran {ran} of them: team member{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(map(str, missing))} never ran, so {'they were' if len(missing) > 1 else 'it was'} "
+                "not bound (the runtime gave a smaller team: OMP_THREAD_LIMIT, OMP_DYNAMIC, nesting)"))
+        bad = next(i for i in range(n) if errs[i])
+        raise error_for(errs[bad], m.ffi.string(calls[bad]).decode(),
+                        f"omp thread {bad}, cpus={{{_fmt(cpusets[bad])}}}", f"team member {bad}")
     return list(zip(list(tids), from_words_many(back, n, nw)))

@@ -12,17 +12,19 @@ Whose rules: ``runtime=`` names a module of :data:`RUNTIMES` (Intel's libiomp5
 by default); each runtime's rules live in a package of their own under
 ``planning/`` behind the interface of :mod:`affinity.planning.rules`.
 
-Planning is a pure function of (settings, topology, process mask): no system
-call is made unless ``topology`` is left out, in which case this machine's
-topology is loaded (once) through hwloc.  The runtime's rules are documented
-in ``docs/semantics.md``.
+Planning is a pure function of (settings, topology, process mask, runtime):
+no system call is made; the machine is an input (``affinity.plan()`` and
+``affinity.plan_env()``, in :mod:`affinity.binding.here`, supply this machine's
+:meth:`Topology.from_system` when none is given).  Two caches, both keyed by
+every input they depend on: how a runtime read an environment (:func:`_read`),
+and per Topology value what its rules computed (:func:`_memo`).  The runtime's
+rules are documented in ``docs/semantics.md``.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import threading
 import weakref
@@ -31,13 +33,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..cpulist import format_list, parse_list, runs
-from ..errors import PlanError, SpecError
+from ..errors import PlanError
 from ..machine.topology import Topology
+from .intel import llvm
 from .intel import runtime as intel
 from .intel.runtime import kmp_mask_str
 from .rules import Memo, Outcome, Rules
-from .spec import (SETTINGS_VARIABLES, KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, ProcList,
-                   Settings, parse_assignments)
+from .spec import SETTINGS_VARIABLES, VARIABLES, KmpAffinity, ProcList, Settings, parse_assignments
 
 __all__ = ["Plan", "RUNTIMES", "plan", "plan_env"]
 
@@ -46,6 +48,7 @@ __all__ = ["Plan", "RUNTIMES", "plan", "plan_env"]
 #: is a sibling package of ``intel/`` and one entry here.
 RUNTIMES: dict[str, Rules] = {
     intel.NAME: intel,
+    llvm.NAME: llvm,
 }
 #: The runtime whose rules a plan follows when none is named.
 DEFAULT_RUNTIME = "intel"
@@ -163,10 +166,11 @@ class Plan:
     @property
     def intra_op_threads(self) -> int:
         """Threads for an intra-op pool: the PUs in use at thread (fine)
-        granularity, the cores in use otherwise."""
+        granularity, the cores in use otherwise; never more than the team (a team
+        of one thread whose set spans the machine -- ``none``, ``disabled`` -- is one)."""
         if self.granularity == "thread":
-            return len(self.union)
-        return len(self.cores)
+            return min(self.threads, len(self.union))
+        return min(self.threads, len(self.cores))
 
     @property
     def inter_op_threads(self) -> int:
@@ -367,11 +371,14 @@ def _place_members(s: frozenset[int]) -> str:
 #: the most topologies whose memo is kept (the oldest goes first)
 _MAX_TOPOLOGIES = 128
 #: the most entries of one topology's memo (then it starts over)
-_MAX_MASKS = 64
-#: id(topology) -> (weak reference to it, {(runtime, key): value}): what the rules
-#: of a runtime keep per topology (its table of the machine per full mask).
-#: Keyed by identity (hashing a Topology walks all its PUs); the reference checks
-#: the id was not reused and its callback drops the entry when the topology dies.
+_MAX_ENTRIES = 1024
+#: the most environments whose reading is memoized (least recently used go first)
+_MAX_READS = 4096
+#: id(topology) -> (weak reference to it, {(runtime, key): value}): the one
+#: topology cache, what the rules of a runtime keep per topology (its table of the
+#: machine per full mask, initializations, teams).  Keyed by identity (hashing a
+#: Topology walks all its PUs); the reference checks the id was not reused and its
+#: callback drops the entry when the topology dies.
 _BASES: dict[int, tuple[weakref.ref[Topology], dict[Any, Any]]] = {}
 _BASES_LOCK = threading.Lock()  # serializes the making of entries; lookups are single dict reads
 
@@ -388,12 +395,23 @@ def _memo(topology: Topology, runtime: str) -> Memo:
         value = store.get(k)
         if value is None:
             value = make()
-            if len(store) > _MAX_MASKS:
+            if len(store) >= _MAX_ENTRIES:
                 store.clear()
             store[k] = value
         return value
 
     return memo
+
+
+def _fresh_memo() -> Memo:
+    """A memo that keeps nothing: the uncached computation (tests compare the caches with it)."""
+    return lambda key, make: make()
+
+
+@functools.lru_cache(maxsize=_MAX_READS)
+def _read(runtime: str, env_items: tuple[tuple[str, str], ...], strict: bool) -> Any:
+    """The one memo at plan(): how ``runtime`` reads sorted variables (it depends on them alone)."""
+    return RUNTIMES[runtime].read(env_items, strict=strict)
 
 
 def _bases_entry(topology: Topology) -> tuple[weakref.ref[Topology], dict[Any, Any]]:
@@ -419,15 +437,6 @@ def _forget_topology(key: int, ref: weakref.ref[Topology]) -> None:
         _BASES.pop(key, None)
 
 
-@functools.lru_cache(maxsize=1024)
-def _spec_settings(items: tuple[tuple[str, str], ...]) -> Settings | None:
-    """The spec-level settings of (strictly validated) sorted variables (memoized)."""
-    try:
-        return Settings.from_env(dict(items))
-    except SpecError:  # pragma: no cover - strict settings were validated before
-        return None
-
-
 # ---------------------------------------------------------------------------
 # Entry points
 # ---------------------------------------------------------------------------
@@ -443,7 +452,9 @@ def _mask(topology: Topology, initial_mask: Any) -> frozenset[int]:
             raise PlanError(f"bad initial_mask: {e}") from e
     else:
         m = frozenset(int(c) for c in initial_mask)
-    m = frozenset(m) & topology.cpuset
+    m = frozenset(m)  # the same object when it is one already
+    if not m <= topology.cpuset:
+        m &= topology.cpuset
     if not m:
         raise PlanError(f"initial_mask {format_list(initial_mask) if not isinstance(initial_mask, str) else initial_mask}"
                         f" selects no processor of {topology.describe()}")
@@ -461,26 +472,24 @@ def _rules(runtime: Any) -> Rules:
 
 
 def _run(env_items: tuple[tuple[str, str], ...], topology: Topology | None, initial_mask: Any,
-         strict: bool, threads: int | None, rules: Rules) -> Plan:
-    """Plan sorted settings variables on ``topology`` (default: this machine) by ``rules``."""
-    if topology is None or isinstance(topology, (str, os.PathLike)):
-        topology = Topology.load(topology)  # the forms plan, apply and tune all take
+         strict: bool, rules: Rules, cached: bool = True) -> Plan:
+    """Plan sorted settings variables on ``topology`` by ``rules`` (``cached``: through
+    the read memo and the topology cache; else computed afresh)."""
+    if topology is None:
+        raise TypeError("topology is required: planning is pure and never reads the machine; "
+                        "affinity.plan() and affinity.plan_env() plan for this machine")
     if not isinstance(topology, Topology):
-        raise TypeError(f"topology must be a Topology, 'system', 'synthetic:...' or a file, "
-                        f"not {type(topology).__name__}")
-    if threads is not None:
-        if isinstance(threads, bool) or not isinstance(threads, int):
-            raise TypeError(f"threads must be an int, not {type(threads).__name__}")
-        if threads < 1:
-            raise PlanError(f"threads must be at least 1, got {threads}")
+        raise TypeError(f"topology must be a Topology, not {type(topology).__name__}")
     init = _mask(topology, initial_mask)
-    res: Outcome = rules.evaluate(env_items, topology, init, strict=strict, threads=threads,
-                                  memo=_memo(topology, rules.NAME))
-    spec_settings = _spec_settings(env_items) if strict else None
+    if cached:
+        settings, memo = _read(rules.NAME, env_items, strict), _memo(topology, rules.NAME)
+    else:
+        settings, memo = rules.read(env_items, strict=strict), _fresh_memo()
+    res: Outcome = rules.evaluate(settings, topology, init, memo=memo)
     return Plan(threads=res.threads, cpusets=res.cpusets, places=res.places, place_nums=res.place_nums,
                 warnings=res.warnings, affinity_type=res.affinity_type, granularity=res.granularity,
                 proc_bind=res.proc_bind, num_procs=res.num_procs, env=env_items, initial_mask=init,
-                topology=topology, settings=spec_settings, runtime=rules.NAME, _view=res.view)
+                topology=topology, settings=res.settings, runtime=rules.NAME, _view=res.view)
 
 
 def _env_items(env: Mapping[str, Any], variables: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
@@ -508,8 +517,9 @@ def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,
         ``KMP_HW_SUBSET`` (``KMP_PLACE_THREADS``), ``OMP_PLACES``,
         ``OMP_PROC_BIND`` and ``GOMP_CPU_AFFINITY`` are read; anything else
         is ignored.
-    topology : Topology, optional
-        The machine (default: this machine's, loaded once through hwloc).
+    topology : Topology
+        The machine.  Required here (planning never reads the machine);
+        ``affinity.plan_env`` / ``affinity.plan`` default it to this machine's.
     initial_mask : iterable of int or str, optional
         The process affinity mask (OS proc ids or a cpulist string); by
         default ``topology.allowed``.
@@ -533,15 +543,10 @@ def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,
         :class:`~affinity.machine.topology.Topology`.
     """
     rules = _rules(runtime)
-    return _run(_env_items(env, rules.VARIABLES), topology, initial_mask, False, None, rules)
+    return _run(_env_items(env, rules.VARIABLES), topology, initial_mask, False, rules)
 
 
 _ENV_FORM = re.compile(r"^\s*(" + "|".join(SETTINGS_VARIABLES) + r")=")
-
-
-# spec value -> the variable its str() is a value of
-_SPEC_VARS = ((KmpAffinity, "KMP_AFFINITY"), (OmpPlaces, "OMP_PLACES"), (OmpProcBind, "OMP_PROC_BIND"),
-              (KmpHwSubset, "KMP_HW_SUBSET"), (NumThreads, "OMP_NUM_THREADS"), (ProcList, "GOMP_CPU_AFFINITY"))
 
 
 def _spec_env(spec: Any) -> dict[str, str]:
@@ -554,11 +559,11 @@ def _spec_env(spec: Any) -> dict[str, str]:
         return {"KMP_AFFINITY": spec}
     if isinstance(spec, Settings):
         return spec.to_env()
-    for cls, var in _SPEC_VARS:
-        if isinstance(spec, cls):
-            return {var: str(spec)}
     if isinstance(spec, Mapping):
         return {k: v for k, v in spec.items()}
+    for var in VARIABLES:
+        if var.exported and isinstance(spec, var.type):
+            return {var.name: str(spec)}
     raise TypeError(f"cannot plan from a {type(spec).__name__}")
 
 
@@ -578,8 +583,9 @@ def plan(spec: Any = None, threads: int | None = None, topology: Topology | None
     threads : int, optional
         Overrides ``OMP_NUM_THREADS``; ``None`` gives the runtime's default
         team size.
-    topology : Topology, optional
-        The machine (default: this machine's, loaded once through hwloc).
+    topology : Topology
+        The machine.  Required here (planning never reads the machine);
+        ``affinity.plan_env`` / ``affinity.plan`` default it to this machine's.
     strict : bool
         ``True`` (default): malformed or conflicting settings raise
         :class:`SpecError`; ``False`` behaves like :func:`plan_env`.
@@ -619,5 +625,5 @@ def plan(spec: Any = None, threads: int | None = None, topology: Topology | None
         if threads < 1:
             raise PlanError(f"threads must be at least 1, got {threads}")
         merged["OMP_NUM_THREADS"] = str(threads)
-    return _run(_env_items(merged, rules.VARIABLES), topology, initial_mask, strict, None, rules)
+    return _run(_env_items(merged, rules.VARIABLES), topology, initial_mask, strict, rules)
 

@@ -34,15 +34,15 @@ what libiomp5 was observed to do (see ``docs/semantics.md``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import SpecError
+from ..errors import MalformedValue, SpecError
 from .intel.settings import (HwSubsetItem, KmpAffinity, KmpHwSubset, ProcList, ProcRange, parse_gomp_cpu_affinity,
                              parse_kmp_affinity, parse_kmp_hw_subset)
 from .intel.settings import _parse_gomp, _parse_kmp_affinity, _parse_kmp_hw_subset
-from .syntax import (CORE_ATTRS, HW_LAYERS, PLURAL, Diag, Diagnostic, Malformed, catalog, char_at, isalpha, isdigit,
+from .syntax import (CORE_ATTRS, HW_LAYERS, INTEL, PLURAL, Diag, Dialect, Diagnostic, catalog, char_at, isalpha, isdigit,
                      lower, match, quote, run_parser, skip_digits, skip_to, skip_ws, str_to_int)
 
 
@@ -161,7 +161,7 @@ class OmpPlaces:
 _STD_PLACES = ("threads", "cores", "numa_domains", "ll_caches", "sockets")
 
 
-def _parse_signed(s: str, i: int) -> tuple[int, int]:
+def _parse_signed(s: str, i: int, wrap: bool = False) -> tuple[int, int]:
     sign = 1
     while True:
         i = skip_ws(s, i)
@@ -176,23 +176,23 @@ def _parse_signed(s: str, i: int) -> tuple[int, int]:
         break
     i = skip_ws(s, i)
     if not isdigit(char_at(s, i)):
-        raise Malformed(i, "expected a stride")
+        raise MalformedValue(i, "expected a stride")
     j = skip_digits(s, i)
-    return sign * str_to_int(s, i, j), j
+    return sign * str_to_int(s, i, j, wrap), j
 
 
-def _parse_number(s: str, i: int, what: str) -> tuple[int, int]:
+def _parse_number(s: str, i: int, what: str, wrap: bool = False) -> tuple[int, int]:
     i = skip_ws(s, i)
     if not isdigit(char_at(s, i)):
-        raise Malformed(i, f"expected {what}")
+        raise MalformedValue(i, f"expected {what}")
     j = skip_digits(s, i)
-    return str_to_int(s, i, j), j
+    return str_to_int(s, i, j, wrap), j
 
 
-def _parse_subplaces(s: str, i: int) -> tuple[tuple[SubPlace, ...], int]:
+def _parse_subplaces(s: str, i: int, wrap: bool = False) -> tuple[tuple[SubPlace, ...], int]:
     subs: list[SubPlace] = []
     while True:
-        start, i = _parse_number(s, i, "a proc id")
+        start, i = _parse_number(s, i, "a proc id", wrap)
         i = skip_ws(s, i)
         if char_at(s, i) == "}":
             subs.append(SubPlace(start))
@@ -202,8 +202,8 @@ def _parse_subplaces(s: str, i: int) -> tuple[tuple[SubPlace, ...], int]:
             i += 1
             continue
         if char_at(s, i) != ":":
-            raise Malformed(i, "expected ',', ':' or '}'")
-        count, i = _parse_number(s, i + 1, "a count")
+            raise MalformedValue(i, "expected ',', ':' or '}'")
+        count, i = _parse_number(s, i + 1, "a count", wrap)
         i = skip_ws(s, i)
         if char_at(s, i) in ("}", ","):
             subs.append(SubPlace(start, count))
@@ -212,8 +212,8 @@ def _parse_subplaces(s: str, i: int) -> tuple[tuple[SubPlace, ...], int]:
             i += 1
             continue
         if char_at(s, i) != ":":
-            raise Malformed(i, "expected ',', ':' or '}'")
-        stride, i = _parse_signed(s, i + 1)
+            raise MalformedValue(i, "expected ',', ':' or '}'")
+        stride, i = _parse_signed(s, i + 1, wrap)
         i = skip_ws(s, i)
         subs.append(SubPlace(start, count, stride))
         if char_at(s, i) == "}":
@@ -221,31 +221,31 @@ def _parse_subplaces(s: str, i: int) -> tuple[tuple[SubPlace, ...], int]:
         if char_at(s, i) == ",":
             i += 1
             continue
-        raise Malformed(i, "expected ',' or '}'")
+        raise MalformedValue(i, "expected ',' or '}'")
 
 
-def _parse_place(s: str, i: int) -> tuple[Place, int]:
+def _parse_place(s: str, i: int, wrap: bool = False) -> tuple[Place, int]:
     i = skip_ws(s, i)
     c = char_at(s, i)
     if c == "{":
-        subs, i = _parse_subplaces(s, i + 1)
+        subs, i = _parse_subplaces(s, i + 1, wrap)
         if char_at(s, i) != "}":
-            raise Malformed(i, "expected '}'")
+            raise MalformedValue(i, "expected '}'")
         return Place(members=subs), i + 1
     if c == "!":
-        inner, i = _parse_place(s, i + 1)
+        inner, i = _parse_place(s, i + 1, wrap)
         return Place(exclude=inner), i
     if isdigit(c):
         j = skip_digits(s, i)
-        return Place(proc=str_to_int(s, i, j)), j
-    raise Malformed(i, "expected a place ('{...}', '!place' or a proc id)")
+        return Place(proc=str_to_int(s, i, j, wrap)), j
+    raise MalformedValue(i, "expected a place ('{...}', '!place' or a proc id)")
 
 
-def _parse_place_list(s: str) -> tuple[Place, ...]:
+def _parse_place_list(s: str, wrap: bool = False) -> tuple[Place, ...]:
     places: list[Place] = []
     i = 0
     while True:
-        p, i = _parse_place(s, i)
+        p, i = _parse_place(s, i, wrap)
         i = skip_ws(s, i)
         if i >= len(s):
             places.append(p)
@@ -255,8 +255,8 @@ def _parse_place_list(s: str) -> tuple[Place, ...]:
             i += 1
             continue
         if s[i] != ":":
-            raise Malformed(i, "expected ',' or ':'")
-        count, i = _parse_number(s, i + 1, "a count")
+            raise MalformedValue(i, "expected ',' or ':'")
+        count, i = _parse_number(s, i + 1, "a count", wrap)
         i = skip_ws(s, i)
         if i >= len(s) or s[i] == ",":
             places.append(Place(p.members, p.proc, p.exclude, count))
@@ -265,8 +265,8 @@ def _parse_place_list(s: str) -> tuple[Place, ...]:
             i += 1
             continue
         if s[i] != ":":
-            raise Malformed(i, "expected ',' or ':'")
-        stride, i = _parse_signed(s, i + 1)
+            raise MalformedValue(i, "expected ',' or ':'")
+        stride, i = _parse_signed(s, i + 1, wrap)
         i = skip_ws(s, i)
         places.append(Place(p.members, p.proc, p.exclude, count, stride))
         if i >= len(s):
@@ -274,39 +274,59 @@ def _parse_place_list(s: str) -> tuple[Place, ...]:
         if s[i] == ",":
             i += 1
             continue
-        raise Malformed(i, "expected ',' or the end")
+        raise MalformedValue(i, "expected ',' or the end")
     return tuple(places)
 
 
-def _parse_omp_places(value: str, diag: Diag, name: str = "OMP_PLACES") -> OmpPlaces:
-    s = value
-    scan = 0
-    kind: str | None = None
-    for std in _STD_PLACES:
-        e = match(std, s, scan)
+#: The names ``__kmp_stg_parse_places`` tries after the standard ones: (token, kind).
+_CORE_KINDS = (("core_types", "core_types"), ("core_effs", "core_effs"), ("core_efficiencies", "core_effs"))
+
+
+def _places_kind(s: str) -> tuple[str | None, int]:
+    """The abstract name ``s`` starts with (standard names, then hybrid-core kinds,
+    then every layer's plural), and where it ends; ``(None, 0)`` for a place list."""
+    names = [(std, std) for std in _STD_PLACES] + list(_CORE_KINDS) + \
+        [(PLURAL[layer], PLURAL[layer]) for layer in HW_LAYERS]
+    for token, kind in names:
+        e = match(token, s, 0)
         if e is not None:
-            kind, scan = std, e
-            break
-    if kind is None:
-        for tok, k in (("core_types", "core_types"), ("core_effs", "core_effs"),
-                       ("core_efficiencies", "core_effs")):
-            e = match(tok, s, scan)
-            if e is not None:
-                kind, scan = k, e
-                break
-    if kind is None:
-        for layer in HW_LAYERS:
-            e = match(PLURAL[layer], s, scan)
-            if e is not None:
-                kind, scan = PLURAL[layer], e
-                break
+            return kind, e
+    return None, 0
+
+
+def _core_attribute(s: str, a: int, wrap: bool) -> tuple[str | None, int]:
+    """The attribute of ``cores:<attr>`` starting at ``s[a]`` (``intel_atom``,
+    ``intel_core``, ``eff<N>``, letters allowed between ``eff`` and the number)
+    and where it ends; ``(None, a)`` for an unknown one."""
+    for attr in CORE_ATTRS:
+        e = match(attr, s, a)
+        if e is not None:
+            return attr, e
+    e = match("eff", s, a)
+    if e is None:
+        return None, a
+    j = e
+    while j < len(s) and isalpha(s[j]):
+        j += 1
+    if not isdigit(char_at(s, j)):
+        return None, a
+    k = skip_digits(s, j)
+    return "eff" + str(str_to_int(s, j, k, wrap)), k
+
+
+def _parse_omp_places(value: str, diag: Diag, name: str = "OMP_PLACES") -> OmpPlaces:
+    """``__kmp_stg_parse_places``: an abstract name (with ``:attr`` and
+    ``(count)``), else a place list; malformed input falls back as the runtime does."""
+    s = value
+    kind, scan = _places_kind(s)
     if kind is None:
         try:
-            return OmpPlaces(places=_parse_place_list(s))
-        except Malformed as err:
+            return OmpPlaces(places=_parse_place_list(s, diag.dialect.wrap_ints))
+        except MalformedValue as err:
             # Intel's libiomp5 falls back to "threads" (LLVM's libomp to "cores").
-            diag.warn(f"{name}: syntax error, using threads.", err.pos, detail=f"syntax error: {err.detail}")
-            return OmpPlaces(kind="threads")
+            fallback = diag.dialect.places_fallback
+            diag.warn(f"{name}: syntax error, using {fallback}.", err.pos, detail=f"syntax error: {err.detail}")
+            return OmpPlaces(kind=fallback)
     layer = "core" if kind in ("core_types", "core_effs") else \
         next(k for k, v in PLURAL.items() if v == kind)
     kind_name = catalog(layer, True)  # the runtime names the fallback by its catalog name
@@ -316,40 +336,32 @@ def _parse_omp_places(value: str, diag: Diag, name: str = "OMP_PLACES") -> OmpPl
     attribute: str | None = None
     if kind == "cores" and char_at(s, skip_ws(s, scan)) == ":":
         a = skip_ws(s, scan) + 1
-        for attr in CORE_ATTRS:
-            e = match(attr, s, a)
-            if e is not None:
-                attribute, scan = attr, e
-                break
-        if attribute is None:
-            e = match("eff", s, a)
-            if e is not None:
-                j = e
-                while j < len(s) and isalpha(s[j]):
-                    j += 1
-                if isdigit(char_at(s, j)):
-                    k = skip_digits(s, j)
-                    attribute, scan = "eff" + str(str_to_int(s, j, k)), k
+        attribute, scan = _core_attribute(s, a, diag.dialect.wrap_ints)
         if attribute is None:
             diag.warn(f"{name}: syntax error, using {kind_name}.", a, detail="unknown core attribute")
             return OmpPlaces(kind=kind)
+    return _places_count(s, scan, diag, name, OmpPlaces(kind=kind, attribute=attribute), kind_name)
+
+
+def _places_count(s: str, scan: int, diag: Diag, name: str, places: OmpPlaces, kind_name: str) -> OmpPlaces:
+    """The optional ``(count)`` after an abstract name (from ``s[scan]``)."""
     scan = skip_ws(s, scan)
     if scan >= len(s):
-        return OmpPlaces(kind=kind, attribute=attribute)
+        return places
     if s[scan] != "(":
         diag.warn(f"{name}: syntax error, using {kind_name}.", scan, detail="expected '(count)' or the end")
-        return OmpPlaces(kind=kind, attribute=attribute)
+        return places
     scan = skip_ws(s, scan + 1)
     e = skip_digits(s, scan)
-    count = str_to_int(s, scan, e)
+    count = str_to_int(s, scan, e, diag.dialect.wrap_ints)
     scan = skip_ws(s, e)
     if char_at(s, scan) != ")":
         diag.warn(f"{name}: syntax error, using {kind_name}.", scan, detail="expected a count and ')'")
-        return OmpPlaces(kind=kind, attribute=attribute)
+        return places
     scan = skip_ws(s, scan + 1)
     if scan < len(s):
         diag.warn(f"{name}: extra trailing characters ignored: {quote(s[scan:])}.", scan)
-    return OmpPlaces(kind=kind, attribute=attribute, count=count if count > 0 else None)
+    return OmpPlaces(kind=places.kind, attribute=places.attribute, count=count if count > 0 else None)
 
 
 # ---------------------------------------------------------------------------
@@ -513,7 +525,7 @@ def _parse_num_threads(value: str, diag: Diag, name: str = "OMP_NUM_THREADS") ->
             prev_comma = False
             j = skip_digits(s, i)
             total += 1
-            v = str_to_int(s, i, j)
+            v = str_to_int(s, i, j, diag.dialect.wrap_ints)
             if v < 1:
                 small = True
                 v = 1
@@ -596,18 +608,51 @@ def parse_num_threads(value: str, *, strict: bool = True) -> NumThreads | None:
     return run_parser(_parse_num_threads, value, strict, "OMP_NUM_THREADS")[0]
 
 
-_PARSERS: dict[str, Callable[[str, Diag, str], Any]] = {
-    "KMP_AFFINITY": _parse_kmp_affinity,
-    "OMP_PLACES": _parse_omp_places,
-    "OMP_PROC_BIND": _parse_omp_proc_bind,
-    "KMP_HW_SUBSET": _parse_kmp_hw_subset,
-    "KMP_PLACE_THREADS": _parse_kmp_hw_subset,
-    "OMP_NUM_THREADS": _parse_num_threads,
-    "GOMP_CPU_AFFINITY": _parse_gomp,
-}
+@dataclass(frozen=True)
+class Variable:
+    """One environment variable the runtimes read to place threads.
+
+    Attributes
+    ----------
+    name : str
+        The variable (``KMP_AFFINITY``).
+    type : type
+        The class of its parsed value (:class:`KmpAffinity`).
+    parse : callable
+        Its grammar: ``parse(value, diag, name)`` (strict or lenient as ``diag`` says).
+    attribute : str or None
+        The :class:`Settings` attribute holding it; ``None`` for a variable that is
+        read but never written back (``KMP_PLACE_THREADS``, the old name of
+        ``KMP_HW_SUBSET``).
+    """
+
+    name: str
+    type: type
+    parse: Callable[[str, Diag, str], Any]
+    attribute: str | None
+
+    @property
+    def exported(self) -> bool:
+        """Whether :meth:`Settings.to_env` writes it (``str()`` of the value)."""
+        return self.attribute is not None
 
 
-def parse_lenient(variable: str, value: str) -> tuple[Any, list[Diagnostic]]:
+#: Every variable, in the runtime's processing order (``__kmp_env_initialize``
+#: walks them sorted by name): the one table of variable, value type, parser,
+#: Settings attribute and export.
+VARIABLES = (
+    Variable("GOMP_CPU_AFFINITY", ProcList, _parse_gomp, "gomp_cpu_affinity"),
+    Variable("KMP_AFFINITY", KmpAffinity, _parse_kmp_affinity, "kmp_affinity"),
+    Variable("KMP_HW_SUBSET", KmpHwSubset, _parse_kmp_hw_subset, "kmp_hw_subset"),
+    Variable("KMP_PLACE_THREADS", KmpHwSubset, _parse_kmp_hw_subset, None),
+    Variable("OMP_NUM_THREADS", NumThreads, _parse_num_threads, "num_threads"),
+    Variable("OMP_PLACES", OmpPlaces, _parse_omp_places, "omp_places"),
+    Variable("OMP_PROC_BIND", OmpProcBind, _parse_omp_proc_bind, "omp_proc_bind"),
+)
+_BY_NAME = {v.name: v for v in VARIABLES}
+
+
+def parse_lenient(variable: str, value: str, dialect: Dialect = INTEL) -> tuple[Any, list[Diagnostic]]:
     """Parse ``value`` of environment variable ``variable`` the way the runtime
     does: never raises for bad input.
 
@@ -618,6 +663,8 @@ def parse_lenient(variable: str, value: str) -> tuple[Any, list[Diagnostic]]:
         ``KMP_PLACE_THREADS``, ``OMP_NUM_THREADS`` or ``GOMP_CPU_AFFINITY``.
     value : str
         Its value.
+    dialect : Dialect
+        Whose reading (default: Intel's libiomp5).
 
     Returns
     -------
@@ -631,10 +678,10 @@ def parse_lenient(variable: str, value: str) -> tuple[Any, list[Diagnostic]]:
     ValueError
         ``variable`` is not one of the above.
     """
-    return run_parser(_parser(variable), value, False, variable)
+    return run_parser(_parser(variable), value, False, variable, dialect)
 
 
-def parse_strict(variable: str, value: str) -> tuple[Any, list[Diagnostic]]:
+def parse_strict(variable: str, value: str, dialect: Dialect = INTEL) -> tuple[Any, list[Diagnostic]]:
     """Like :func:`parse_lenient` but raises :class:`SpecError` on malformed
     input; notices about well-formed input are returned.
 
@@ -644,6 +691,8 @@ def parse_strict(variable: str, value: str) -> tuple[Any, list[Diagnostic]]:
         An affinity variable, as for :func:`parse_lenient`.
     value : str
         Its value.
+    dialect : Dialect
+        Whose reading (default: Intel's libiomp5).
 
     Returns
     -------
@@ -659,13 +708,13 @@ def parse_strict(variable: str, value: str) -> tuple[Any, list[Diagnostic]]:
     ValueError
         ``variable`` is not an affinity variable.
     """
-    return run_parser(_parser(variable), value, True, variable)
+    return run_parser(_parser(variable), value, True, variable, dialect)
 
 
 def _parser(variable: str) -> Callable[[str, Diag, str], Any]:
     """The parser of an affinity variable; ValueError for any other name."""
     try:
-        return _PARSERS[variable]
+        return _BY_NAME[variable].parse
     except KeyError:
         raise ValueError(f"not an affinity variable: {variable!r}") from None
 
@@ -676,8 +725,7 @@ def _parser(variable: str) -> Callable[[str, Diag, str], Any]:
 
 #: The variables the runtime reads to place threads, in the order it processes them
 #: (``__kmp_env_initialize`` walks them sorted by name): the planner's input.
-SETTINGS_VARIABLES = ("GOMP_CPU_AFFINITY", "KMP_AFFINITY", "KMP_HW_SUBSET", "KMP_PLACE_THREADS",
-                      "OMP_NUM_THREADS", "OMP_PLACES", "OMP_PROC_BIND")
+SETTINGS_VARIABLES = tuple(v.name for v in VARIABLES)
 #: Those of them that describe a placement on their own (a launcher without a spec
 #: plans from them when the environment has one).
 PLACEMENT_VARIABLES = ("KMP_AFFINITY", "OMP_PLACES", "OMP_PROC_BIND")
@@ -770,18 +818,10 @@ class Settings:
             One entry per variable set.
         """
         env: dict[str, str] = {}
-        if self.gomp_cpu_affinity is not None:
-            env["GOMP_CPU_AFFINITY"] = str(self.gomp_cpu_affinity)
-        if self.kmp_affinity is not None:
-            env["KMP_AFFINITY"] = str(self.kmp_affinity)
-        if self.kmp_hw_subset is not None:
-            env["KMP_HW_SUBSET"] = str(self.kmp_hw_subset)
-        if self.num_threads is not None:
-            env["OMP_NUM_THREADS"] = str(self.num_threads)
-        if self.omp_places is not None:
-            env["OMP_PLACES"] = str(self.omp_places)
-        if self.omp_proc_bind is not None:
-            env["OMP_PROC_BIND"] = str(self.omp_proc_bind)
+        for var in VARIABLES:
+            value = getattr(self, var.attribute) if var.exported else None
+            if value is not None:
+                env[var.name] = str(value)
         return env
 
     def __str__(self) -> str:
@@ -806,16 +846,25 @@ class Settings:
         SpecError
             A variable's value is malformed.
         """
-        kw: dict[str, Any] = {}
-        for key, attr, fn in (("KMP_AFFINITY", "kmp_affinity", parse_kmp_affinity),
-                              ("OMP_PLACES", "omp_places", parse_omp_places),
-                              ("OMP_PROC_BIND", "omp_proc_bind", parse_omp_proc_bind),
-                              ("KMP_HW_SUBSET", "kmp_hw_subset", parse_kmp_hw_subset),
-                              ("OMP_NUM_THREADS", "num_threads", parse_num_threads),
-                              ("GOMP_CPU_AFFINITY", "gomp_cpu_affinity", parse_gomp_cpu_affinity)):
-            if key in env:
-                kw[attr] = fn(env[key])
-        return Settings(**kw)
+        return Settings.of({var.name: run_parser(var.parse, env[var.name], True, var.name)[0]
+                            for var in VARIABLES if var.exported and var.name in env})
+
+    @staticmethod
+    def of(values: Mapping[str, Any]) -> "Settings":
+        """The settings of already parsed values.
+
+        Parameters
+        ----------
+        values : mapping of str to value
+            Variable name -> its parsed value (as :func:`parse_strict` returns it);
+            variables without a :class:`Settings` attribute are left out.
+
+        Returns
+        -------
+        Settings
+        """
+        return Settings(**{var.attribute: values[var.name] for var in VARIABLES
+                           if var.exported and var.name in values})
 
     @staticmethod
     def parse(text: str) -> "Settings":

@@ -75,11 +75,47 @@ class Diagnostic:
     detail: str | None = None
 
 
+@dataclass(frozen=True)
+class Dialect:
+    """Where a runtime of the Intel/LLVM family reads or applies its settings
+    differently from Intel's libiomp5 (the reference: :data:`INTEL`).
+
+    Attributes
+    ----------
+    name : str
+        The runtime's registry name.
+    wrap_ints : bool
+        ``__kmp_str_to_int`` lets a number beyond ``INT_MAX`` wrap around as a C
+        ``int`` does (LLVM's libomp) instead of saturating at ``INT_MAX`` (libiomp5).
+    places_fallback : str
+        The abstract place name a malformed ``OMP_PLACES`` falls back to.
+    numa_layer : bool
+        The runtime's table of the machine has a NUMA layer read from sysfs
+        (libiomp5); LLVM's libomp knows NUMA domains only through hwloc.
+    strict_crashes : bool
+        The runtime crashes where libiomp5 warns and goes on: a ``proclist`` with
+        an affinity type other than ``explicit``, an ``OMP_NUM_THREADS`` without a
+        valid team size, an ``OMP_PLACES`` exclusion that sets bits beyond the
+        machine's OS procs (libomp 19).
+    """
+
+    name: str
+    wrap_ints: bool = False
+    places_fallback: str = "threads"
+    numa_layer: bool = True
+    strict_crashes: bool = False
+
+
+#: Intel's libiomp5: the reference every other dialect is described against.
+INTEL = Dialect("intel")
+
+
 class Diag:
-    def __init__(self, strict: bool, value: str, what: str):
+    def __init__(self, strict: bool, value: str, what: str, dialect: Dialect = INTEL):
         self.strict = strict
         self.value = value
         self.what = what
+        self.dialect = dialect
         self.items: list[Diagnostic] = []
 
     def warn(self, text: str, pos: int | None = None, *, error: bool = True,
@@ -93,16 +129,6 @@ class Diag:
                 msg = f"{msg} ({detail})"
             raise SpecError(msg, self.value, pos if pos is not None else 0, what=self.what)
         self.items.append(Diagnostic(text, error, pos, detail))
-
-
-class Malformed(Exception):
-    """A malformed value found inside a helper: where (``pos``), why (``detail``)
-    and what kind of error; the parser that catches it issues the runtime's warning."""
-
-    def __init__(self, pos: int, detail: str | None, what: str = "syntax error"):
-        self.pos = pos
-        self.detail = detail
-        self.what = what
 
 
 def quote(s: str) -> str:
@@ -167,13 +193,17 @@ def match(token: str, s: str, i: int) -> int | None:
     return None
 
 
-def str_to_int(s: str, i: int, j: int) -> int:
+def str_to_int(s: str, i: int, j: int, wrap: bool = False) -> int:
     """``__kmp_str_to_int`` on the digits ``s[i:j]``, seeing the rest of the
     string as the runtime does: a size suffix right after the digits
     (``b``, ``k``, ``m``) multiplies the value when it ends the string and
-    makes it 0 otherwise.  Intel's runtime saturates at INT_MAX."""
+    makes it 0 otherwise.  Intel's runtime saturates at INT_MAX; with ``wrap``
+    (LLVM's libomp) the digits accumulate in a C ``int`` that wraps around."""
     v = int(s[i:j]) if j > i else 0
-    if v > INT_MAX:
+    if wrap:
+        v &= 0xFFFFFFFF
+        v = v - 2**32 if v > INT_MAX else v
+    elif v > INT_MAX:
         v = INT_MAX
     c = s[j] if j < len(s) else ""
     factor = {"b": 1, "B": 1, "k": 1024, "K": 1024, "m": 1024 * 1024, "M": 1024 * 1024}.get(c)
@@ -217,9 +247,10 @@ def cdiv(a: int, b: int) -> int:
 T = TypeVar("T")
 
 
-def run_parser(fn: Callable[[str, Diag, str], T], value: str, strict: bool, what: str) -> tuple[T, list[Diagnostic]]:
+def run_parser(fn: Callable[[str, Diag, str], T], value: str, strict: bool, what: str,
+               dialect: Dialect = INTEL) -> tuple[T, list[Diagnostic]]:
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a string, not {type(value).__name__}")
-    diag = Diag(strict, value, what)
+    diag = Diag(strict, value, what, dialect)
     v = fn(value, diag, what)
     return v, diag.items

@@ -180,8 +180,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         from ..machine.topology import Topology  # lazy: a command loads only its own layers
 
         rows = list(bmap.rows)
-        roles = [r.role if r.role in ("main", "tf-intra", "tf-inter", "tf-other", "openmp") else
-                 {"torch-intra": "tf-intra", "torch-inter": "tf-inter"}.get(r.role, "other") for r in rows]
+        from .picture import ROLES  # lazy: a command loads only its own layers
+
+        alias = {"torch-intra": "tf-intra", "torch-inter": "tf-inter"}  # drawn in the pools' colours
+        roles = [r.role if r.role in ROLES else alias.get(r.role, "other") for r in rows]
         _write_picture(args.picture, Topology.from_system(), [r.actual for r in rows], roles=roles,
                        title=f"pid {bmap.pid}: {_plural(len(rows), 'thread')}")
     return 1 if bmap.mismatches else 0
@@ -190,7 +192,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run  # lazy: a command loads only its own layers
 
-    return run(sys.stdout, model=args.model, batch_size=args.batch_size, num_batches=args.num_batches)
+    return run(sys.stdout, model=args.model, batch_size=args.batch_size, num_batches=args.num_batches,
+               rounds=args.rounds)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -205,7 +208,9 @@ def _ranks_args(adder: str, p: argparse.ArgumentParser) -> None:
     getattr(ranks_report, adder)(p)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line; ``only="run"``: with the ``run`` command alone (what
+    ``affinity run`` parses: it starts without building or importing the others)."""
     import argparse  # the standard parser: only once a command line is parsed
 
     parser = argparse.ArgumentParser(
@@ -222,6 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    if only == "run":
+        from ..launcher.run import add_run_parser  # lazy: a command loads only its own layers
+
+        add_run_parser(sub)
+        return parser
 
     p = sub.add_parser("topology", help="show a machine: packages, NUMA nodes, cores, PUs")
     _add_topology_arg(p)
@@ -274,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", choices=["resnet50", "small_cnn", "matmul"], default="resnet50")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--num-batches", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3,
+                   help="runs of each side, defaults and pinned interleaved (default 3: a spread for each)")
     p.set_defaults(func=cmd_demo)
 
     from ..launcher.run import add_run_parser  # lazy: a command loads only its own layers
@@ -290,14 +302,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: optional packages a command may need -> (what it is, the extra that installs it)
+_EXTRAS = {"tensorflow": ("TensorFlow", "tf"), "torch": ("PyTorch", "torch"), "optuna": ("optuna", "tune"),
+           "PIL": ("Pillow", "picture")}
+
+
+def _missing_extra(e: ModuleNotFoundError) -> str | None:
+    """One line for an optional package that is not installed, naming the extra that
+    installs it; None for any other missing module (a real bug: its traceback stays)."""
+    top = (e.name or "").partition(".")[0]
+    if top not in _EXTRAS:
+        return None
+    what, extra = _EXTRAS[top]
+    return f"{what} is not installed (no module named {top!r}): pip install 'kmp-affinity[{extra}]'"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     launch_key = None
     if argv is None and sys.argv[1:2] == ["run"]:  # the program, not a caller's argv
         from ..launcher.fastpath import start  # lazy: affinity run's start-up imports nothing else
 
         launch_key = start(sys.argv[2:])  # no return when the launch is remembered
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser("run" if words[:1] == ["run"] else None)
+    args = parser.parse_args(words)
     if launch_key is not None:
         args.launch_key = launch_key
     try:
@@ -307,6 +335,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AffinityError as e:
         print(f"affinity {args.command}: error: {e}", file=sys.stderr)
         return exit_status(e)
+    except ModuleNotFoundError as e:
+        missing = _missing_extra(e)
+        if missing is None:
+            raise
+        print(f"affinity {args.command}: error: {missing}", file=sys.stderr)
+        return exit_status(CommandError(missing))
     except BrokenPipeError:  # `affinity topology | head`
         return 0
     except KeyboardInterrupt as e:  # Ctrl-C, also during a long native load: no traceback

@@ -3,15 +3,22 @@
 1. the topology of this machine (and, for scale, of a 2 x 28 x 2 Xeon);
 2. the plan recommended for TensorFlow here, as Intel's runtime would bind it;
 3. a bind + read-back of the calling thread on every allowed CPU;
-4. the tf_cnn_benchmarks-style workload run twice, each in a fresh process
-   (TensorFlow configures its pools once per process): with TensorFlow's
-   defaults, then under the recommended plan; both throughputs, their ratio,
-   the thread counts and the pinned run's bind map;
+4. the tf_cnn_benchmarks-style workload, each run in a fresh process (TensorFlow
+   configures its pools once per process), with TensorFlow's defaults and under the
+   recommended plan, **interleaved** over several rounds (defaults and pinned
+   alternate, so both see the same load); the medians, the spread of each side,
+   the ratio and the tuner's verdict -- "no significant difference" when the spreads
+   overlap; then the thread counts and the last pinned run's bind map;
 5. PyTorch's row beside it (:func:`~affinity.tools.workload_torch.demo_rows`).
+
+Each row of that comparison is :func:`affinity.tools.rows.measure_row` (any
+workload: a callable that runs it once, defaults or pinned) and
+:func:`~affinity.tools.rows.row_text`: TensorFlow's and PyTorch's rows share them.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -23,6 +30,7 @@ from ..binding.threads import get_affinity, set_affinity
 from ..cpulist import format_list
 from ..machine.topology import Topology
 from ..planning.planner import plan
+from .rows import Row, measure_row, row_text
 from .workload import recommend
 from .workload_torch import demo_rows
 
@@ -40,7 +48,16 @@ def _bench(args: list[str]) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def run(out: TextIO, *, model: str = "resnet50", batch_size: int = 16, num_batches: int = 10) -> int:
+def _require_tensorflow() -> None:
+    """Fail before any output when TensorFlow is not installed: the workload needs it,
+    and the command line says so in one line (a ``ModuleNotFoundError`` named after it)."""
+    if importlib.util.find_spec("tensorflow") is None:
+        raise ModuleNotFoundError("No module named 'tensorflow'", name="tensorflow")
+
+
+def run(out: TextIO, *, model: str = "resnet50", batch_size: int = 16, num_batches: int = 10,
+        rounds: int = 3) -> int:
+    _require_tensorflow()
 
     def say(text: str = "") -> None:
         print(text, file=out, flush=True)
@@ -85,20 +102,21 @@ def run(out: TextIO, *, model: str = "resnet50", batch_size: int = 16, num_batch
     common = ["--model", model, "--batch-size", str(batch_size), "--num-batches", str(num_batches),
               "--forward-only"]
     say(f"== Workload: {model}, batch {batch_size}, {num_batches} batches, forward only, "
-        f"synthetic data ==")
-    base = _bench(common)
-    say(f"TensorFlow defaults:        {base['images_per_sec']:8.2f} images/sec   "
-        f"(intra_op={base['intra_op_threads']}, inter_op={base['inter_op_threads']}, threads not pinned)")
-    pinned = _bench([*common, "--pin", spec, "--threads", str(n)])
-    say(f"pinned (recommended plan): {pinned['images_per_sec']:8.2f} images/sec   "
-        f"(intra_op={pinned['intra_op_threads']}, inter_op={pinned['inter_op_threads']}, {spec})")
-    ratio = pinned["images_per_sec"] / base["images_per_sec"]
-    say(f"ratio pinned / defaults: {ratio:.3f}")
+        f"synthetic data; defaults and pinned interleaved, {rounds} run{'s' if rounds != 1 else ''} each ==")
+    pin = ["--pin", spec, "--threads", str(n)]
+    row = measure_row(f"TensorFlow {model}", lambda pinned: _bench([*common, *pin] if pinned else common),
+                      rounds, progress=say)
+    for line in row_text(row):
+        say(line)
+    base, pinned = row.last_defaults, row.last
+    say(f"  threads: defaults intra_op={base['intra_op_threads']} inter_op={base['inter_op_threads']} "
+        f"(not pinned); pinned intra_op={pinned['intra_op_threads']} inter_op={pinned['inter_op_threads']} "
+        f"({spec})")
     say()
     say("== PyTorch beside it: small CNN, batch 32, inference; affinity.apply() before import torch ==")
-    torch_pinned = demo_rows(say, spec, n)
+    torch_pinned = demo_rows(say, spec, n, rounds=rounds)
     say()
-    say("== Bind map of the pinned run ==")
+    say("== Bind map of the last pinned run ==")
     say(pinned["bind_map"])
     if torch_pinned is not None:
         say()

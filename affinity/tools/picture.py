@@ -33,6 +33,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import operator
@@ -54,6 +55,7 @@ __all__ = [
     "ROLES",
     "Rect",
     "layout",
+    "png_font",
     "render_png",
     "render_svg",
     "save",
@@ -67,6 +69,7 @@ ROLES: Mapping[str, tuple[str, str]] = {
     "tf-inter": ("e", "#fd8d3c"),
     "tf-other": ("f", "#e79ac4"),
     "openmp": ("o", "#74c476"),
+    "blas": ("b", "#9e9ac8"),
     "main": ("m", "#b4a7e0"),
     "other": ("x", "#e7c25a"),
 }
@@ -430,14 +433,24 @@ def _names_text(items: Sequence[tuple[str, int]]) -> str:
 def _abbreviate(items: Sequence[tuple[str, int]], max_chars: int) -> str:
     """The names of ``items`` in at most ``max_chars`` characters: the whole list
     when it fits, else its first names and ``+N`` for the ``N`` left out."""
+    return _abbreviated(items, max_chars)[0]
+
+
+def _abbreviated(items: Sequence[tuple[str, int]], max_chars: int) -> tuple[str, int]:
+    """(:func:`_abbreviate`'s text, how many of ``items`` it names)."""
     full = _names_text(items)
     if len(full) <= max_chars:
-        return full
+        return full, len(items)
     for keep in range(len(items) - 1, 0, -1):
         s = f"{_names_text(items[:keep])}+{len(items) - keep}"
         if len(s) <= max_chars:
-            return s
-    return f"+{len(items)}"
+            return s, keep
+    return f"+{len(items)}", 0
+
+
+def _named(ts: Sequence[_Thread]) -> list[_Thread]:
+    """The threads of one PU that its label names (the others are its ``+N``)."""
+    return list(ts[:_abbreviated([(t.prefix, t.rank) for t in ts], _THREAD_CHARS_MAX)[1]])
 
 
 def _tint(color: str, amount: float = 0.6) -> str:
@@ -607,12 +620,14 @@ def _numa_tooltip(node: NumaNode) -> str:
 
 
 def _threads_on_pus(threads: Sequence[_Thread]) -> dict[int, list[_Thread]]:
-    """OS index -> the threads whose set contains that PU, in thread order."""
+    """OS index -> the threads whose set contains that PU: those bound to it alone
+    first, then those floating over it, each in thread order (a label too short for
+    all of them names the pinned ones; a live process has many floating threads)."""
     on_pu: dict[int, list[_Thread]] = {}
     for t in threads:
         for c in sorted(t.cpus):
             on_pu.setdefault(c, []).append(t)
-    return on_pu
+    return {c: sorted(ts, key=lambda t: (t.floating, t.number)) for c, ts in on_pu.items()}
 
 
 def _thread_fills(area: Rect, ts: Sequence[_Thread]) -> list[Fill]:
@@ -958,33 +973,42 @@ def _legend(topo: Topology, threads: Sequence[_Thread], on_pu: Mapping[int, Sequ
     def solid(color: str, stroke: str | None = None, dashed: bool = False) -> Fill:
         return Fill(Rect(0, 0, sw_w, sw_h), color, stroke, dashed)
 
+    named = {t.number: t for ts in on_pu.values() for t in _named(ts)}  # what the labels show
+    hidden = len(threads) - len(named)
     if threads:
         if threads[0].prefix:
             counts: dict[str, int] = {}
-            for t in threads:
+            for t in named.values():
                 counts[t.prefix] = counts.get(t.prefix, 0) + 1
             for role, (prefix, color) in ROLES.items():
                 if prefix in counts:
                     n = counts[prefix]
-                    last = f"..{prefix}{n - 1}" if n > 1 else ""
-                    items.append((f"role-{role}", [((solid(color),), f"{prefix}0")],
-                                  f"{role}: {n} thread{'s' if n != 1 else ''} ({prefix}0{last})"))
+                    ranks = sorted(t.rank for t in named.values() if t.prefix == prefix)
+                    items.append((f"role-{role}", [((solid(color),), f"{prefix}{ranks[0]}")],
+                                  f"{role}: {n} thread{'s' if n != 1 else ''} "
+                                  f"({_names_text([(prefix, r) for r in ranks])})"))
         else:
             shown = min(len(threads), len(_PALETTE))
             repeat = f", repeating every {len(_PALETTE)}" if len(threads) > len(_PALETTE) else ""
             items.append(("threads", [((solid(_PALETTE[i]),), str(i)) for i in range(shown)],
                           f"thread numbers, coloured by number{repeat}"))
-        c, name = threads[0].color, threads[0].name
-        items.append(("alone", [((solid(c),), name)], "bound to this PU alone"))
-        items.append(("floating", [((solid(_tint(c), _shade(c), True),), name)],
-                      "set spans several PUs: the thread floats over each of them"))
+        alone = next((t for t in threads if not t.floating and t.number in named), None)
+        floating = next((t for t in threads if t.floating and t.number in named), None)
+        if alone is not None:
+            items.append(("alone", [((solid(alone.color),), alone.name)], "bound to this PU alone"))
+        if floating is not None:
+            items.append(("floating", [((solid(_tint(floating.color), _shade(floating.color), True),),
+                                        floating.name)],
+                          "set spans several PUs: the thread floats over each of them"))
         if any(len(ts) > 1 for ts in on_pu.values()):
             half = sw_w // 2
             items.append(("shared", [((Fill(Rect(0, 0, half, sw_h), _PALETTE[0]),
                                        Fill(Rect(half, 0, sw_w - half, sw_h), _PALETTE[1])), "0,1")],
                           "several threads may run on this PU"))
-        if any(len(ts) > _STRIPES_MAX for ts in on_pu.values()):
+        if hidden or any(len(ts) > _STRIPES_MAX for ts in on_pu.values()):
             items.append(("many", [((solid(_MANY, "#6f7f99"),), "+N")],
+                          f"+N: N more threads may run here ({hidden} named nowhere: see the bind map)"
+                          if hidden else
                           f"more than {_STRIPES_MAX} threads: the first ones, then +N for the rest"))
     if topo.allowed != topo.cpuset:
         items.append(("disallowed", [((solid(_PU_OFF[0], _PU_OFF[1], True),), "P#")],
@@ -1125,6 +1149,24 @@ def _pillow() -> tuple[Any, Any, Any]:
     return Image, ImageDraw, ImageFont
 
 
+@functools.lru_cache(maxsize=64)
+def png_font(size: int, *, bold: bool = False, sans: bool = False) -> Any:
+    """A TrueType font for PNG text (DejaVu Sans Mono, or DejaVu Sans with ``sans``),
+    else Pillow's default at that size: every PNG this package draws uses it, so that
+    text keeps its spaces (Pillow's old bitmap font draws some of them zero-wide)."""
+    _, _, ImageFont = _pillow()
+    family = "DejaVuSans" if sans else "DejaVuSansMono"
+    for name in ([f"{family}-Bold.ttf"] if bold else []) + [f"{family}.ttf"]:
+        try:
+            return ImageFont.truetype(name, size)
+        except OSError:
+            continue
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow < 10.1: a fixed-size bitmap font
+        return ImageFont.load_default()
+
+
 def _rgb(color: str) -> tuple[int, int, int]:
     return int(color[1:3], 16), int(color[3:5], 16), int(color[5:7], 16)
 
@@ -1133,24 +1175,9 @@ def _png(lay: Layout, scale: int) -> bytes:
     Image, ImageDraw, ImageFont = _pillow()
     img = Image.new("RGB", (lay.width * scale, lay.height * scale), _rgb(lay.background))
     draw = ImageDraw.Draw(img)
-    fonts: dict[tuple[int, bool], Any] = {}
 
     def font(size: int, bold: bool) -> Any:
-        key = (size * scale, bold)
-        if key not in fonts:
-            names = (["DejaVuSansMono-Bold.ttf"] if bold else []) + ["DejaVuSansMono.ttf"]
-            for name in names:
-                try:
-                    fonts[key] = ImageFont.truetype(name, key[0])
-                    break
-                except OSError:
-                    continue
-            else:
-                try:
-                    fonts[key] = ImageFont.load_default(size=key[0])
-                except TypeError:  # Pillow < 10.1: a fixed-size bitmap font
-                    fonts[key] = ImageFont.load_default()
-        return fonts[key]
+        return png_font(size * scale, bold=bold)
 
     def rect(r: Rect, fill: str, stroke: str | None, dashed: bool) -> None:
         x0, y0 = r.x * scale, r.y * scale

@@ -26,6 +26,9 @@ together instead.  See ``docs/pytest.md``.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -96,13 +99,65 @@ def affinity_binding(request: pytest.FixtureRequest) -> Iterator[Any]:
         spec = DEFAULT_SPEC
     marker = request.node.get_closest_marker(MARKER)
     keywords = dict(marker.kwargs) if marker is not None else {}
-    with pinned(spec, **keywords) as binding:
+    with _at_marker(request.node):
+        block, binding = _enter(pinned, spec, keywords)
+    try:
         request.node.stash[_BINDING] = binding
-        try:
-            _describe_benchmark(request, spec, keywords, binding)
-            yield binding
-        finally:
+        _describe_benchmark(request, spec, keywords, binding)
+        yield binding
+    finally:
+        if _BINDING in request.node.stash:
             del request.node.stash[_BINDING]
+        block.__exit__(None, None, None)
+
+
+def _enter(pinned: Any, spec: Any, keywords: dict[str, Any]) -> tuple[Any, Any]:
+    """Enter ``pinned(spec, strict=True, **keywords)``: a spec the runtime would not
+    read (a typo: it would bind nothing) fails the case in one line instead of
+    benchmarking it unbound; ``strict=False`` in the marker reads it as the runtime does."""
+    from ..errors import SpecError  # lazy: see affinity_binding
+
+    block = pinned(spec, **{"strict": True, **keywords})
+    try:
+        return block, block.__enter__()
+    except SpecError as e:
+        reason = f"affinity spec {str(spec)!r}: {str(e).splitlines()[0]}"
+    pytest.fail(reason, pytrace=False)  # outside the except: no chained traceback
+
+
+@contextlib.contextmanager
+def _at_marker(item: pytest.Item) -> Iterator[None]:
+    """Warnings raised while the case's binding is applied (an oversubscribed thread
+    count, a setting kept...) point at the test's ``affinity`` marker, the line the
+    user wrote, rather than at this plugin."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    filename, lineno = marker_location(item)
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, filename, lineno,
+                               module=getattr(getattr(item, "module", None), "__name__", None))
+
+
+def marker_location(item: pytest.Item) -> tuple[str, int]:
+    """(file, line) of the test's ``affinity`` marker: the decorator line when the
+    test has one, else the test's ``def`` (a marker set elsewhere, or ``--affinity``)."""
+    fn = getattr(item, "function", None)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        path, line, _ = item.location
+        return str(item.path), (line or 0) + 1
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return code.co_filename, code.co_firstlineno
+    for i, text in enumerate(lines):
+        stripped = text.lstrip()
+        if stripped.startswith(("def ", "async def ")):
+            return code.co_filename, first + i
+        if stripped.startswith("@") and f"{MARKER}(" in stripped:
+            return code.co_filename, first + i
+    return code.co_filename, code.co_firstlineno
 
 
 def _describe_benchmark(request: pytest.FixtureRequest, spec: Any, keywords: dict[str, Any],

@@ -217,12 +217,61 @@ def table(rows: Sequence[tuple[str, Sequence[float]]], *, unit: str, direction: 
 # ------------------------------------------------------------------ the plot
 
 _W, _H, _L, _R, _T, _B = 720, 400, 70, 20, 40, 50
+_BEST, _DOT, _FAILED, _DEFAULTS = "#2a9d55", "#1f5fbf", "#c0392b", "#888"
+_LABELLED = 4  #: configurations named under the plot: the last improvements of the best
+
+
+def _ticks(lo: float, hi: float, most: int = 8) -> tuple[list[float], int]:
+    """Round tick values in ``[lo, hi]`` (steps of 1, 2, 2.5 or 5 times a power of
+    ten, at most ``most``) and the decimals that show them all alike."""
+    span = hi - lo
+    raw = span / max(1, most - 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first = math.ceil(lo / step) * step
+    ticks = [first + k * step for k in range(int((hi - first) / step + 1e-9) + 1)]
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9) + (1 if step / mag == 2.5 else 0))
+    return ticks, decimals
+
+
+def _improvements(ok: Sequence[Any], sign: int) -> list[Any]:
+    """The trials that raised the best so far, in order."""
+    out, best = [], None
+    for r in sorted(ok, key=lambda r: r.number):
+        if best is None or sign * r.value > sign * best:
+            best = r.value
+            out.append(r)
+    return out
+
+
+def _legend(y: float, baseline: float | None, failed: bool) -> list[tuple[Any, ...]]:
+    """One row: what each mark of the plot is."""
+    out: list[tuple[Any, ...]] = []
+    x = _L
+    items: list[tuple[str, str]] = [("dot", "trial"), ("best", "best so far")]
+    if baseline is not None:
+        items.append(("defaults", "defaults (as they are)"))
+    if failed:
+        items.append(("cross", "failed trial (no value)"))
+    for kind, text in items:
+        if kind == "dot":
+            out.append(("dot", x + 8, y - 4, 4, _DOT))
+        elif kind == "cross":
+            out.append(("cross", x + 8, y - 4, 4, _FAILED))
+        else:
+            color, width, dashed = (_BEST, 2, False) if kind == "best" else (_DEFAULTS, 1.5, True)
+            out.append(("line", x, y - 4, x + 18, y - 4, color, width, dashed))
+        out.append(("text", x + 24, y, text, 11, "start", "#222"))
+        x += 24 + round(6.5 * len(text)) + 22
+    return out
 
 
 def _shapes(records: Sequence[Any], baseline: float | None, direction: str, unit: str,
-            title: str) -> list[tuple[Any, ...]]:
-    """The plot as primitives: ("line", x1, y1, x2, y2, color, width, dashed),
-    ("dot", x, y, r, color), ("cross", x, y, r, color), ("text", x, y, text, size, anchor, color)."""
+            title: str) -> tuple[list[tuple[Any, ...]], int]:
+    """The plot as primitives, and its height: ("line", x1, y1, x2, y2, color, width,
+    dashed), ("dot", x, y, r, color), ("cross", x, y, r, color), ("text", x, y, text,
+    size, anchor, color).  Under the axes: a legend, and the configurations of the
+    last trials that raised the best so far (marked #N on the plot)."""
     ok = [r for r in records if r.state == "complete"]
     vals = [r.value for r in ok] + ([baseline] if baseline is not None else [])
     lo, hi = (min(vals), max(vals)) if vals else (0.0, 1.0)
@@ -235,41 +284,49 @@ def _shapes(records: Sequence[Any], baseline: float | None, direction: str, unit
     py = (lambda v: _T + (_H - _T - _B) * (1 - (v - lo) / (hi - lo)))
     out: list[tuple[Any, ...]] = [("text", _W / 2, 22, title, 14, "middle", "#222")]
     out += [("line", _L, _H - _B, _W - _R, _H - _B, "#444", 1, False), ("line", _L, _T, _L, _H - _B, "#444", 1, False)]
-    for k in range(5):
-        v = lo + (hi - lo) * k / 4
+    ticks, decimals = _ticks(lo, hi)
+    for v in ticks:
         out += [("line", _L - 4, py(v), _L, py(v), "#444", 1, False),
-                ("text", _L - 6, py(v) + 4, fmt(v), 11, "end", "#444")]
+                ("text", _L - 6, py(v) + 4, f"{v:,.{decimals}f}", 11, "end", "#444")]
     step = max(1, n // 10)
     for i in range(0, n, step):
         out.append(("text", px(i), _H - _B + 16, str(i + 1), 11, "middle", "#444"))
-    out.append(("text", (_L + _W - _R) / 2, _H - 12, "trial", 12, "middle", "#222"))
+    out.append(("text", (_L + _W - _R) / 2, _H - _B + 34, "trial", 12, "middle", "#222"))
     out.append(("text", 14, _T - 10, unit, 12, "start", "#222"))
     if baseline is not None:
-        out.append(("line", _L, py(baseline), _W - _R, py(baseline), "#888", 1.5, True))
-        out.append(("text", _W - _R - 4, py(baseline) - 6, "defaults", 11, "end", "#666"))
+        out.append(("line", _L, py(baseline), _W - _R, py(baseline), _DEFAULTS, 1.5, True))
     sign = 1 if direction == "maximize" else -1
-    best, prev = None, None
-    for r in sorted(ok, key=lambda r: r.number):
-        if best is None or sign * r.value > sign * best:
-            best = r.value
-        pt = (px(r.number), py(best))
+    better = _improvements(ok, sign)
+    prev = None
+    for r in better:
+        pt = (px(r.number), py(r.value))
         if prev is not None:
-            out += [("line", prev[0], prev[1], pt[0], prev[1], "#2a9d55", 2, False),
-                    ("line", pt[0], prev[1], pt[0], pt[1], "#2a9d55", 2, False)]
+            out += [("line", prev[0], prev[1], pt[0], prev[1], _BEST, 2, False),
+                    ("line", pt[0], prev[1], pt[0], pt[1], _BEST, 2, False)]
         prev = pt
+    if prev is not None:  # the best so far holds to the last trial
+        out.append(("line", prev[0], prev[1], px(n - 1), prev[1], _BEST, 2, False))
     for r in records:
         if r.state == "complete":
-            out.append(("dot", px(r.number), py(r.value), 4, "#1f5fbf"))
+            out.append(("dot", px(r.number), py(r.value), 4, _DOT))
         elif r.state == "infeasible":
-            out.append(("cross", px(r.number), _H - _B - 8, 4, "#c0392b"))
-    return out
+            out.append(("cross", px(r.number), _H - _B - 8, 4, _FAILED))
+    named = better[-_LABELLED:]
+    for r in named:
+        out.append(("text", px(r.number), py(r.value) - 8, f"#{r.number + 1}", 10, "middle", _BEST))
+    y = _H + 4
+    out += _legend(y, baseline, any(r.state == "infeasible" for r in records))
+    for r in reversed(named):  # the best first
+        y += 17
+        out.append(("text", _L, y, f"#{r.number + 1}  {_fmt(r.value)}  {describe(r.config)}", 11, "start", "#222"))
+    return out, y + 14
 
 
-def _svg(shapes: list[tuple[Any, ...]]) -> bytes:
+def _svg(shapes: list[tuple[Any, ...]], height: int) -> bytes:
     from xml.sax.saxutils import escape
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" '
-             f'font-family="sans-serif"><rect width="{_W}" height="{_H}" fill="white"/>']
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height}" viewBox="0 0 {_W} {height}" '
+             f'font-family="DejaVu Sans, sans-serif"><rect width="{_W}" height="{height}" fill="white"/>']
     for s in shapes:
         if s[0] == "line":
             dash = ' stroke-dasharray="6,4"' if s[7] else ""
@@ -283,24 +340,34 @@ def _svg(shapes: list[tuple[Any, ...]]) -> bytes:
                          f'L{x + r:.1f},{y - r:.1f}" stroke="{c}" stroke-width="2"/>')
         else:
             parts.append(f'<text x="{s[1]:.1f}" y="{s[2]:.1f}" font-size="{s[4]}" text-anchor="{s[5]}" '
-                         f'fill="{s[6]}">{escape(str(s[3]))}</text>')
+                         f'fill="{s[6]}" xml:space="preserve">{escape(str(s[3]))}</text>')
     parts.append("</svg>")
     return "\n".join(parts).encode()
 
 
-def _png(shapes: list[tuple[Any, ...]]) -> bytes:
+def _png(shapes: list[tuple[Any, ...]], height: int) -> bytes:
     try:
-        from PIL import Image, ImageDraw, ImageFont
+        from PIL import Image, ImageDraw
     except ImportError as e:  # pragma: no cover - Pillow is in the test extra
         raise TuneError("a PNG plot needs Pillow: pip install 'kmp-affinity[picture]' (or write .svg)") from e
     import io
 
-    img = Image.new("RGB", (_W, _H), "white")
+    from .picture import png_font  # lazy: Pillow only for a PNG
+
+    img = Image.new("RGB", (_W, height), "white")
     draw = ImageDraw.Draw(img)
-    font = ImageFont.load_default()
     for s in shapes:
         if s[0] == "line":
-            draw.line([(s[1], s[2]), (s[3], s[4])], fill=s[5], width=max(1, round(s[6])))
+            if s[7]:  # dashed, as the SVG draws it
+                x1, y1, x2, y2 = s[1:5]
+                length = math.hypot(x2 - x1, y2 - y1) or 1
+                for a in range(0, int(length), 10):
+                    b = min(a + 6, length)
+                    draw.line([(x1 + (x2 - x1) * a / length, y1 + (y2 - y1) * a / length),
+                               (x1 + (x2 - x1) * b / length, y1 + (y2 - y1) * b / length)],
+                              fill=s[5], width=max(1, round(s[6])))
+            else:
+                draw.line([(s[1], s[2]), (s[3], s[4])], fill=s[5], width=max(1, round(s[6])))
         elif s[0] == "dot":
             draw.ellipse([s[1] - s[3], s[2] - s[3], s[1] + s[3], s[2] + s[3]], fill=s[4])
         elif s[0] == "cross":
@@ -308,9 +375,9 @@ def _png(shapes: list[tuple[Any, ...]]) -> bytes:
             draw.line([(x - r, y - r), (x + r, y + r)], fill=c, width=2)
             draw.line([(x - r, y + r), (x + r, y - r)], fill=c, width=2)
         else:
-            w = draw.textlength(str(s[3]), font=font)
-            x = s[1] - (w if s[5] == "end" else w / 2 if s[5] == "middle" else 0)
-            draw.text((x, s[2] - 10), str(s[3]), fill=s[6], font=font)
+            font = png_font(s[4], sans=True)
+            anchor = {"end": "rs", "middle": "ms"}.get(s[5], "ls")
+            draw.text((s[1], s[2]), str(s[3]), fill=s[6], font=font, anchor=anchor)
     buf = io.BytesIO()
     img.save(buf, format="PNG")
     return buf.getvalue()
@@ -319,7 +386,9 @@ def _png(shapes: list[tuple[Any, ...]]) -> bytes:
 def save_plot(path: str, records: Sequence[Any], *, baseline: float | None = None, direction: str = "maximize",
               unit: str = "value", title: str = "affinity tune") -> None:
     """Draw the trials (dots; infeasible ones as red crosses at the bottom), the best so
-    far (green steps) and the defaults (dashed) to ``path``.
+    far (green steps) and the defaults (dashed) to ``path``, with round ticks, a
+    legend of those marks, and the configurations of the last trials that raised the
+    best (``#N`` on the plot, named under it).
 
     Parameters
     ----------
@@ -346,8 +415,8 @@ def save_plot(path: str, records: Sequence[Any], *, baseline: float | None = Non
     ext = os.path.splitext(path)[1].lower()
     if ext not in (".svg", ".png"):
         raise TuneUsageError(f"plot {path!r}: write .svg or .png")
-    shapes = _shapes(records, baseline, direction, unit, title)
-    data = _svg(shapes) if ext == ".svg" else _png(shapes)
+    shapes, height = _shapes(records, baseline, direction, unit, title)
+    data = _svg(shapes, height) if ext == ".svg" else _png(shapes, height)
     try:
         with open(path, "wb") as fh:
             fh.write(data)

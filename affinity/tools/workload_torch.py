@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .rows import measure_row, row_text
+
 __all__ = ["demo_rows", "main", "run_workload"]
 
 IMAGE = 64  #: images are IMAGE x IMAGE x 3
@@ -145,23 +147,26 @@ def run_fresh(cmd: Sequence[str], env: dict[str, str] | None = None) -> dict[str
     return json.loads([line for line in r.stdout.splitlines() if line.startswith("{")][-1])
 
 
-def demo_rows(say: Callable[[str], None], spec: str, threads: int, *, batches: int = 20) -> dict[str, Any] | None:
-    """``make demo``'s PyTorch rows: inference with PyTorch's defaults, then with
-    ``affinity.apply(spec)`` before ``import torch``; throughputs and their ratio.
-    Says so and returns ``None`` when PyTorch is not installed."""
+def demo_rows(say: Callable[[str], None], spec: str, threads: int, *, batches: int = 20,
+              rounds: int = 1) -> dict[str, Any] | None:
+    """``make demo``'s PyTorch row: inference with PyTorch's defaults against
+    ``affinity.apply(spec)`` before ``import torch``, interleaved over ``rounds``
+    (:func:`affinity.tools.rows.measure_row`, the TensorFlow row's function); returns
+    the last pinned run.  Says so and returns ``None`` when PyTorch is not installed."""
     if importlib.util.find_spec("torch") is None:
         say("PyTorch: not installed (pip install 'kmp-affinity[torch]')")
         return None
     common = ["--num-batches", str(batches)]
-    base = run_fresh(workload_cmd(*common))
-    say(f"PyTorch defaults:           {base['images_per_sec']:8.2f} images/sec   "
-        f"(intra_op={base['intra_op_threads']}, inter_op={base['inter_op_threads']}, threads not pinned)")
-    pinned = run_fresh(workload_cmd(*common, "--pin", spec, "--threads", str(threads)))
-    say(f"PyTorch pinned:             {pinned['images_per_sec']:8.2f} images/sec   "
-        f"(intra_op={pinned['intra_op_threads']}, inter_op={pinned['inter_op_threads']}, {spec})")
-    say(f"ratio pinned / defaults (PyTorch): {pinned['images_per_sec'] / base['images_per_sec']:.3f}")
+    pin = ["--pin", spec, "--threads", str(threads)]
+    row = measure_row("PyTorch small CNN", lambda pinned: run_fresh(workload_cmd(*common, *(pin if pinned else []))),
+                      rounds)
+    for line in row_text(row):
+        say(line)
+    base, pinned = row.last_defaults, row.last
+    say(f"  threads: defaults intra_op={base['intra_op_threads']} inter_op={base['inter_op_threads']} "
+        f"(not pinned); pinned intra_op={pinned['intra_op_threads']} inter_op={pinned['inter_op_threads']} "
+        f"({spec})")
     return pinned
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,27 +3,45 @@
 optuna keeps the study (trials, their states and values, SQLite storage,
 resuming, enqueued first candidates); this sampler decides what to try next.
 It adds to a generic optimizer what only the machine can say
-(:mod:`~affinity.tuning.priors`):
+(:mod:`~affinity.tuning.priors`, :mod:`~affinity.tuning.features`), and keeps the
+generic optimizer as a hedge: the priors steer, they do not decide.
 
 1. **First candidates**: the seeds' rules (:meth:`Priors.seeds`), enqueued into
    the study by :func:`~affinity.tuning.search.tune` (``study.enqueue_trial``).
-2. **A model that starts from the prior**: a Bayesian linear model of the
-   log-throughput with one feature per term of the prior (:data:`~affinity.tuning.priors.COMPONENTS`;
-   their weights start at 1: the prior is believed until measurements say
-   otherwise) and one per parameter value (starting at 0, with a wider spread for
-   thread and instance counts), so each measurement moves every configuration
-   that shares its values.  Infeasible trials count as much worse than the worst.
-3. **The next trial** maximises the expected improvement (of at least 3 %) over
-   the best so far among configurations never tried; one that launches the same
-   thing as a configuration already tried (:meth:`Priors.twin`) is predicted to
-   measure as its twin did.  Nothing outside the space is ever proposed, and no
-   configuration twice.
-4. **Large spaces** (more than :data:`ENUMERATE` configurations) are not listed:
-   candidates are optuna TPE's proposals, one-parameter moves from the best
-   trials and random configurations.
+2. **A model that starts from the prior and generalises through the topology**: a
+   Bayesian linear model of the log-throughput with one feature per term of the prior
+   (:data:`~affinity.tuning.priors.COMPONENTS`; their weights start at 1: the prior
+   is believed until measurements say otherwise), one per parameter value, and the
+   numbers the topology gives a configuration (:data:`~affinity.tuning.features.FEATURES`:
+   copies, threads per copy and per core, oversubscription, NUMA nodes spanned, memory
+   locality, spinning, core kinds; with squares of the counts, so a best in the middle
+   can be learned).  A measurement moves every configuration that shares a label *or*
+   a layout property with it.
+3. **Failures are not values.**  A configuration that fails (or measures 0 where the
+   others measure more) does not enter the model as a terrible value dragging its
+   labels down; it makes a failure more likely near it (a kernel over the parameters:
+   its twins most, one parameter away half as much, successes nearby cancel it).
+4. **A failed first candidate keeps its neighbourhood.**  When the first trial fails,
+   the next three proposals stay among its neighbours: first the same layout with
+   other pinning or memory policy (the one whose launch differs most, e.g. unbound),
+   then the next count or the next copies x threads on the same cores, the best of
+   them by the model.
+5. **The next trial** maximises the expected improvement (of at least 3 %) over the
+   best so far, times the chance that it runs, among configurations never tried; one
+   that launches the same thing as a configuration already measured
+   (:meth:`Priors.twin`) is predicted to measure as its twin did.  Nothing outside the
+   space is ever proposed, and no configuration twice.
+6. **The hedge**: a share of the trials is optuna TPE's proposal (random ones until
+   TPE has ten trials to learn from), at a rate that starts at 5 % and grows by 5 % for
+   every trial since the best last improved by 1 %, plus up to 30 % as the model
+   explains less of the measurements (its leave-one-out R²), at most one in two: where
+   the priors and the model stop finding better configurations, or explain nothing, a
+   generic optimizer gets more of the budget.
+7. **Large spaces** (more than :data:`ENUMERATE` configurations) are not listed:
+   candidates are one-parameter moves from the best trials and random configurations.
 
-Every choice is a function of the trials in the study, the seed and the trial
-number: the same seed gives the same sequence, and a resumed study continues
+Every choice is a function of the trials in the study, the seed and the number of
+trials evaluated: the same seed gives the same sequence, and a resumed study continues
 the way an uninterrupted one would have.
 """
 
@@ -38,6 +56,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from .features import FEATURES, features
 from .priors import COMPONENTS, Priors
 from .space import COUNTS, Space
 
@@ -52,10 +71,22 @@ FIXED = "affinity.fixed"
 _NOISE = 0.05  # expected measurement noise, in log units
 _TAU = 0.07  # prior spread of one parameter value's effect, in log units
 _TAU_COUNT = 0.35  # the same for thread and instance counts, which move speed most
+_TAU_FEATURE = 0.2  # prior spread of a topology feature's weight, per standard deviation of the feature
+_TAU_SQUARE = 0.1  # the same for the squares of the count features
+_SQUARED = ("instances", "team", "load", "threads_per_core", "spin")
 _XI = 0.03  # the expected improvement counts only beyond 3 %
 _PRIOR_WEIGHT_SD = 0.4  # prior spread of each prior term's weight around 1
-_FAIL_DROP = 1.0  # an infeasible trial counts this much below the worst value
 _FLOOR = 3.0  # log units below the best (5 %) where "terrible" stops getting worse
+_FLOOR_MEDIAN = 1.5  # ... and below the median: one terrible trial does not condemn its labels
+_HEDGE_BASE, _HEDGE_STEP, _HEDGE_MAX = 0.05, 0.05, 0.5  # the hedge's rate: start, per stalled trial, cap
+_HEDGE_FIT = 0.3  # the hedge's rate where the model explains none of the measurements
+_FIT_AFTER = 8  # measurements before the model's fit counts
+_HEDGE_AFTER = 3  # trials measured before the hedge may fire
+_STALL_GAIN = 0.01  # an improvement of the best by less than this (log units) is a stall
+_BELIEF = (1.0, 0.5, 0.0)  # how much of the prior the evidence may keep
+_REACH = (0.5, 1.0, 2.0)  # how far the topology features may reach, times their spread
+_EVIDENCE_AFTER = 3  # measurements before the evidence chooses
+_NEIGHBOURS = 3  # trials kept in a failed first candidate's neighbourhood
 
 
 def trial_config(t: FrozenTrial, space: Space) -> dict[str, Any] | None:
@@ -64,9 +95,12 @@ def trial_config(t: FrozenTrial, space: Space) -> dict[str, Any] | None:
     return cfg if space.contains(cfg) else None
 
 
+Obs = list[tuple[tuple[int, ...], float | None]]
+
+
 class TopologySampler(optuna.samplers.BaseSampler):
     """Propose the configuration with the largest expected improvement under a prior
-    from the machine (see the module docstring).
+    from the machine, with a generic optimizer as a hedge (see the module docstring).
 
     Parameters
     ----------
@@ -75,7 +109,7 @@ class TopologySampler(optuna.samplers.BaseSampler):
     priors : Priors
         The machine's view of the configurations.
     seed : int
-        Seeds every random choice (with the trial number).
+        Seeds every random choice (with the number of trials evaluated).
     direction : {"maximize", "minimize"}
         Whether larger values are better.
     """
@@ -84,16 +118,22 @@ class TopologySampler(optuna.samplers.BaseSampler):
         self.space = space
         self.priors = priors
         self.seed = int(seed)
+        self.direction = direction
         self.sign = 1.0 if direction == "maximize" else -1.0
         self._dists = {n: CategoricalDistribution(list(c)) for n, c in space.params}
         self._offsets = np.cumsum([0] + [len(c) for _, c in space.params])[:-1]
         self._ncomp = len(COMPONENTS)
-        self._width = 1 + self._ncomp + sum(len(c) for _, c in space.params)
+        self._nonehot = sum(len(c) for _, c in space.params)
+        self._sq = [FEATURES.index(f) for f in _SQUARED]
+        self._nfeat = len(FEATURES) + len(self._sq)
+        self._width = 1 + self._ncomp + self._nonehot + self._nfeat
         self._tau2 = np.concatenate([np.zeros(1 + self._ncomp)] + [
-            np.full(len(c), (_TAU_COUNT if n in COUNTS else _TAU) ** 2) for n, c in space.params])
+            np.full(len(c), (_TAU_COUNT if n in COUNTS else _TAU) ** 2) for n, c in space.params] + [
+            np.full(len(FEATURES), _TAU_FEATURE ** 2), np.full(len(self._sq), _TAU_SQUARE ** 2)])
         self._pool: _Pool | None = None
         self._twin_ids: dict[tuple[Any, ...], int] = {}
-        self._tpe: optuna.samplers.TPESampler | None = None
+        self._rows: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+        self._scale: tuple[np.ndarray, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ optuna hooks
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
@@ -128,7 +168,7 @@ class TopologySampler(optuna.samplers.BaseSampler):
         number : int
             The trial being proposed (left out of ``trials``).
         study, trial : optional
-            The optuna study and trial, for TPE's proposals in large spaces.
+            The optuna study and trial, for the hedge's TPE proposals.
 
         Returns
         -------
@@ -139,30 +179,59 @@ class TopologySampler(optuna.samplers.BaseSampler):
         # seeded by the place in evaluation order (not the trial number, which an
         # interrupted trial shifts): a resumed study continues as an uninterrupted one
         rng = np.random.default_rng([self.seed, len(obs)])
-        pool = self._candidates(trials, seen, rng, study, trial)
+        pool = self._candidates(trials, seen, rng)
         if pool.keys.shape[0] == 0:  # everything tried: the best one again
             done = [o for o in obs if o[1] is not None]
             best = max(done, key=lambda o: self.sign * o[1])[0] if done else next(iter(seen))
             return self.space.config(best)
-        acq = self._acquisition(pool, obs)
+        near = self._neighbourhood(pool, obs)
+        post = self._posterior(obs)
+        if rng.uniform() < self.hedge_rate(obs, post[3] if post else 1.0) and near is None:
+            return self._hedge(pool, seen, rng, study, trial)
+        acq = self._acquisition(pool, obs, post)
+        if near is not None:
+            acq = np.where(near, acq, -np.inf)
         acq = acq + rng.uniform(0, 1e-12, size=acq.shape)
         return self.space.config(tuple(int(i) for i in pool.keys[int(np.argmax(acq))]))
 
-    def _twin_id(self, key: tuple[int, ...]) -> int:
-        twin = self.priors.twin(self.space.config(key))
-        return self._twin_ids.setdefault(twin, len(self._twin_ids))
+    def hedge_rate(self, obs: Obs, fit: float = 1.0) -> float:
+        """The chance that the next trial is the generic optimizer's: 0 for the first
+        :data:`_HEDGE_AFTER` trials, then 5 %, plus 5 % per trial since the best last
+        improved by 1 %, plus up to 30 % as the model explains less of the measurements
+        (``fit``: its leave-one-out R², from :data:`_FIT_AFTER` measurements on), at most 50 %."""
+        if len(obs) < _HEDGE_AFTER:
+            return 0.0
+        ys = iter(self._targets(obs)[0].tolist())
+        best, last = -math.inf, -1
+        for i, (_, v) in enumerate(obs):  # a failure is a trial that did not improve
+            y = next(ys) if v is not None else -math.inf
+            if y > best + _STALL_GAIN:
+                best, last = y, i
+        stall = len(obs) - 1 - last
+        unexplained = _HEDGE_FIT * min(1.0, max(0.0, 1.0 - fit)) if len(obs) >= _FIT_AFTER else 0.0
+        return min(_HEDGE_MAX, _HEDGE_BASE + _HEDGE_STEP * stall + unexplained)
 
-    def _pool_of(self, keys: np.ndarray) -> _Pool:
-        rows = [tuple(int(i) for i in k) for k in keys]
-        return _Pool(keys, np.array([self.priors.components(self.space.config(k)) for k in rows], dtype=float),
-                     np.array([self._twin_id(k) for k in rows], dtype=int))
+    def _hedge(self, pool: _Pool, seen: set[tuple[int, ...]], rng: np.random.Generator,
+               study: optuna.Study | None, trial: FrozenTrial | None) -> dict[str, Any]:
+        """TPE's proposal (a fresh sampler seeded by the place in evaluation order, so a
+        resumed study proposes the same), or a random untried configuration when TPE has
+        fewer than ten trials, proposes one already tried, or no study is given."""
+        done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE] if study else []
+        if study is not None and trial is not None and len(done) >= 10:
+            tpe = optuna.samplers.TPESampler(seed=int(rng.integers(2 ** 31)))
+            cfg = {n: tpe.sample_independent(study, trial, n, d) for n, d in self._dists.items()}
+            if self.space.contains(cfg) and self.space.key(cfg) not in seen:
+                return cfg
+        return self.space.config(tuple(int(i) for i in pool.keys[int(rng.integers(pool.keys.shape[0]))]))
 
-    def _observations(self, trials: Sequence[FrozenTrial], number: int
-                      ) -> tuple[set[tuple[int, ...]], list[tuple[tuple[int, ...], float | None]]]:
-        """(keys of every configuration tried or pending, [(key, y or None if infeasible)])."""
+    # ------------------------------------------------------------------ observations
+    def _observations(self, trials: Sequence[FrozenTrial], number: int) -> tuple[set[tuple[int, ...]], Obs]:
+        """(keys of every configuration tried or pending, [(key, value or None if it failed)]
+        in evaluation order).  A value of 0 (or below) where the others are positive is a
+        run that did no work: a failure."""
         seen: set[tuple[int, ...]] = set()
-        obs: list[tuple[tuple[int, ...], float | None]] = []
-        for t in trials:
+        obs: Obs = []
+        for t in sorted(trials, key=lambda t: t.number):
             if t.number == number:
                 continue
             cfg = trial_config(t, self.space)
@@ -179,95 +248,215 @@ class TopologySampler(optuna.samplers.BaseSampler):
                 obs.append((key, float(t.value)))
             elif t.state == TrialState.FAIL:
                 obs.append((key, None))
+        vals = [v for _, v in obs if v is not None]
+        if self.sign > 0 and any(v > 0 for v in vals) and not any(v < 0 for v in vals if v != 0):
+            obs = [(k, None if v is not None and v <= 0 else v) for k, v in obs]
         return seen, obs
 
-    def _targets(self, obs: list[tuple[tuple[int, ...], float | None]]) -> tuple[np.ndarray, np.ndarray]:
-        """(y to fit, per-observation noise variance).
+    def _targets(self, obs: Obs) -> tuple[np.ndarray, np.ndarray]:
+        """(y of the trials that ran, their noise variance).
 
         Log values (sign by direction) when no value is negative, else values scaled
-        to a comparable spread; anything more than :data:`_FLOOR` below the best is
-        "terrible" and counts as that; infeasible trials count :data:`_FAIL_DROP`
-        below the worst."""
+        to a comparable spread; anything more than :data:`_FLOOR` below the best, or
+        :data:`_FLOOR_MEDIAN` below the median, counts as that."""
         vals = np.array([v for _, v in obs if v is not None], dtype=float)
-        if vals.size and (vals >= 0).all() and vals.max() > 0:
-            ys = self.sign * np.log(np.maximum(vals, vals.max() * 1e-6))
+        if vals.size and (vals > 0).all():
+            ys = self.sign * np.log(vals)
         elif vals.size:
             spread = float(np.std(vals)) or 1.0
             ys = self.sign * (vals - float(np.median(vals))) / spread * 0.3
         else:
             ys = np.zeros(0)
         if ys.size:
-            ys = np.maximum(ys, ys.max() - _FLOOR)
-        worst = float(ys.min()) if ys.size else 0.0
-        y, var, it = [], [], iter(ys)
-        for _, v in obs:
-            if v is None:
-                y.append(worst - _FAIL_DROP)
-                var.append((4 * _NOISE) ** 2)
-            else:
-                y.append(float(next(it)))
-                var.append(_NOISE ** 2)
-        return np.array(y), np.array(var)
+            ys = np.maximum(ys, max(ys.max() - _FLOOR, float(np.median(ys)) - _FLOOR_MEDIAN))
+        return ys, np.full(ys.shape, _NOISE ** 2)
 
-    def _features(self, keys: np.ndarray, prior: np.ndarray) -> np.ndarray:
-        """Rows of [1, prior components..., one-hot of each parameter's value]."""
-        phi = np.zeros((keys.shape[0], self._width))
+    # ------------------------------------------------------------------ the model
+    def _row(self, key: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """(prior components, raw topology features with the squares appended) of ``key``."""
+        if key not in self._rows:
+            cfg = self.space.config(key)
+            comp = np.maximum(np.array(self.priors.components(cfg), dtype=float), -_FLOOR)
+            f, _ = features(self.priors, cfg)
+            fv = np.array(f, dtype=float)
+            self._rows[key] = (comp, fv)
+        return self._rows[key]
+
+    def _design(self, keys: np.ndarray) -> np.ndarray:
+        """Rows of [1, prior components..., one-hot of each value, standardised features
+        and the squares of the count features]."""
+        n = keys.shape[0]
+        phi = np.zeros((n, self._width))
         phi[:, 0] = 1.0
-        phi[:, 1:1 + self._ncomp] = prior
-        rows = np.arange(keys.shape[0])
+        rows = [self._row(tuple(int(i) for i in k)) for k in keys]
+        if n:
+            phi[:, 1:1 + self._ncomp] = np.array([r[0] for r in rows])
+        idx = np.arange(n)
         for j, off in enumerate(self._offsets):
-            phi[rows, 1 + self._ncomp + off + keys[:, j]] = 1.0
+            phi[idx, 1 + self._ncomp + off + keys[:, j]] = 1.0
+        if n:
+            mean, sd = self._scaling()
+            z = (np.array([r[1] for r in rows]) - mean) / sd
+            start = 1 + self._ncomp + self._nonehot
+            phi[:, start:start + len(FEATURES)] = z
+            phi[:, start + len(FEATURES):] = z[:, self._sq] ** 2 - 1.0
         return phi
 
-    def _acquisition(self, pool: _Pool, obs: list[tuple[tuple[int, ...], float | None]]) -> np.ndarray:
-        """Expected improvement (beyond :data:`_XI`) of each candidate under the model's
-        posterior; a twin of a tried configuration is predicted to measure as its twin did,
-        within the noise."""
-        if not obs:
-            return pool.prior.sum(axis=1)
-        okeys = np.array([k for k, _ in obs], dtype=int)
-        oprior = np.array([self.priors.components(self.space.config(tuple(k))) for k in okeys])
+    def _scaling(self) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and spread of each feature over the space (a seeded sample of it when large)."""
+        if self._scale is None:
+            if self.space.size <= ENUMERATE:
+                keys = [self.space.key(c) for c in self.space.configs()]
+            else:
+                rng = np.random.default_rng([self.seed, 99])
+                sizes = [len(c) for _, c in self.space.params]
+                keys = [tuple(int(rng.integers(m)) for m in sizes) for _ in range(2000)]
+            f = np.array([self._row(k)[1] for k in keys])
+            sd = f.std(axis=0)
+            self._scale = (f.mean(axis=0), np.where(sd > 1e-9, sd, 1.0))
+        return self._scale
+
+    def _posterior(self, obs: Obs) -> tuple[np.ndarray, np.ndarray, float, float] | None:
+        """(mean, covariance of the weights, best y, leave-one-out R² of the fit) given the
+        trials that ran; None before any.
+
+        How much to believe the prior, and how far the topology features may reach, are
+        chosen by the evidence (the marginal likelihood of the measurements) among
+        :data:`_BELIEF` x :data:`_REACH`: a prior the measurements contradict loses its
+        weight as soon as the data say so."""
+        ran = [(k, v) for k, v in obs if v is not None]
+        if not ran:
+            return None
         y, var = self._targets(obs)
-        phi = self._features(okeys, np.maximum(oprior, -_FLOOR))
+        phi = self._design(np.array([k for k, _ in ran], dtype=int))
+        best_m0, best_s0, best_ev = self._prior_weights(1.0, 1.0) + (-math.inf,)
+        if len(ran) >= _EVIDENCE_AFTER:
+            for belief in _BELIEF:
+                for reach in _REACH:
+                    m0, s0 = self._prior_weights(belief, reach)
+                    ev = _log_evidence(phi, y, var, m0, s0)
+                    if ev > best_ev + 1e-9:
+                        best_m0, best_s0, best_ev = m0, s0, ev
+        cov = np.linalg.inv(np.diag(1.0 / best_s0) + (phi.T / var) @ phi)
+        mean = cov @ (best_m0 / best_s0 + (phi.T / var) @ y)
+        # a linear smoother: leave-one-out residuals are the residuals over (1 - leverage)
+        lev = np.einsum("ij,jk,ik->i", phi, cov, phi) / var
+        loo = (y - phi @ mean) / np.maximum(1.0 - lev, 1e-6)
+        spread = float(((y - y.mean()) ** 2).sum())
+        r2 = 1.0 - float((loo ** 2).sum()) / spread if spread > 1e-12 else 1.0
+        return mean, cov, float(np.max(y)), r2
+
+    def _prior_weights(self, belief: float, reach: float) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, variance) of the weights: the prior's terms at ``belief`` (1 = as the
+        priors say, 0 = learned from nothing), the features' spread times ``reach``."""
         m0 = np.zeros(self._width)
-        m0[1:1 + self._ncomp] = 1.0
+        m0[1:1 + self._ncomp] = belief
         s0 = self._tau2.copy()
         s0[0] = 100.0
         s0[1:1 + self._ncomp] = _PRIOR_WEIGHT_SD ** 2
-        cov = np.linalg.inv(np.diag(1.0 / s0) + (phi.T / var) @ phi)
-        mean = cov @ (m0 / s0 + (phi.T / var) @ y)
-        cphi = self._features(pool.keys, np.maximum(pool.prior, -_FLOOR))
+        start = 1 + self._ncomp + self._nonehot
+        s0[start:] *= reach ** 2
+        return m0, s0
+
+    def _acquisition(self, pool: _Pool, obs: Obs,
+                     post: tuple[np.ndarray, np.ndarray, float, float] | None) -> np.ndarray:
+        """Expected improvement (beyond :data:`_XI`) of each candidate under the model's
+        posterior, times the chance it runs; a twin of a measured configuration is
+        predicted to measure as its twin did, within the noise."""
+        run = 1.0 - self._fail_chance(pool, obs)
+        cphi = self._design(pool.keys)
+        if post is None:  # nothing measured yet: the prior, and the chance to run
+            return cphi[:, 1:1 + self._ncomp].sum(axis=1) + np.log(np.maximum(run, 1e-3))
+        mean, cov, best, _ = post
         mu = cphi @ mean
         sd = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", cphi, cov, cphi), 1e-12))
+        ys = iter(self._targets(obs)[0].tolist())
         twin_y: dict[int, float] = {}
-        for (k, _), yy in zip(obs, y):
-            tid = self._twin_id(k)
-            twin_y[tid] = max(twin_y.get(tid, -np.inf), float(yy))
+        for k, v in obs:
+            if v is not None:
+                tid = self._twin_id(k)
+                twin_y[tid] = max(twin_y.get(tid, -np.inf), next(ys))
         known = np.array([t in twin_y for t in pool.twins.tolist()], dtype=bool)
         if known.any():
             mu[known] = [twin_y[t] for t in pool.twins[known].tolist()]
             sd[known] = _NOISE
-        best = float(np.max(y[[v is not None for _, v in obs]])) if any(v is not None for _, v in obs) \
-            else float(np.max(y))
         z = (mu - best - _XI) / sd
-        return (mu - best - _XI) * _ncdf(z) + sd * _npdf(z)
+        return ((mu - best - _XI) * _ncdf(z) + sd * _npdf(z)) * run
+
+    def _fail_chance(self, pool: _Pool, obs: Obs) -> np.ndarray:
+        """How likely each candidate is to fail: failures near it (one parameter away
+        count 1/2, two 1/4, ...) against successes near it (a twin of one counts 1), and a
+        pseudo-count.  A twin of a failure is only one parameter away: the launch differs
+        in what it exports, which may be what failed."""
+        failed = [k for k, v in obs if v is None]
+        if not failed:
+            return np.zeros(pool.keys.shape[0])
+        ran = [k for k, v in obs if v is not None]
+
+        def near(keys: list[tuple[int, ...]], twins: bool) -> np.ndarray:
+            if not keys:
+                return np.zeros(pool.keys.shape[0])
+            ks = np.array(keys, dtype=int)
+            d = (pool.keys[:, None, :] != ks[None, :, :]).sum(axis=2).astype(float)
+            tw = np.array([self._twin_id(k) for k in keys])
+            d[pool.twins[:, None] == tw[None, :]] = 0.0 if twins else 1.0
+            return (0.5 ** d).sum(axis=1)
+
+        f, ok = near(failed, False), near(ran, True)
+        return f / (f + ok + 0.5)
+
+    def _neighbourhood(self, pool: _Pool, obs: Obs) -> np.ndarray | None:
+        """Candidates to keep to after a failed first candidate: its neighbours (one
+        parameter changed, or copies and threads moved one step each in opposite
+        directions), until :data:`_NEIGHBOURS` of them were tried; None otherwise."""
+        if not obs or obs[0][1] is not None:
+            return None
+        first = np.array(obs[0][0], dtype=int)
+        diff = pool.keys != first[None, :]
+        mask = diff.sum(axis=1) <= 1
+        names = self.space.names
+        if "instances" in names and "threads" in names:
+            i, t = names.index("instances"), names.index("threads")
+            step_i, step_t = pool.keys[:, i] - first[i], pool.keys[:, t] - first[t]
+            others = np.delete(diff, [i, t], axis=1).sum(axis=1) == 0
+            mask |= others & (np.abs(step_i) == 1) & (step_t == -step_i)
+        inside = sum(1 for k, _ in obs[1:] if int((np.array(k) != first).sum()) <= 2)
+        if inside >= _NEIGHBOURS:
+            return None
+        counts = [j for j, n in enumerate(names) if n in COUNTS]
+        same = mask & (diff[:, counts].sum(axis=1) == 0) if counts else mask
+        if inside == 0 and same.any():  # first the same layout with other pinning or memory policy,
+            # the one whose launch differs most (a twin of the failure is the least informative)
+            mean, sd = self._scaling()
+            f0 = (self._row(tuple(int(i) for i in first))[1] - mean) / sd
+            dist = np.zeros(pool.keys.shape[0])
+            for j in np.flatnonzero(same):
+                dist[j] = float(np.abs((self._row(tuple(int(i) for i in pool.keys[j]))[1] - mean) / sd - f0).sum())
+            return same & (dist >= dist.max() - 1e-9)
+        return mask if mask.any() else None
 
     # ------------------------------------------------------------------ candidates
-    def _candidates(self, trials: Sequence[FrozenTrial], seen: set[tuple[int, ...]], rng: np.random.Generator,
-                    study: optuna.Study | None, trial: FrozenTrial | None) -> _Pool:
+    def _twin_id(self, key: tuple[int, ...]) -> int:
+        twin = self.priors.twin(self.space.config(key))
+        return self._twin_ids.setdefault(twin, len(self._twin_ids))
+
+    def _pool_of(self, keys: np.ndarray) -> _Pool:
+        rows = [tuple(int(i) for i in k) for k in keys]
+        return _Pool(keys, np.array([self._twin_id(k) for k in rows], dtype=int))
+
+    def _candidates(self, trials: Sequence[FrozenTrial], seen: set[tuple[int, ...]], rng: np.random.Generator) -> _Pool:
         if self.space.size <= ENUMERATE:
             if self._pool is None:
                 self._pool = self._pool_of(np.array([self.space.key(c) for c in self.space.configs()], dtype=int))
             pool = self._pool
         else:
-            pool = self._sampled_pool(trials, rng, study, trial)
+            pool = self._sampled_pool(trials, rng)
         if not seen:
             return pool
         return pool.take(np.array([tuple(k) not in seen for k in pool.keys.tolist()], dtype=bool))
 
-    def _sampled_pool(self, trials: Sequence[FrozenTrial], rng: np.random.Generator, study: optuna.Study | None, trial: FrozenTrial | None) -> _Pool:
-        """Random configurations, one-parameter moves from the best five trials and
-        optuna TPE's proposals."""
+    def _sampled_pool(self, trials: Sequence[FrozenTrial], rng: np.random.Generator) -> _Pool:
+        """Random configurations and one-parameter moves from the best five trials."""
         sizes = [len(c) for _, c in self.space.params]
         keys = {tuple(int(rng.integers(n)) for n in sizes) for _ in range(3000)}
         done = sorted((t for t in trials if t.state == TrialState.COMPLETE and t.value is not None),
@@ -279,26 +468,28 @@ class TopologySampler(optuna.samplers.BaseSampler):
             base = self.space.key(cfg)
             for j, n in enumerate(sizes):
                 keys.update(base[:j] + (i,) + base[j + 1:] for i in range(n))
-        if study is not None and trial is not None and len(done) >= 5:
-            if self._tpe is None:
-                self._tpe = optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=5, constant_liar=False)
-            for _ in range(10):
-                cfg = self._tpe.sample_relative(study, trial, dict(self._dists))
-                if self.space.contains(cfg):
-                    keys.add(self.space.key(cfg))
         return self._pool_of(np.array(sorted(keys), dtype=int))
 
 
 class _Pool:
-    """Candidate configurations as index rows, with their prior scores and twin numbers."""
+    """Candidate configurations as index rows, with their twin numbers."""
 
-    def __init__(self, keys: np.ndarray, prior: np.ndarray, twins: np.ndarray):
+    def __init__(self, keys: np.ndarray, twins: np.ndarray):
         self.keys = keys
-        self.prior = prior
         self.twins = twins
 
     def take(self, mask: np.ndarray) -> _Pool:
-        return _Pool(self.keys[mask], self.prior[mask], self.twins[mask])
+        return _Pool(self.keys[mask], self.twins[mask])
+
+
+def _log_evidence(phi: np.ndarray, y: np.ndarray, var: np.ndarray, m0: np.ndarray, s0: np.ndarray) -> float:
+    """log p(y) of a Bayesian linear model: y ~ N(phi m0, phi S0 phi' + diag(var))."""
+    cov = (phi * s0) @ phi.T + np.diag(var)
+    r = y - phi @ m0
+    sign, logdet = np.linalg.slogdet(cov)
+    if sign <= 0:
+        return -math.inf
+    return float(-0.5 * (r @ np.linalg.solve(cov, r) + logdet + len(y) * math.log(2 * math.pi)))
 
 
 def _ncdf(z: np.ndarray) -> np.ndarray:

@@ -305,6 +305,7 @@ class Search:
             self._dists = {n: CategoricalDistribution(list(c)) for n, c in space.params}
             self.resumed = bool(self.study.get_trials(deepcopy=False))
             self._close_stale()
+            self._enqueue_interrupted()
             self.warm: list[dict[str, Any]] = []
             if not self.resumed:
                 self.warm = [dict(c) for c in (warm(self.study_name) if warm is not None else ())
@@ -365,6 +366,20 @@ class Search:
                 return optuna.create_study(storage=storage, study_name=self.study_name, direction=self.direction)
         except optuna.exceptions.DuplicatedStudyError:  # another tuner made it just now
             return optuna.load_study(study_name=self.study_name, storage=storage)
+
+    def _enqueue_interrupted(self) -> None:
+        """A trial cut short (Ctrl-C, or a tuner that died) runs again first, as if it had
+        not been interrupted -- unless its configuration was finished or is queued since."""
+        trials = self.study.get_trials(deepcopy=False)
+        done = {self.space.key(r.config) for r in map(lambda t: _record(t, self.space), trials)
+                if r is not None and r.state != "interrupted"}
+        queued = {self.space.key(c) for t in trials if t.state == TrialState.WAITING
+                  for c in [t.user_attrs.get(FIXED) or {}] if self.space.contains(c)}
+        for t in trials:
+            rec = _record(t, self.space)
+            if rec is not None and rec.state == "interrupted" and self.space.key(rec.config) not in done | queued:
+                self.study.enqueue_trial(rec.config, user_attrs={FIXED: dict(rec.config)})
+                queued.add(self.space.key(rec.config))
 
     def _close_stale(self) -> None:
         """Trials left running by a tuner that died (no heartbeat for the grace period):

@@ -5,7 +5,9 @@
         --param instances=1,2 --param threads=1,2 ... -- CMD ...
 
 Configurations run in a shuffled (seeded) order, so that a drift of the machine
-does not line up with one parameter.  The file is labelled ``"kind": "recording"``
+does not line up with one parameter; with ``--repeats N`` the whole space runs N
+times, each round in its own order, and the table holds each configuration's median
+(every run is kept under ``"runs"``).  The file is labelled ``"kind": "recording"``
 and names the machine it was recorded on; ``--synthetic`` is the hwloc description
 the benchmark reads that machine back with.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -34,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--param", action="append", default=[])
     ap.add_argument("--title", default="")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=1)
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" not in argv:
         ap.error("give the command after '--'")
@@ -43,19 +47,28 @@ def main(argv: list[str] | None = None) -> int:
     space = Space.of(dict(parse_param(p) for p in args.param))
     runner = CommandRunner(command, timeout=600)
     configs = list(space.configs())
-    random.Random(args.seed).shuffle(configs)
-    results = {}
+    runs: dict[tuple, list] = {tuple(c[n] for n in space.names): [] for c in configs}
     t0 = time.time()
     defaults = runner.defaults()
-    for i, cfg in enumerate(configs, 1):
-        m = runner.trial(cfg)
-        results[tuple(cfg[n] for n in space.names)] = m.value
-        print(f"[{i}/{len(configs)}] {cfg} -> {m.value} {m.error or ''}", file=sys.stderr, flush=True)
-    rows = [[*cfg.values(), results[tuple(cfg.values())]] for cfg in space.configs()]
+    for r in range(args.repeats):
+        order = list(configs)
+        random.Random(args.seed + r).shuffle(order)
+        for i, cfg in enumerate(order, 1):
+            m = runner.trial(cfg)
+            runs[tuple(cfg[n] for n in space.names)].append(m.value)
+            print(f"[round {r + 1}, {i}/{len(order)}] {cfg} -> {m.value} {m.error or ''}", file=sys.stderr, flush=True)
+
+    def median(vals: list) -> float | None:
+        """The median of the runs, None when most of them failed."""
+        ok = [v for v in vals if v is not None]
+        return statistics.median(ok) if len(ok) * 2 > len(vals) else None
+
+    rows = [[*cfg.values(), median(runs[tuple(cfg.values())])] for cfg in space.configs()]
     here = Topology.from_system()
     data = {"name": args.name, "title": args.title or f"recorded: {' '.join(command)}", "kind": "recording",
             "machine": here.describe(), "topology": args.synthetic, "direction": "maximize",
             "params": list(space.names), "space": space.to_dict(), "fixed": {}, "rows": rows,
+            "repeats": args.repeats, "runs": [[*k, v] for k, v in runs.items()],
             "command": command, "defaults": defaults.value, "recorded_seconds": round(time.time() - t0),
             "recorded_on": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     (HERE / f"{args.name}.json").write_text(json.dumps(data, separators=(",", ":")) + "\n")

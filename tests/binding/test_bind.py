@@ -41,9 +41,9 @@ def clean_env(monkeypatch):
 
 def test_env_exported_and_restored_user_values_kept(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "7")
-    with affinity.pinned("explicit,proclist=[1,0]", threads=2, **KW) as b:
+    with affinity.pinned("explicit,proclist=[1,0]", threads=2, export="keep", **KW) as b:
         assert b.env_kept == {"OMP_NUM_THREADS": "7"}
-        assert os.environ["OMP_NUM_THREADS"] == "7"  # the user's value wins by default
+        assert os.environ["OMP_NUM_THREADS"] == "7"  # the user's value kept, as asked
         assert os.environ["KMP_AFFINITY"] == "granularity=fine,proclist=[1,0],explicit"
         assert os.environ["OMP_PLACES"] == "{1},{0}"
         assert os.environ["TF_NUM_INTRAOP_THREADS"] == "2"

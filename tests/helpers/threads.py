@@ -46,17 +46,17 @@ class Parked(threading.Thread):
             ctypes.CDLL(None).prctl(PR_SET_NAME, self.os_name.encode(), 0, 0, 0)
         self.tid = threading.get_native_id()
         self.ready.set()
-        self.stop.wait(30)
+        self.stop.wait()  # until the block ends, however long a loaded machine takes
 
     def __enter__(self) -> Parked:
         self.start()
-        if not self.ready.wait(5):
+        if not self.ready.wait(120):
             raise RuntimeError("the parked thread did not start")
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.stop.set()
-        self.join(5)
+        self.join()
 
 
 def in_thread(fn: Callable[[], Any]) -> Any:

@@ -217,8 +217,8 @@ def test_an_explicit_thread_count_is_honoured_and_oversubscription_said():
     for inst in two.instances:  # 8 cores each, 16 threads asked for: 16 it is
         assert inst.threads == 16 and inst.env["OMP_NUM_THREADS"] == "16" and len(inst.slots) == 16
     assert [w for w in two.warnings if "oversubscribes" in w] == [
-        "instance 0: --threads 16 on 8 CPUs (0-7) oversubscribes them",
-        "instance 1: --threads 16 on 8 CPUs (8-15) oversubscribes them"]
+        "instance 0: --threads=16 on 8 CPUs oversubscribes them (0-7): several threads share a CPU",
+        "instance 1: --threads=16 on 8 CPUs oversubscribes them (8-15): several threads share a CPU"]
     small = Topology.from_synthetic("pack:1 core:2 pu:1")
     one = launch(topology=small, threads=4).instances[0]
     assert one.env["OMP_NUM_THREADS"] == "4" and one.threads == 4

@@ -39,8 +39,7 @@ def _cache_files(tmp_path: Path) -> list[Path]:
     return sorted(d.iterdir()) if d.is_dir() else []
 
 
-@pytest.mark.parametrize("words", [(), ("--pin-threads",), ("-t", "1", "granularity=fine,scatter")],
-                         ids=["default", "pin-threads", "spec"])
+@pytest.mark.parametrize("words", [(), ("-t", "1", "granularity=fine,scatter")], ids=["default", "spec"])
 def test_a_remembered_launch_is_the_full_paths(tmp_path: Path, words: tuple[str, ...]) -> None:
     first, hit1 = _run(tmp_path, *words)
     second, hit2 = _run(tmp_path, *words)
@@ -70,8 +69,41 @@ def test_a_changed_input_takes_the_full_path(tmp_path: Path) -> None:
     assert hit and again == base
 
 
+def test_a_variable_no_launch_reads_may_change_every_run(tmp_path: Path) -> None:
+    """hyperfine varies one variable per run, Slurm and MPI set per-job ones: the
+    launch is still the remembered one, and the command still sees them."""
+    base, hit = _run(tmp_path, HYPERFINE_RANDOMIZED_ENVIRONMENT_OFFSET="1", SLURM_JOB_ID="11")
+    assert not hit
+    for i in range(2, 4):
+        seen, hit = _run(tmp_path, HYPERFINE_RANDOMIZED_ENVIRONMENT_OFFSET=str(i), SLURM_JOB_ID=str(i * 11))
+        assert hit and seen == base
+
+
+def test_every_variable_the_launch_names_is_in_the_key() -> None:
+    """The key's variables (fastpath.READ_PREFIXES / READ_NAMES) cover every
+    environment variable the launcher, the planner, the machine layer and the CLI
+    read by name (``environ.get("X")``, ``environ["X"]``, ``"X" in environ``,
+    ``getenv("X")``); the rank module's are read only with --ranks, whose launches
+    are never remembered."""
+    import re
+
+    root = Path(fastpath.__file__).parent.parent
+    files = [*root.glob("launcher/*.py"), *root.glob("machine/*.py"), *root.glob("planning/**/*.py"),
+             root / "tools" / "cli.py", root / "__main__.py", root / "cpulist.py"]
+    reads = (r'environ\w*\s*(?:\.get\(|\[)\s*"([A-Z][A-Z0-9_]+)"',
+             r'"([A-Z][A-Z0-9_]+)"\s+(?:not\s+)?in\s+[\w.]*environ',
+             r'getenv\(\s*"([A-Z][A-Z0-9_]+)"')
+    names = {(f.name, m) for f in files if f.name != "ranks.py" for pattern in reads
+             for m in re.findall(pattern, f.read_text())}
+    assert ("fastpath.py", "AFFINITY_LAUNCH_CACHE") in names  # the patterns find what they should
+    uncovered = {(f, n) for f, n in names if not n.startswith(fastpath.READ_PREFIXES)
+                 and n not in fastpath.READ_NAMES}
+    assert uncovered == set()
+
+
 def test_what_is_not_remembered(tmp_path: Path) -> None:
-    for words in (("-v",), ("--instances", "2"), ("--localalloc",)):
+    for words in (("-v",), ("--instances", "2"), ("--localalloc",), ("--pin-threads",),
+                  ("--ranks", "0/1")):
         e = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
         p = subprocess.run([sys.executable, "-m", "affinity", "run", *words, "--", "true"], capture_output=True,
                            text=True, env=e, timeout=120)

@@ -53,22 +53,29 @@ def test_ctrl_c_interrupts_a_long_native_call():
     takes the KeyboardInterrupt at once, while the native call is still running."""
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals reach the main thread only")
-    libc = ctypes.CDLL(None)
-    done = threading.Event()
+    libc = ctypes.CDLL(None, use_errno=True)
+    started, done = threading.Event(), threading.Event()
+    r, w = os.pipe()
 
     def native_call() -> None:
-        libc.sleep(2)  # blocks in C with the GIL released, like hwloc loading a topology
+        started.set()
+        libc.read(r, ctypes.create_string_buffer(1), 1)  # blocks in C, GIL released, until the test writes
         done.set()
 
-    timer = threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT))
+    # Ctrl-C once the native call is running; it cannot end before the test lets it
+    # (no timing: a loaded machine only makes the test wait longer)
+    timer = threading.Thread(target=lambda: started.wait(60) and os.kill(os.getpid(), signal.SIGINT))
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             _native.interruptible(native_call)
         assert not done.is_set()  # interrupted while the native call was still running
+        os.write(w, b"x")
         assert done.wait(30)  # which then ends on its own, its result dropped
     finally:
-        timer.cancel()
+        timer.join()
+        os.close(r)
+        os.close(w)
 
 
 def test_the_cli_exits_130_on_ctrl_c(monkeypatch, capsys):

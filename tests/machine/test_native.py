@@ -15,7 +15,7 @@ from affinity.machine import _native
 from affinity.binding import numa, threads
 from affinity.cpulist import parse_list
 from affinity.errors import (BindError, ForeignTopologyError, MaskNarrowedError, NativeUnavailableError,
-                             NoSuchThread, PlanError, UnsupportedError)
+                             NoSuchThread, PlanError, TopologyError, UnsupportedError)
 from affinity.machine.topology import Topology
 from helpers.threads import Parked, all_masks, in_thread, restore_masks
 
@@ -226,3 +226,59 @@ def test_the_core_runs_with_the_hwloc_it_was_built_with():
     maps = open("/proc/self/maps").read()
     libs = {line.split()[-1] for line in maps.splitlines() if "libhwloc" in line}
     assert libs and all("cmeel.prefix" in lib for lib in libs), libs
+
+
+# ------------------------------------------- the C core names the step that failed
+
+
+def test_multi_step_shims_name_the_call_that_failed():
+    """aff_set_threads_cpubind reads, then binds, each thread: the error names the
+    binding call of the thread at fault (the calling thread's differs from another's)."""
+    with pytest.raises(BindError) as ei:
+        _native.set_threads_cpubind([(0, frozenset({100}))])
+    assert ei.value.call == "hwloc_set_cpubind" and ei.value.errno == errno.EINVAL
+    with Parked() as parked:
+        with pytest.raises(BindError) as ei:
+            _native.set_threads_cpubind([(parked.tid, frozenset({100}))])
+    assert ei.value.call == "hwloc_linux_set_tid_cpubind" and f"tid={parked.tid}" in str(ei.value)
+    with pytest.raises(BindError) as ei:
+        _native.set_process_cpubind({100})
+    assert ei.value.call == "hwloc_linux_set_tid_cpubind" and "undone" in str(ei.value)
+    with pytest.raises(TopologyError, match="hwloc_topology_set_xml failed: no such file"):
+        _native.load_topology("xml", "/nonexistent/machine.xml")
+
+
+def test_topology_load_never_reports_a_stale_errno():
+    m = _native.lib()
+    for stale in (errno.ENOSPC, errno.EPERM, 0):
+        m.ffi.errno = stale  # left over from some earlier call
+        with pytest.raises(TopologyError) as ei:
+            _native.load_topology("synthetic", "garbage:2")
+        assert "hwloc_topology_set_synthetic failed: hwloc rejected it" in str(ei.value)
+
+
+def test_a_team_member_that_never_ran_is_no_vanished_thread():
+    """A runtime that runs fewer threads than asked (here a fake GOMP_parallel that
+    runs only the primary) is a BindError saying so -- not ESRCH/NoSuchThread,
+    which means a thread that exited."""
+    m = _native.lib()
+
+    @m.ffi.callback("void(void(*)(void*), void*, unsigned, unsigned)")
+    def primary_only(fn, data, n, flags):  # type: ignore[no-untyped-def]
+        fn(data)
+
+    @m.ffi.callback("int(void)")
+    def thread_num() -> int:
+        return 0
+
+    addr = lambda cb: int(m.ffi.cast("uintptr_t", cb))  # noqa: E731
+    before = os.sched_getaffinity(0)
+    with pytest.raises(BindError) as ei:
+        _native.omp_pin_team(addr(primary_only), addr(thread_num), [frozenset({CPUS[0]}), frozenset({CPUS[-1]})])
+    e = ei.value
+    assert not isinstance(e, NoSuchThread) and e.errno != errno.ESRCH
+    assert e.call == "GOMP_parallel" and "ran 1 of them" in str(e) and "member 1 never ran" in str(e)
+    assert os.sched_getaffinity(0) == {CPUS[0]}  # the member that ran was bound (and is restored by the fixture)
+    os.sched_setaffinity(0, before)
+    pinned = _native.omp_pin_team(addr(primary_only), addr(thread_num), [frozenset({CPUS[0]})])
+    assert pinned == [(_native.gettid(), frozenset({CPUS[0]}))]

@@ -56,8 +56,10 @@ def sets(p: Plan) -> list[list[int]]:
 
 def test_exports(t2s: Topology) -> None:
     # affinity.plan is the function (the module is affinity.planning.planner)
+    from affinity.binding import here
+
     assert isinstance(affinity.plan("compact", 2, t2s), Plan)
-    assert affinity.plan_env is plan_env and affinity.Plan is Plan
+    assert affinity.plan_env is here.plan_env and affinity.plan is here.plan and affinity.Plan is Plan
     assert affinity.KmpAffinity is KmpAffinity
 
 
@@ -160,10 +162,16 @@ def test_from_system_only_when_no_topology(monkeypatch: pytest.MonkeyPatch, t2s:
         return t2s
 
     monkeypatch.setattr(Topology, "from_system", staticmethod(fake))
-    plan("compact", 2, t2s)
+    affinity.plan("compact", 2, t2s)
+    affinity.plan_env({}, topology=t2s)
+    with pytest.raises(TypeError, match="pure"):
+        plan("compact", 2)  # the planning layer never reads the machine
+    with pytest.raises(TypeError, match="pure"):
+        plan_env({})
     assert calls == []
-    p = plan("compact", 2)
-    assert calls == [1] and p.topology is t2s
+    p = affinity.plan("compact", 2)
+    q = affinity.plan_env({"KMP_AFFINITY": "compact", "OMP_NUM_THREADS": "2"}, runtime="llvm")
+    assert calls == [1, 1] and p.topology is t2s and q.runtime == "llvm" and q.cpusets == p.cpusets
 
 
 def test_plan_is_pure_value(t2s: Topology) -> None:

@@ -465,3 +465,52 @@ def test_random_strings_lenient_never_raise(var: str, text: str) -> None:
         assert any(d.error for d in diags)
     else:
         assert strict_value == value
+
+
+# ---------------------------------------------------------------- the one table of variables
+
+
+def test_every_variable_is_defined_once_in_the_table() -> None:
+    """Variable, value type, parser, Settings attribute and export: one row each,
+    and everything else (the names, Settings, the parsers by name, Intel's rules)
+    follows the table."""
+    from dataclasses import fields
+
+    from affinity.planning import spec
+    from affinity.planning.intel import runtime as intel
+
+    names = [v.name for v in spec.VARIABLES]
+    assert tuple(names) == spec.SETTINGS_VARIABLES == tuple(sorted(names))
+    assert {v.attribute for v in spec.VARIABLES if v.exported} == {f.name for f in fields(Settings)}
+    assert set(intel._APPLY) == set(names) and set(intel._RIVALS) <= set(names)
+    full = Settings.parse("GOMP_CPU_AFFINITY=0-3 KMP_AFFINITY=compact KMP_HW_SUBSET=1s OMP_NUM_THREADS=2 "
+                          "OMP_PLACES=cores OMP_PROC_BIND=close")
+    for var in spec.VARIABLES:
+        if var.exported:
+            value = getattr(full, var.attribute)
+            assert isinstance(value, var.type) and full.to_env()[var.name] == str(value)
+            assert parse_lenient(var.name, str(value))[0] == value
+    assert Settings.of({v.name: getattr(full, v.attribute) for v in spec.VARIABLES if v.exported}) == full
+    assert Settings.from_env({"KMP_PLACE_THREADS": "1s"}) == Settings()  # read, never exported
+
+
+def test_a_strict_plan_parses_each_variable_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from affinity.machine.topology import Topology
+    from affinity.planning import planner, spec
+    from affinity.planning.planner import plan
+
+    calls: list[str] = []
+    real = spec.run_parser
+
+    def counting(fn, value, strict, what, *rest):  # type: ignore[no-untyped-def]
+        calls.append(what)
+        return real(fn, value, strict, what, *rest)
+
+    monkeypatch.setattr(spec, "run_parser", counting)
+    planner._read.cache_clear()
+    env = {"KMP_AFFINITY": "granularity=fine,compact", "OMP_NUM_THREADS": "3", "KMP_HW_SUBSET": "1s"}
+    topo = Topology.from_synthetic("package:2 core:2 pu:2")
+    p = plan(env, topology=topo)
+    assert sorted(calls) == sorted(env)
+    assert plan(env, topology=topo) == p and sorted(calls) == sorted(env)  # the read is memoized
+    assert p.settings == Settings.of({k: real(spec._parser(k), v, True, k)[0] for k, v in env.items()})

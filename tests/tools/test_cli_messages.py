@@ -95,3 +95,33 @@ def test_a_list_of_nodes_binds_to_them():
 
     assert in_thread(go) == f"bind:{node}"
     assert os.sched_getaffinity(0)  # still alive, nothing left behind
+
+
+HIDE_TENSORFLOW = r"""
+import sys
+class Hide:  # what an environment without TensorFlow answers to its import
+    def find_spec(self, name, path=None, target=None):
+        if name == "tensorflow" or name.startswith("tensorflow."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Hide())
+from affinity.tools.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("command", [["bench", "--num-batches", "1"], ["bench", "--pin", "compact"],
+                                     ["demo", "--num-batches", "1"]])
+def test_a_command_that_needs_tensorflow_says_so_in_one_line_when_it_is_missing(command):
+    r = subprocess.run([sys.executable, "-c", HIDE_TENSORFLOW, *command], capture_output=True, text=True,
+                       timeout=120)
+    err = one_line_error(r, 1)
+    assert err == (f"affinity {command[0]}: error: TensorFlow is not installed (no module named "
+                   f"'tensorflow'): pip install 'kmp-affinity[tf]'\n")
+    assert r.stdout == ""  # the demo fails before it starts, not after the topology
+
+
+def test_a_missing_module_that_is_no_extra_keeps_its_traceback():
+    from affinity.tools.cli import _missing_extra
+
+    assert _missing_extra(ModuleNotFoundError("No module named 'numpyy'", name="numpyy")) is None
+    assert "kmp-affinity[tune]" in _missing_extra(ModuleNotFoundError("x", name="optuna.samplers"))

@@ -535,3 +535,25 @@ def test_rect_helpers():
     assert not a.overlaps(Rect(10, 0, 5, 5))  # touching edges
     assert a.overlaps(Rect(9, 9, 5, 5))
     assert (a.right, a.bottom) == (10, 10)
+
+
+def test_a_live_tensorflow_process_shows_its_pinned_threads_and_a_legend_of_what_is_shown():
+    """What ``affinity show --picture`` draws for a TF process: many threads float over
+    every CPU; the pinned workers are named first on their PU, and the legend lists
+    only names the picture shows (the rest are a +N, said so)."""
+    t = Topology.from_synthetic("pack:1 core:2 pu:1")
+    both = {0, 1}
+    sets = [both, {1}, {0}, {1}, both, both, both]
+    roles = ["main", "other", "tf-intra", "tf-intra", "tf-inter", "tf-inter", "tf-other"]
+    lay = picture.layout(t, sets, roles=roles)
+    assert lay.pu(0).names[:1] == ("i0",) and lay.pu(1).names[:2] == ("x0", "i1")
+    d = Doc(picture.render_svg(t, sets, roles=roles))
+    assert d.texts("pu-0", "threads")[0].startswith("i0,") and d.texts("pu-1", "threads")[0].startswith("x0,i1")
+    shown = {n for o in (0, 1) for n in expand(d.texts(f"pu-{o}", "threads")[0].split("+")[0])}
+    for role, (prefix, _) in picture.ROLES.items():
+        listed = f"legend-role-{role}" in d.groups
+        assert listed == any(p == prefix for p, _ in shown), (role, shown)
+    assert "legend-role-tf-inter" not in d.groups and "legend-role-tf-other" not in d.groups
+    assert "named nowhere: see the bind map" in " ".join(d.texts("legend-many"))
+    # the samples of "alone" and "floating" are threads that are
+    assert d.texts("legend-alone")[0] in ("i0", "x0") and d.texts("legend-floating")[0] == "m0"

@@ -192,3 +192,43 @@ def test_tf_example_compares_three_bindings(tmp_path: Path):
         info = b["extra_info"]["affinity"]
         assert info["keywords"] == {"threads": threads, "tensorflow": True}
         assert info["plan"]["intra_op_threads"] == threads
+
+
+MARKER_TESTS = '''import pytest
+
+
+@pytest.mark.affinity("granularity=fine,compakt", threads=1)
+def test_typo(affinity_binding):
+    pass
+
+
+@pytest.mark.affinity("granularity=fine,compakt", threads=1, strict=False)
+def test_typo_read_as_the_runtime_does(affinity_binding):
+    pass
+
+
+@pytest.mark.affinity("compact", threads=64)
+def test_oversubscribed(affinity_binding):
+    assert affinity_binding.plan.threads == 64
+'''
+
+
+def test_marker_typos_fail_and_warnings_point_at_the_marker(tmp_path: Path):
+    """A spec the runtime would ignore fails its case in one line (it would bind
+    nothing); a warning from applying a binding names the user's marker line."""
+    (tmp_path / "test_markers.py").write_text(MARKER_TESTS)
+    r = _pytest(tmp_path, "-q", "-rA", "--junitxml=junit.xml", "-W", "always::UserWarning")
+    outcomes = _outcomes(tmp_path / "junit.xml")
+    assert outcomes == {"test_typo[granularity=fine,compakt]": "error",
+                        "test_typo_read_as_the_runtime_does[granularity=fine,compakt]": "passed",
+                        "test_oversubscribed[compact]": "passed"}, r.stdout[-3000:]
+    assert ("ERROR at setup of test_typo[granularity=fine,compakt] _____________\naffinity spec "
+            "'granularity=fine,compakt': KMP_AFFINITY: parameter invalid, ignoring \"compakt\".\n") in r.stdout, \
+        r.stdout[-3000:]
+    assert "Traceback" not in r.stdout and "pytest_plugin.py" not in r.stdout, r.stdout[-3000:]
+    assert "During handling" not in r.stdout and "^" not in r.stdout, r.stdout[-3000:]
+    warned = r.stdout.split("warnings summary", 1)[1]
+    # each warning at the marker's line (the decorator), none at the plugin
+    assert "test_markers.py:9: AffinityWarning" in warned, warned
+    assert 'parameter invalid, ignoring "compakt"' in warned
+    assert "test_markers.py:14: AffinityWarning" in warned and "oversubscribes" in warned, warned

@@ -33,6 +33,9 @@ def test_demo_rows():
     buf = io.StringIO()
     demo_rows(lambda s: print(s, file=buf), "granularity=fine,compact,1,0", 2, batches=2)
     lines = buf.getvalue().splitlines()
-    assert lines[0].startswith("PyTorch defaults:") and "threads not pinned" in lines[0]
-    assert lines[1].startswith("PyTorch pinned:") and "granularity=fine,compact,1,0" in lines[1]
-    assert re.fullmatch(r"ratio pinned / defaults \(PyTorch\): \d+\.\d{3}", lines[2])
+    # the TensorFlow row's format (affinity.tools.rows): medians, spreads, the verdict
+    assert lines[0] == "PyTorch small CNN:"
+    assert re.fullmatch(r"  defaults: +\d+\.\d images/sec \(one run: spread unknown\)", lines[1]), lines[1]
+    assert re.fullmatch(r"  pinned: +\d+\.\d images/sec \(one run: spread unknown\)", lines[2]), lines[2]
+    assert lines[3].startswith("  pinned / defaults: ") and "spread unknown" in lines[3]
+    assert "(not pinned)" in lines[4] and "granularity=fine,compact,1,0" in lines[4]

@@ -1,11 +1,14 @@
 """Emulation of Intel's OpenMP runtime affinity initialization and binding.
 
-Private to the planner.  :func:`process_env` reads the environment (as the
-runtime reads it) into :class:`RuntimeSettings`; :func:`evaluate_settings`
-takes those settings, a :class:`~affinity.machine.topology.Topology` and the
-process mask, and returns what the runtime would do for the first parallel
-region: the team size, every thread's OS-proc set, the place list and the
-messages it prints.  It follows, step by step:
+The ``"intel"`` rules of the planner (the interface of
+:mod:`affinity.planning.rules`: :func:`read`, :func:`evaluate`, :func:`explain`).
+:func:`process_env` reads the environment (as the runtime reads it) into
+:class:`RuntimeSettings`; :func:`evaluate_settings` takes those settings, a
+:class:`~affinity.machine.topology.Topology` and the process mask, and returns
+what the runtime would do for the first parallel region: the team size, every
+thread's OS-proc set, the place list and the messages it prints.  A sibling
+runtime of the same source (LLVM's libomp, :mod:`.llvm`) runs these steps in
+its :class:`~affinity.planning.syntax.Dialect`.  It follows, step by step:
 
 * ``__kmp_env_initialize`` (``kmp_settings.cpp``): variables are processed in
   name order; ``KMP_AFFINITY`` with an affinity type overrides
@@ -22,7 +25,7 @@ messages it prints.  It follows, step by step:
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,8 +34,8 @@ from . import topology as kt
 from ...cpulist import format_list
 from ...errors import PlanError, SpecError
 from ..rules import Memo, Outcome
-from ..spec import SETTINGS_VARIABLES, NumThreads, OmpPlaces, OmpProcBind, Place, parse_lenient, parse_strict
-from ..syntax import Diagnostic, catalog
+from ..spec import SETTINGS_VARIABLES, NumThreads, Settings, OmpPlaces, OmpProcBind, Place, parse_lenient, parse_strict
+from ..syntax import INTEL, Diagnostic, Dialect, catalog
 from .settings import KmpAffinity, KmpHwSubset, ProcList, ProcRange, kmp_affinity_has_type_name
 
 #: The name the planner's registry knows these rules by.
@@ -69,132 +72,134 @@ class RuntimeSettings:
     num_places: int = 0
     hw_subset: KmpHwSubset | None = None
     nth: NumThreads | None = None
-    parsed: dict[str, Any] = field(default_factory=dict)  # variable -> parsed value
+    dialect: Dialect = INTEL  # whose rules (libiomp5's, or a sibling's such as LLVM's libomp)
+
+    @functools.cached_property
+    def key(self) -> "_Key":
+        """What an initialization depends on besides the machine (hashed once)."""
+        return _Key((self.type, self.gran, self.gran_levels, self.core_types_gran, self.core_effs_gran,
+                     self.core_attr, self.compact, self.offset, self.proclist, self.verbose, self.warnings,
+                     self.dups, self.omp_places, self.bind[0] == "intel", self.num_places, self.hw_subset,
+                     self.dialect))
 
 
-@dataclass
-class Result:
-    threads: int
-    cpusets: list[frozenset[int]]
-    places: list[frozenset[int]] | None
-    place_nums: list[int]
-    warnings: list[str]
-    notices: list[Diagnostic]
-    settings: RuntimeSettings
-    ktopo: kt.KTopo | None
-    affinity_type: str
-    granularity: str | None
-    proc_bind: str
-    num_procs: int
+class _Key:
+    """A tuple whose hash is computed once (a memo key looked up on every plan)."""
+
+    __slots__ = ("items", "hash")
+
+    def __init__(self, items: tuple[Any, ...]):
+        self.items = items
+        self.hash = hash(items)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Key) and self.hash == other.hash and self.items == other.items
 
 
 # ---------------------------------------------------------------------------
 # Environment processing
 # ---------------------------------------------------------------------------
 
-def process_env(env: Mapping[str, str], strict: bool) -> tuple[RuntimeSettings, list[str], list[Diagnostic]]:
+def process_env(env: Mapping[str, str], strict: bool,
+                dialect: Dialect = INTEL) -> tuple[RuntimeSettings, list[str], dict[str, Any]]:
     """``__kmp_env_initialize`` (``kmp_settings.cpp``): the affinity settings
-    of ``env``, the messages printed while reading it and their diagnostics."""
-    st = RuntimeSettings()
+    of ``env``, the messages printed while reading it, and the parsed value of
+    every variable read (those a rival made the runtime ignore left out).
+
+    The variables are read in name order; each is first checked against its
+    rivals (:data:`_RIVALS`), then parsed and applied (:data:`_APPLY`); the
+    defaults are filled in last (:func:`_fill_defaults`)."""
+    st = RuntimeSettings(dialect=dialect)
     texts: list[str] = []
-    diags: list[Diagnostic] = []
+    values: dict[str, Any] = {}
     present = {k for k in SETTINGS_VARIABLES if k in env and env[k] is not None}
     aff_notype = "KMP_AFFINITY" in present and not kmp_affinity_has_type_name(env["KMP_AFFINITY"])
     parse = parse_strict if strict else parse_lenient
-
-    def rival(name: str, rivals: Sequence[str]) -> bool:
-        for r in rivals:
-            if r == name:
-                return False
-            if r == "KMP_AFFINITY" and aff_notype:
-                continue
-            if r in present:
-                texts.append(f"{name}: ignored because {r} has been defined")
-                diags.append(Diagnostic(texts[-1], True))
-                if strict:
-                    raise SpecError(f"ignored because {r} has been defined", env[name], 0, what=name)
-                return True
-        return False
-
     for name in sorted(present):
         value = env[name]
-        if name == "GOMP_CPU_AFFINITY":
-            if rival(name, ("KMP_AFFINITY", "GOMP_CPU_AFFINITY", "OMP_PROC_BIND")):
-                continue
-            pl, d = parse(name, value)
-            _collect(d, texts, diags)
-            st.parsed[name] = pl
-            if pl is not None:
-                st.proclist, st.type, st.gran, st.gran_levels = pl, "explicit", "thread", None
-                st.omp_places = False
-                st.bind[0] = "intel"
-            elif not any(x.detail == "unexpected characters" for x in d):
-                # the list itself is malformed: no affinity
-                st.type = "none"
-                st.bind[0] = "false"
-        elif name == "KMP_AFFINITY":
-            v, d = parse(name, value)
-            _collect(d, texts, diags)
-            st.parsed[name] = v
-            _apply_kmp_affinity(st, v, value)
-        elif name in ("KMP_HW_SUBSET", "KMP_PLACE_THREADS"):
-            if name == "KMP_PLACE_THREADS" and rival(name, ("KMP_HW_SUBSET", "KMP_PLACE_THREADS")):
-                continue
-            v, d = parse(name, value)
-            _collect(d, texts, diags)
-            st.parsed[name] = v
-            st.hw_subset = v
-        elif name == "OMP_NUM_THREADS":
-            v, d = parse(name, value)
-            _collect(d, texts, diags)
-            st.parsed[name] = v
-            if v is not None:
-                st.nth = v
-        elif name == "OMP_PLACES":
-            if rival(name, ("KMP_AFFINITY", "GOMP_CPU_AFFINITY", "OMP_PLACES")):
-                continue
-            v, d = parse(name, value)
-            _collect(d, texts, diags)
-            st.parsed[name] = v
-            _apply_omp_places(st, v)
-        elif name == "OMP_PROC_BIND":
-            if rival(name, ("KMP_AFFINITY", "GOMP_CPU_AFFINITY", "OMP_PROC_BIND")):
-                continue
-            v, d = parse(name, value)
-            _collect(d, texts, diags)
-            st.parsed[name] = v
-            _apply_proc_bind(st, v)
-    # __kmp_env_initialize: defaults
+        rival = _rival(name, present, aff_notype)
+        if rival is not None:
+            texts.append(f"{name}: ignored because {rival} has been defined")
+            if strict:
+                raise SpecError(f"ignored because {rival} has been defined", value, 0, what=name)
+            continue
+        parsed, diagnostics = parse(name, value, dialect)
+        texts.extend(x.text for x in diagnostics)
+        values[name] = parsed
+        _APPLY[name](st, parsed, value, diagnostics)
+    _fill_defaults(st)
+    return st, texts, values
+
+
+def _rival(name: str, present: set[str], aff_notype: bool) -> str | None:
+    """The variable that makes the runtime ignore ``name`` (its rivals are
+    checked in order up to ``name`` itself; a ``KMP_AFFINITY`` without a type
+    is no rival)."""
+    for r in _RIVALS.get(name, ()):
+        if r == name:
+            return None
+        if r == "KMP_AFFINITY" and aff_notype:
+            continue
+        if r in present:
+            return r
+    return None
+
+
+def _fill_defaults(st: RuntimeSettings) -> None:
+    """The defaults ``__kmp_env_initialize`` fills in after reading the variables."""
     if st.type == "disabled":
         st.bind = ["false"]
-    else:
-        if st.bind[0] == "true":
-            st.bind[0] = "spread"
-        if st.respect is None:
-            st.respect = True
-        if st.bind[0] not in ("intel", "default"):
-            if st.type == "default":
-                st.type = "compact"
-                st.dups = False
-        elif st.type == "default":
-            st.bind[0] = "false"
-            st.type = "none"
-        if st.gran is None and (st.gran_levels is None or st.gran_levels < 0):
-            st.gran = "core"
-        # libiomp5: proc-bind false (OMP_PROC_BIND=false, or a 'none'/'disabled'
-        # given after another type in KMP_AFFINITY) means no binding.
-        if st.bind[0] == "false" and st.type not in ("none", "disabled"):
-            st.type = "none"
-    return st, texts, diags
+        return
+    if st.bind[0] == "true":
+        st.bind[0] = "spread"
+    if st.respect is None:
+        st.respect = True
+    if st.bind[0] not in ("intel", "default"):
+        if st.type == "default":
+            st.type = "compact"
+            st.dups = False
+    elif st.type == "default":
+        st.bind[0] = "false"
+        st.type = "none"
+    if st.gran is None and (st.gran_levels is None or st.gran_levels < 0):
+        st.gran = "core"
+    # libiomp5: proc-bind false (OMP_PROC_BIND=false, or a 'none'/'disabled'
+    # given after another type in KMP_AFFINITY) means no binding.
+    if st.bind[0] == "false" and st.type not in ("none", "disabled"):
+        st.type = "none"
 
 
-def _collect(d: list[Diagnostic], texts: list[str], diags: list[Diagnostic]) -> None:
-    for x in d:
-        texts.append(x.text)
-        diags.append(x)
+def _apply_gomp(st: RuntimeSettings, pl: ProcList | None, raw: str, diagnostics: list[Diagnostic]) -> None:
+    """``GOMP_CPU_AFFINITY``: an explicit proc list bound the Intel way."""
+    if pl is not None:
+        st.proclist, st.type, st.gran, st.gran_levels = pl, "explicit", "thread", None
+        st.omp_places = False
+        st.bind[0] = "intel"
+    elif not any(x.detail == "unexpected characters" for x in diagnostics):
+        # the list itself is malformed: no affinity
+        st.type = "none"
+        st.bind[0] = "false"
 
 
-def _apply_kmp_affinity(st: RuntimeSettings, v: KmpAffinity, raw: str) -> None:
+def _apply_hw_subset(st: RuntimeSettings, v: KmpHwSubset | None, raw: str, diagnostics: list[Diagnostic]) -> None:
+    """``KMP_HW_SUBSET`` (or its old name ``KMP_PLACE_THREADS``)."""
+    st.hw_subset = v
+
+
+def _apply_num_threads(st: RuntimeSettings, v: NumThreads | None, raw: str, diagnostics: list[Diagnostic]) -> None:
+    """``OMP_NUM_THREADS``: the team sizes (ignored when malformed; LLVM's libomp crashes)."""
+    if v is not None:
+        st.nth = v
+    elif st.dialect.strict_crashes:
+        raise PlanError(f"OMP_NUM_THREADS={raw!r} holds no valid team size: LLVM's libomp 19 warns "
+                        "and then crashes (its list of team sizes is left unset)")
+
+
+def _apply_kmp_affinity(st: RuntimeSettings, v: KmpAffinity, raw: str, diagnostics: list[Diagnostic]) -> None:
+    """``KMP_AFFINITY``: type, granularity, flags, permute/offset, proc list."""
     if v.type is not None:
         st.type = v.type
         st.bind[0] = "false" if v.type in ("none", "disabled") else "intel"
@@ -224,7 +229,8 @@ def _apply_kmp_affinity(st: RuntimeSettings, v: KmpAffinity, raw: str) -> None:
         st.proclist = v.proclist
 
 
-def _apply_omp_places(st: RuntimeSettings, v: OmpPlaces) -> None:
+def _apply_omp_places(st: RuntimeSettings, v: OmpPlaces, raw: str, diagnostics: list[Diagnostic]) -> None:
+    """``OMP_PLACES``: an explicit place list, or a layer to build places from."""
     if v.places is not None:
         st.proclist = v.places
         st.type, st.gran, st.gran_levels, st.dups = "explicit", "thread", None, False
@@ -244,7 +250,8 @@ def _apply_omp_places(st: RuntimeSettings, v: OmpPlaces) -> None:
         st.bind[0] = "true"
 
 
-def _apply_proc_bind(st: RuntimeSettings, v: OmpProcBind) -> None:
+def _apply_proc_bind(st: RuntimeSettings, v: OmpProcBind, raw: str, diagnostics: list[Diagnostic]) -> None:
+    """``OMP_PROC_BIND``: the binding policy of each nesting level."""
     first = v.policies[0]
     if first == "disabled":
         st.type = "disabled"
@@ -256,6 +263,26 @@ def _apply_proc_bind(st: RuntimeSettings, v: OmpProcBind) -> None:
         st.bind = ["true"]
     else:
         st.bind = list(v.policies)
+
+
+#: Per variable, the variables whose presence makes the runtime ignore it, in the
+#: order it checks them (the check stops at the variable itself).
+_RIVALS: dict[str, tuple[str, ...]] = {
+    "GOMP_CPU_AFFINITY": ("KMP_AFFINITY", "GOMP_CPU_AFFINITY", "OMP_PROC_BIND"),
+    "KMP_PLACE_THREADS": ("KMP_HW_SUBSET", "KMP_PLACE_THREADS"),
+    "OMP_PLACES": ("KMP_AFFINITY", "GOMP_CPU_AFFINITY", "OMP_PLACES"),
+    "OMP_PROC_BIND": ("KMP_AFFINITY", "GOMP_CPU_AFFINITY", "OMP_PROC_BIND"),
+}
+#: Per variable (every one of :data:`VARIABLES`), what the runtime does with its value.
+_APPLY: dict[str, Callable[[RuntimeSettings, Any, str, list[Diagnostic]], None]] = {
+    "GOMP_CPU_AFFINITY": _apply_gomp,
+    "KMP_AFFINITY": _apply_kmp_affinity,
+    "KMP_HW_SUBSET": _apply_hw_subset,
+    "KMP_PLACE_THREADS": _apply_hw_subset,
+    "OMP_NUM_THREADS": _apply_num_threads,
+    "OMP_PLACES": _apply_omp_places,
+    "OMP_PROC_BIND": _apply_proc_bind,
+}
 
 
 # ---------------------------------------------------------------------------
@@ -280,13 +307,28 @@ class _Init:
         self.core_types_gran = st.core_types_gran
         self.core_effs_gran = st.core_effs_gran
         self.st_gran_levels = st.gran_levels
-        self.osid_mask: dict[int, frozenset[int]] = {}
-        self.leader: set[int] = set()  # OS ids of the group leaders
+        self._osid_mask: dict[int, frozenset[int]] = {}
+        self._leader: set[int] = set()  # OS ids of the group leaders
+        self.fine: list[int] | None = None  # thread granularity: the procs, each its own group
         self.order: list[int] | None = None  # hw thread order after sortTopology (sort_ids)
         self.procarr: list[int] | None = None
         self.balanced_order: list[int] = []
-        self.teams: dict[Any, Any] = {}
         self.shared = False  # k is the table cached per topology: copy before changing it
+        self.machine: frozenset[int] = frozenset()  # every OS proc of the machine
+
+    @property
+    def osid_mask(self) -> dict[int, frozenset[int]]:
+        """``osId2Mask``: each proc's group (made on first use at thread granularity)."""
+        if self.fine is not None and not self._osid_mask:
+            self._osid_mask = dict(zip(self.fine, map(_singleton, self.fine)))
+        return self._osid_mask
+
+    @property
+    def leader(self) -> set[int]:
+        """The OS ids of the group leaders (every proc at thread granularity)."""
+        if self.fine is not None and not self._leader:
+            self._leader = set(self.fine)
+        return self._leader
 
     @property
     def env_var(self) -> str:
@@ -356,24 +398,38 @@ def _create_os_id_masks(ini: _Init, attr_filter: Any = None) -> bool:
     else:
         keys = _closeness_keys(ini, rows)
         starts = [0] + [j + 1 for j, (a, b) in enumerate(zip(keys[1:], keys)) if a != b]
-    osid_mask: dict[int, frozenset[int]] = {}
-    if len(starts) == len(procs):  # one proc per group (granularity=fine)
-        new = [o for o in procs if o not in _SINGLE]
-        _SINGLE.update(zip(new, map(frozenset, zip(new))))
-        osid_mask.update(zip(procs, map(_SINGLE.__getitem__, procs)))
+    if len(starts) == len(procs):  # one proc per group (granularity=fine): masks made when needed
+        ini.fine, ini._osid_mask, ini._leader = list(procs), {}, set()
     else:
+        osid_mask: dict[int, frozenset[int]] = {}
         for a, b in zip(starts, [*starts[1:], len(procs)]):
             group = procs[a:b]
             osid_mask.update(dict.fromkeys(group, frozenset(group)))
-    ini.osid_mask = osid_mask
-    ini.leader = set(procs) if len(starts) == len(procs) else {procs[a] for a in starts}
+        ini.fine, ini._osid_mask, ini._leader = None, osid_mask, {procs[a] for a in starts}
     if attr_filter is not None:  # else the groups hold every proc: nothing to restrict
         _restrict_full(ini, frozenset(procs))  # the union of the groups
     return True
 
 
-#: ``{proc}`` for every OS proc seen: the masks of thread granularity, made once
-_SINGLE: dict[int, frozenset[int]] = {}
+#: How many OS procs' singleton sets :func:`_singleton` keeps (ids 0..N-1; beyond, made anew).
+_SINGLETONS_MAX = 16384
+#: ``_SINGLETONS[o]`` is ``frozenset({o})``: constants, grown on demand up to the bound and
+#: rebound whole (never mutated), so threads share them safely.
+_SINGLETONS: tuple[frozenset[int], ...] = ()
+
+
+def _singleton(o: int) -> frozenset[int]:
+    """``{o}``, the mask of proc ``o`` at thread granularity, interned: a cold plan on
+    1024 PUs would otherwise make 1024 new sets (and the garbage collector runs
+    they cause -- ``bench/bench_plan.py``, row ``plan compact (cold)``)."""
+    global _SINGLETONS
+    if o < len(_SINGLETONS):
+        return _SINGLETONS[o]
+    if o >= _SINGLETONS_MAX:
+        return frozenset((o,))
+    grown = max(o + 1, 2 * len(_SINGLETONS), 64)
+    _SINGLETONS = _SINGLETONS + tuple(map(frozenset, zip(range(len(_SINGLETONS), min(grown, _SINGLETONS_MAX)))))
+    return _SINGLETONS[o]
 
 
 def _closeness_keys(ini: _Init, rows: Sequence[int]) -> Sequence[Any]:
@@ -451,6 +507,8 @@ def _process_place(ini: _Init, p: Place, max_os: int, acc: set[int]) -> int:
     size = 0
     if p.exclude is not None:
         size = _process_place(ini, p.exclude, max_os, acc)
+        if ini.st.dialect.strict_crashes:
+            _check_complement(ini.machine)
         # libiomp5 complements within the available procs
         comp = set(ini.full) - acc
         acc.clear()
@@ -487,6 +545,18 @@ def _process_place(ini: _Init, p: Place, max_os: int, acc: set[int]) -> int:
             start += stride
             size += 1
     return size
+
+
+def _check_complement(machine: frozenset[int]) -> None:
+    """LLVM's libomp 19 complements an excluded place over every bit of its mask
+    words (64 OS procs each, enough for the machine's highest OS proc), then
+    asserts on a bit that is no OS proc of the machine (``kmp_affinity.h``)."""
+    capacity = 64 * ((max(machine) + 64) // 64)
+    missing = frozenset(range(capacity)) - machine
+    if missing:
+        raise PlanError(f"OMP_PLACES: an excluded place ('!') is complemented over OS procs 0-{capacity - 1}, "
+                        f"and {format_list(missing)} are no OS procs of this machine: LLVM's libomp 19 aborts "
+                        "(Assertion failure at kmp_affinity.h)")
 
 
 def _process_placelist(ini: _Init, places: Sequence[Place]) -> list[frozenset[int]]:
@@ -572,15 +642,19 @@ def _sort_topology(ini: _Init) -> None:
     if st.dups:
         num_masks = avail
     else:
-        num_masks = len(ini.leader)
+        num_masks = len(ini.fine) if ini.fine is not None else len(ini.leader)
     if st.bind[0] != "intel" and 0 < st.num_places < num_masks:
         num_masks = st.num_places
     compact = ini.compact
-    order = k.memo(("order", compact), lambda: _sorted_by_layers(k, _compact_order(compact, depth)))
-    os_, osid_mask = k.os, ini.osid_mask
-    if st.dups:
+    order = _sorted_by_layers(k, _compact_order(compact, depth))
+    os_ = k.os
+    if ini.fine is not None:  # every proc leads its own group: {proc} in the sorted order
+        masks = [_singleton(os_[i]) for i in order[:num_masks]]
+    elif st.dups:
+        osid_mask = ini.osid_mask
         masks = [osid_mask[os_[i]] for i in order[:num_masks]]
     else:
+        osid_mask = ini.osid_mask
         leader = ini.leader
         masks = [osid_mask[o] for o in (os_[i] for i in order) if o in leader][:num_masks]
     ini.masks = masks
@@ -591,97 +665,137 @@ def _sort_topology(ini: _Init) -> None:
         ini.order = sorted(range(k.num_threads), key=[(r, o) for r, o in zip(k.ids, k.os)].__getitem__)
 
 
-def initialize(st: RuntimeSettings, topology: Any, initial: frozenset[int], base: kt.KTopo) -> _Init:
+def initialize(st: RuntimeSettings, topology: Any, base: kt.KTopo) -> _Init:
+    """``__kmp_aux_affinity_initialize``: ``KMP_HW_SUBSET``, the granularity, the
+    per-proc masks, then the place list the affinity type builds
+    (:data:`_INIT_BY_TYPE`)."""
     ini = _Init(st, base, frozenset(base.os))
+    ini.machine = frozenset(topology.cpuset)
     ini.shared = True  # copied before the first change (_own_table)
     if st.hw_subset is not None:
         _own_table(ini)
-        k = ini.k
-        filtered, msgs = kt.filter_hw_subset(k, st.hw_subset)
+        _filtered, msgs = kt.filter_hw_subset(ini.k, st.hw_subset)
         for m in msgs:
             ini.warn(m)
-        ini.full = frozenset(k.os)
-    k = ini.k
+        ini.full = frozenset(ini.k.os)
     if ini.type == "none":
         ini.masks = [ini.full]
         return ini
     _set_granularity(ini)
-    made = False
+    _make_os_id_masks(ini)
+    if _INIT_BY_TYPE[ini.type](ini):
+        _sort_topology(ini)
+    return ini
+
+
+def _make_os_id_masks(ini: _Init) -> None:
+    """``__kmp_create_os_id_masks`` for the granularity, restricted to the cores
+    of ``OMP_PLACES=cores:<attr>`` when there are such cores."""
     if ini.core_attr is not None:
+        k = ini.k
         want = (kt.CORE_TYPE_ATOM if ini.core_attr == "intel_atom" else kt.CORE_TYPE_CORE) \
             if ini.core_attr.startswith("intel") else None
         eff = None if want is not None else int(ini.core_attr[3:])
-        made = _create_os_id_masks(ini, (lambda i: k.core_type[i] == want) if want is not None
-                                   else (lambda i: k.core_eff[i] == eff))
-        if not made:
-            what = "core_efficiency" if eff is not None else "core_type"
-            ini.warn(f'{ini.env_var} ignored: {what} is not available. Using "cores" instead.')
-    if not made:
-        _create_os_id_masks(ini)
-    k = ini.k  # restricted (a copy) when the masks leave procs out
-    t = ini.type
+        if _create_os_id_masks(ini, (lambda i: k.core_type[i] == want) if want is not None
+                               else (lambda i: k.core_eff[i] == eff)):
+            return
+        what = "core_efficiency" if eff is not None else "core_type"
+        ini.warn(f'{ini.env_var} ignored: {what} is not available. Using "cores" instead.')
+    _create_os_id_masks(ini)
+
+
+def _no_affinity(ini: _Init) -> bool:
+    """Fall back to affinity ``none`` (one place: the full mask); no sort."""
+    ini.type = "none"
+    ini.masks = [ini.full]
+    return False
+
+
+def _init_explicit(ini: _Init) -> bool:
+    """``explicit``: the masks of a proc list (``KMP_AFFINITY``,
+    ``GOMP_CPU_AFFINITY``) or of an ``OMP_PLACES`` place list, in order."""
+    if ini.st.bind[0] == "intel":
+        ini.masks = _process_proclist(ini, ini.st.proclist)
+    else:
+        ini.masks = _process_placelist(ini, ini.st.proclist)
+    if not ini.masks:
+        ini.warn("No valid OS proc IDs specified - not using affinity.")
+        return _no_affinity(ini)
+    return False
+
+
+def _init_logical(ini: _Init) -> bool:
+    """``logical``: compact order; the offset counts cores."""
+    k = ini.k
+    ini.compact = 0
+    if ini.offset:
+        ini.offset = k.n_threads_per_core * ini.offset % k.num_threads
+    return True
+
+
+def _init_physical(ini: _Init) -> bool:
+    """``physical``: threads of a core last (permute 1 with SMT); the offset counts cores."""
+    k = ini.k
+    ini.compact = 1 if k.n_threads_per_core > 1 and k.depth > 1 else 0
+    if ini.offset:
+        ini.offset = k.n_threads_per_core * ini.offset % k.num_threads
+    return True
+
+
+def _init_scatter(ini: _Init) -> bool:
+    """``scatter``: compact with the permutation reversed."""
+    depth = ini.k.depth
+    ini.compact = 0 if ini.compact >= depth else depth - 1 - ini.compact
+    return True
+
+
+def _init_compact(ini: _Init) -> bool:
+    """``compact``: the permute is at most the depth below the top."""
+    depth = ini.k.depth
+    if ini.compact >= depth:
+        ini.compact = depth - 1
+    return True
+
+
+def _init_balanced(ini: _Init) -> bool:
+    """``balanced``: needs more than one layer and, on a non-uniform machine,
+    the per-core proc table (``procarr``) of ``__kmp_balanced_affinity``."""
+    k = ini.k
     depth = k.depth
-    if t == "explicit":
-        if st.bind[0] == "intel":
-            ini.masks = _process_proclist(ini, st.proclist)
-        else:
-            ini.masks = _process_placelist(ini, st.proclist)
-        if not ini.masks:
-            ini.warn("No valid OS proc IDs specified - not using affinity.")
-            ini.type = "none"
-            ini.masks = [ini.full]
-        return ini
-    if t == "logical":
-        ini.compact = 0
-        if ini.offset:
-            ini.offset = k.n_threads_per_core * ini.offset % k.num_threads
-    elif t == "physical":
-        if k.n_threads_per_core > 1:
-            ini.compact = 1
-            if ini.compact >= depth:
-                ini.compact = 0
-        else:
-            ini.compact = 0
-        if ini.offset:
-            ini.offset = k.n_threads_per_core * ini.offset % k.num_threads
-    elif t == "scatter":
-        ini.compact = 0 if ini.compact >= depth else depth - 1 - ini.compact
-    elif t == "compact":
-        if ini.compact >= depth:
-            ini.compact = depth - 1
-    elif t == "balanced":
-        if depth <= 1:
+    if depth <= 1:
+        ini.warn(f"{ini.env_var}: Affinity balanced is not available.")
+        return _no_affinity(ini)
+    if not k.uniform:
+        rows = list(range(k.num_threads))
+        core_level = _find_core_level(k, rows, depth - 1)
+        ncores = k.count[core_level]
+        maxpc = 1 if core_level >= depth - 1 else k.calculate_ratio(k.get_level(kt.THREAD), core_level)
+        nproc = ncores * maxpc
+        if nproc < 2 or nproc < k.num_threads:
             ini.warn(f"{ini.env_var}: Affinity balanced is not available.")
-            ini.type = "none"
-            ini.masks = [ini.full]
-            return ini
-        if not k.uniform:
-            rows = list(range(k.num_threads))
-            core_level = _find_core_level(k, rows, depth - 1)
-            ncores = k.count[core_level]
-            if core_level >= depth - 1:
-                maxpc = 1
-            else:
-                maxpc = k.calculate_ratio(k.get_level(kt.THREAD), core_level)
-            nproc = ncores * maxpc
-            if nproc < 2 or nproc < k.num_threads:
-                ini.warn(f"{ini.env_var}: Affinity balanced is not available.")
-                ini.type = "none"
-                ini.masks = [ini.full]
-                return ini
-            procarr = [-1] * nproc
-            lastcore, inlast = -1, 0
-            cidx = _core_index(k, rows, core_level)
-            for i in range(k.num_threads):
-                core = cidx[i]
-                inlast = inlast + 1 if core == lastcore else 0
-                lastcore = core
-                procarr[core * maxpc + inlast] = k.os[i]
-            ini.procarr = procarr
-        if ini.compact >= depth:
-            ini.compact = depth - 1
-    _sort_topology(ini)
-    return ini
+            return _no_affinity(ini)
+        procarr = [-1] * nproc
+        lastcore, inlast = -1, 0
+        cidx = _core_index(k, rows, core_level)
+        for i in range(k.num_threads):
+            core = cidx[i]
+            inlast = inlast + 1 if core == lastcore else 0
+            lastcore = core
+            procarr[core * maxpc + inlast] = k.os[i]
+        ini.procarr = procarr
+    return _init_compact(ini)
+
+
+#: Per affinity type, what ``__kmp_aux_affinity_initialize`` does before sorting the
+#: table; each returns whether the sorted table gives the places (False: done).
+_INIT_BY_TYPE: dict[str, Callable[[_Init], bool]] = {
+    "explicit": _init_explicit,
+    "logical": _init_logical,
+    "physical": _init_physical,
+    "scatter": _init_scatter,
+    "compact": _init_compact,
+    "balanced": _init_balanced,
+}
 
 
 # ---------------------------------------------------------------------------
@@ -938,10 +1052,10 @@ def _balanced_from_newarr(procarr: Sequence[int], newarr: Sequence[int], nth_per
 # Entry point
 # ---------------------------------------------------------------------------
 
-def team_size(st: RuntimeSettings, avail: int, machine_procs: int, requested: int | None) -> int:
-    if requested is not None:
-        n = requested
-    elif st.nth is not None and st.nth.all:
+def team_size(st: RuntimeSettings, avail: int, machine_procs: int) -> int:
+    """The team size of the first parallel region: ``OMP_NUM_THREADS`` (``all``:
+    every proc of the machine), else one thread per available proc."""
+    if st.nth is not None and st.nth.all:
         n = machine_procs
     elif st.nth is not None and st.nth.first is not None:
         n = st.nth.first
@@ -950,50 +1064,43 @@ def team_size(st: RuntimeSettings, avail: int, machine_procs: int, requested: in
     return max(1, n)
 
 
-def evaluate_settings(st: RuntimeSettings, texts: list[str], topology: Any, initial: frozenset[int], *,
-                      threads: int | None, base_for: Any, diags: list[Diagnostic] | None = None) -> Result:
+def evaluate_settings(st: RuntimeSettings, texts: tuple[str, ...], topology: Any, initial: frozenset[int], *,
+                      memo: Memo, settings: Any = None) -> Outcome:
     """Run the emulation for settings :func:`process_env` made (``texts``:
-    the messages it printed).  ``base_for(procs)`` returns the cached canonical
-    runtime topology for a full mask."""
-    diags = diags or []
-    machine = topology.cpuset
+    the messages it printed; ``settings``: the parsed values, carried to the
+    plan).  What depends on the topology alone -- the runtime's table for a
+    full mask, an initialization, a team -- is kept in the planner's
+    per-topology ``memo``."""
     nprocs_machine = len(topology.pus)
     bind0 = st.bind[0]
     if st.type == "disabled":
-        n = team_size(st, nprocs_machine, nprocs_machine, threads)
+        n = team_size(st, nprocs_machine, nprocs_machine)
         _check_team(n)
-        return Result(n, [initial] * n, None, [-1] * n, texts, diags, st, None, "disabled", None,
-                      "false", nprocs_machine)
+        return Outcome(n, (initial,) * n, None, (-1,) * n, texts, "disabled", None, "false", nprocs_machine,
+                       None, settings)
     if st.respect:
         full = initial
     else:
-        full = machine
+        full = topology.cpuset
         _check_norespect(topology)
-    base = base_for(full)
-    key = ("init", st.type, st.gran, st.gran_levels, st.core_types_gran, st.core_effs_gran, st.core_attr,
-           st.compact, st.offset, st.proclist, st.verbose, st.warnings, st.dups, st.omp_places,
-           bind0 == "intel", st.num_places, st.hw_subset)
-    ini = base.memo(key, lambda: initialize(st, topology, initial, base))
-    texts = texts + ini.msgs
+    numa = st.dialect.numa_layer
+    table = ("table", full, numa)
+    base = memo(table, lambda: kt.build(topology, full, numa=numa))
+    key = ("init", full, numa, st.key)
+    ini = memo(key, lambda: initialize(st, topology, base))
     k = ini.k
     avail = k.num_threads
-    n = team_size(st, avail, nprocs_machine, threads)
+    n = team_size(st, avail, nprocs_machine)
     _check_team(n)
-    team = ini.teams.get((bind0, n))
-    if team is None:
-        team = _team(ini, bind0, n)
-        if len(ini.teams) > 64:
-            ini.teams.clear()
-        ini.teams[(bind0, n)] = team
-    cpusets, place_nums, pb = team
+    cpusets, place_nums, pb = memo(("team", key, bind0, n), lambda: _team(ini, bind0, n))
     if not cpusets[0]:
         # the primary thread keeps the process mask it started with
         cpusets = (initial,) + tuple(cpusets[1:])
+    warnings = texts + tuple(ini.msgs)
     if ini.type == "none":
-        return Result(n, cpusets, [ini.full], place_nums, texts, diags, st, k, "none", None,
-                      pb, avail)
-    return Result(n, cpusets, list(ini.masks), place_nums, texts, diags, st, k, ini.type,
-                  ini.gran if ini.gran_levels >= 0 else None, pb, avail)
+        return Outcome(n, cpusets, (ini.full,), place_nums, warnings, "none", None, pb, avail, k, settings)
+    return Outcome(n, cpusets, tuple(ini.masks), place_nums, warnings, ini.type,
+                   ini.gran if ini.gran_levels >= 0 else None, pb, avail, k, settings)
 
 
 def _check_norespect(topology: Any) -> None:
@@ -1019,7 +1126,7 @@ def _cpu_list(cpus: frozenset[int]) -> str:
 
 
 def _team(ini: _Init, bind0: str, n: int) -> tuple[tuple[frozenset[int], ...], tuple[int, ...], str]:
-    """Each thread's set and place for a team of ``n`` (cached per init)."""
+    """Each thread's set and place for a team of ``n``."""
     masks = ini.masks
     nm = len(masks)
     if ini.type == "none":
@@ -1063,25 +1170,27 @@ def _check_team(n: int) -> None:
 # The planner's entry points (see affinity.planning.rules)
 # ---------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=4096)
-def _settings(items: tuple[tuple[str, str], ...],
-              strict: bool) -> tuple[RuntimeSettings, tuple[str, ...], tuple[Any, ...]]:
-    """The runtime's settings for sorted variables, with its messages (memoized)."""
-    st, texts, diags = process_env(dict(items), strict)
-    return st, tuple(texts), tuple(diags)
+@dataclass(frozen=True)
+class Read:
+    """What the runtime made of the environment: its settings, the messages it
+    printed while reading, and (strict) the parsed values as :class:`Settings`."""
+
+    st: RuntimeSettings
+    texts: tuple[str, ...]
+    settings: Settings | None
 
 
-def evaluate(env: tuple[tuple[str, str], ...], topology: Any, initial: frozenset[int], *, strict: bool,
-             threads: int | None, memo: Memo) -> Outcome:
-    """What libiomp5 does with the sorted variables ``env`` on ``topology``
+def read(env: tuple[tuple[str, str], ...], *, strict: bool, dialect: Dialect = INTEL) -> Read:
+    """How libiomp5 (or the sibling runtime of ``dialect``) reads the sorted
+    variables ``env`` (see :mod:`affinity.planning.rules`)."""
+    st, texts, values = process_env(dict(env), strict, dialect)
+    return Read(st, tuple(texts), Settings.of(values) if strict else None)
+
+
+def evaluate(settings: Read, topology: Any, initial: frozenset[int], *, memo: Memo) -> Outcome:
+    """What the runtime does on ``topology`` with the settings it read
     (see :mod:`affinity.planning.rules`)."""
-    st, texts, _diags = _settings(env, strict)
-    res = evaluate_settings(st, list(texts), topology, initial, threads=threads,
-                            base_for=lambda procs: memo(("table", procs), lambda: kt.build(topology, procs)))
-    return Outcome(threads=res.threads, cpusets=res.cpusets if isinstance(res.cpusets, tuple) else tuple(res.cpusets),
-                   places=None if res.places is None else tuple(res.places), place_nums=tuple(res.place_nums),
-                   warnings=tuple(res.warnings), affinity_type=res.affinity_type, granularity=res.granularity,
-                   proc_bind=res.proc_bind, num_procs=res.num_procs, view=res.ktopo)
+    return evaluate_settings(settings.st, settings.texts, topology, initial, memo=memo, settings=settings.settings)
 
 
 def kmp_mask_str(cpus: Any) -> str:

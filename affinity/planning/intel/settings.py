@@ -18,7 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..syntax import (CORE_ATTRS, HW_LAYERS, Diag, Malformed, atoi, cdiv, char_at, isalnum, isalpha,
+from ...errors import MalformedValue, PlanError
+from ..syntax import (CORE_ATTRS, HW_LAYERS, Diag, atoi, cdiv, char_at, isalnum, isalpha,
                       isdigit, lower, match, quote, run_parser, skip_digits, skip_to, skip_ws, str_to_int, upper)
 
 __all__ = ["HwSubsetItem", "KmpAffinity", "KmpHwSubset", "ProcList", "ProcRange", "parse_gomp_cpu_affinity",
@@ -110,37 +111,37 @@ def _parse_proc_id_list(var: str, s: str, i: int, diag: Diag) -> tuple[ProcList 
             nxt = skip_ws(s, nxt)
             c = char_at(s, nxt)
             if c == "{":
-                item, nxt = _parse_proc_set(s, nxt + 1)
+                item, nxt = _parse_proc_set(s, nxt + 1, diag.dialect.wrap_ints)
             elif isdigit(c):
-                item, nxt = _parse_proc_range(s, nxt)
+                item, nxt = _parse_proc_range(s, nxt, diag.dialect.wrap_ints)
             elif c == "" or items:
                 break
             else:
-                raise Malformed(nxt, "expected a proc id, a range or a set")
+                raise MalformedValue(nxt, "expected a proc id, a range or a set")
             items.append(item)
             nxt = skip_ws(s, nxt)
             if char_at(s, nxt) == ",":
                 nxt += 1
-    except Malformed as err:
+    except MalformedValue as err:
         detail = None if err.detail is None else f"{err.what}: {err.detail}"
         diag.warn(f"{var}: {err.what}, not using affinity.", err.pos, detail=detail)
         return None, i
     return ProcList(tuple(items)), nxt
 
 
-def _proc_id(s: str, i: int, expected: str) -> tuple[int, int]:
+def _proc_id(s: str, i: int, expected: str, wrap: bool = False) -> tuple[int, int]:
     """One proc id of a proc list, blanks before it skipped: (id, end)."""
     i = skip_ws(s, i)
     if not isdigit(char_at(s, i)):
-        raise Malformed(i, expected)
+        raise MalformedValue(i, expected)
     j = skip_digits(s, i)
-    return str_to_int(s, i, j), j
+    return str_to_int(s, i, j, wrap), j
 
 
-def _parse_proc_set(s: str, i: int) -> tuple[tuple[int, ...], int]:
+def _parse_proc_set(s: str, i: int, wrap: bool = False) -> tuple[tuple[int, ...], int]:
     """The ``{a,b,...}`` branch of ``__kmp_parse_affinity_proc_id_list`` (from
     after the ``{``; commas optional): one place, ids sorted.  Returns (ids, end)."""
-    first, nxt = _proc_id(s, i, "expected a proc id after '{'")
+    first, nxt = _proc_id(s, i, "expected a proc id after '{'", wrap)
     members = [first]
     while True:
         nxt = skip_ws(s, nxt)
@@ -148,19 +149,19 @@ def _parse_proc_set(s: str, i: int) -> tuple[tuple[int, ...], int]:
             return tuple(sorted(set(members))), nxt + 1
         if char_at(s, nxt) == ",":
             nxt += 1
-        member, nxt = _proc_id(s, nxt, "expected a proc id or '}'")
+        member, nxt = _proc_id(s, nxt, "expected a proc id or '}'", wrap)
         members.append(member)
 
 
-def _parse_proc_range(s: str, i: int) -> tuple[int | ProcRange, int]:
+def _parse_proc_range(s: str, i: int, wrap: bool = False) -> tuple[int | ProcRange, int]:
     """The ``start[-end[:stride]]`` branch of ``__kmp_parse_affinity_proc_id_list``
     (``s[i]`` is a digit): a proc id, or a range checked as the runtime checks it."""
     j = skip_digits(s, i)
-    start = str_to_int(s, i, j)
+    start = str_to_int(s, i, j, wrap)
     nxt = skip_ws(s, j)
     if char_at(s, nxt) != "-":
         return start, nxt
-    end, nxt = _proc_id(s, nxt + 1, "expected the end of the range")
+    end, nxt = _proc_id(s, nxt + 1, "expected the end of the range", wrap)
     stride = 1
     nxt = skip_ws(s, nxt)
     if char_at(s, nxt) == ":":
@@ -168,7 +169,7 @@ def _parse_proc_range(s: str, i: int) -> tuple[int | ProcRange, int]:
         sign = 1
         if char_at(s, nxt) == "-":
             sign, nxt = -1, nxt + 1
-        stride, nxt = _proc_id(s, nxt, "expected the stride")
+        stride, nxt = _proc_id(s, nxt, "expected the stride", wrap)
         stride *= sign
     _check_proc_range(start, end, stride, i)
     return ProcRange(start, end, stride), nxt
@@ -178,13 +179,13 @@ def _check_proc_range(start: int, end: int, stride: int, pos: int) -> None:
     """The range checks of ``__kmp_parse_affinity_proc_id_list`` (zero stride,
     bounds against the stride's sign, at most 65536 steps)."""
     if stride == 0:
-        raise Malformed(pos, None, "range error (zero stride)")
+        raise MalformedValue(pos, None, "range error (zero stride)")
     if stride > 0 and start > end:
-        raise Malformed(pos, None, f"range error ({start} > {end})")
+        raise MalformedValue(pos, None, f"range error ({start} > {end})")
     if stride < 0 and start < end:
-        raise Malformed(pos, None, f"range error ({start} < {end} & stride < 0)")
+        raise MalformedValue(pos, None, f"range error ({start} < {end} & stride < 0)")
     if cdiv(end - start, stride) > 65536:
-        raise Malformed(pos, None, f"range error (({end}-{start})/{stride} too big)")
+        raise MalformedValue(pos, None, f"range error (({end}-{start})/{stride} too big)")
 
 
 # ---------------------------------------------------------------------------
@@ -426,7 +427,7 @@ def _aff_gran_value(st: _AffState, start: int, i: int) -> int:
         flag, nxt = core
         layer, levels = "core", None
     else:
-        found = _layer_gran(st.s, i)
+        found = _layer_gran(st.s, i, st.diag.dialect.wrap_ints)
         if found is None:
             return st.skip_invalid(start, i, "unknown granularity")
         layer, levels, nxt = found
@@ -448,7 +449,7 @@ def _core_gran(s: str, i: int) -> tuple[str, int] | None:
     return None
 
 
-def _layer_gran(s: str, i: int) -> tuple[str | None, int | None, int] | None:
+def _layer_gran(s: str, i: int, wrap: bool = False) -> tuple[str | None, int | None, int] | None:
     """A layer keyword, an alias or a number of levels at ``s[i]``: (layer, levels, end), or None."""
     for layer in HW_LAYERS:
         e = match(layer, s, i)
@@ -460,7 +461,7 @@ def _layer_gran(s: str, i: int) -> tuple[str | None, int | None, int] | None:
             return layer, None, e
     if isdigit(char_at(s, i)):
         e = skip_digits(s, i)
-        return None, str_to_int(s, i, e), e
+        return None, str_to_int(s, i, e, wrap), e
     return None
 
 
@@ -501,7 +502,7 @@ def _aff_integer(st: _AffState, start: int) -> int | None:
     if len(st.numbers) >= 2:
         st.diag.warn(f"{st.name}: too many integer parameters specified, ignoring {quote(s[start:])}.", start,
                      detail=f"too many integer parameters, ignoring {quote(s[start:nxt])}")
-    st.numbers.append(str_to_int(s, start, nxt))
+    st.numbers.append(str_to_int(s, start, nxt, st.diag.dialect.wrap_ints))
     return st.after_token(nxt)
 
 
@@ -541,6 +542,9 @@ def _aff_resolve_proclist(st: _AffState) -> None:
         st.diag.warn(f'{st.name}: proclist specified without "explicit" affinity type, proclist ignored.',
                      0, detail=f'proclist given with the "{st.type}" type (it needs "explicit")')
         st.proclist = None
+        if st.diag.dialect.strict_crashes:
+            raise PlanError(f"{st.name}={st.s!r}: a proclist with the {st.type!r} type: LLVM's libomp 19 warns "
+                            "that it ignores the proclist, then crashes (SIGSEGV)")
 
 
 def _aff_integer_params(st: _AffState) -> tuple[int | None, int | None]:
@@ -658,7 +662,7 @@ def _parse_kmp_hw_subset(value: str, diag: Diag, name: str = "KMP_HW_SUBSET") ->
     text, posmap, absolute = canonical
     try:
         items = _subset_items(text)
-    except Malformed as err:
+    except MalformedValue as err:
         diag.warn(invalid, posmap[min(err.pos, len(posmap) - 1)], detail=err.detail)
         return None
     return KmpHwSubset(items, absolute)
@@ -698,10 +702,10 @@ def _subset_canonical(value: str) -> tuple[str, list[int], bool] | None:
 def _subset_items(text: str) -> tuple[HwSubsetItem, ...]:
     """The component loop of ``__kmp_stg_parse_hw_subset`` over the canonical text
     (``,`` between levels, ``&`` between core kinds); each layer at most once
-    (cores excepted).  Raises :class:`Malformed` with an index into ``text``."""
+    (cores excepted).  Raises :class:`MalformedValue` with an index into ``text``."""
     comps = text.split(",")
     if len(comps) > len(HW_LAYERS):
-        raise Malformed(0, "too many components")
+        raise MalformedValue(0, "too many components")
     items: list[HwSubsetItem] = []
     seen: set[str] = set()
     base = 0
@@ -710,7 +714,7 @@ def _subset_items(text: str) -> tuple[HwSubsetItem, ...]:
         for cc in comp.split("&"):
             item = _subset_item(cc, off)
             if item.layer != "core" and item.layer in seen:
-                raise Malformed(off, f"{item.layer} given twice")
+                raise MalformedValue(off, f"{item.layer} given twice")
             seen.add(item.layer)
             items.append(item)
             off += len(cc) + 1
@@ -724,7 +728,7 @@ def _subset_item(cc: str, off: int) -> HwSubsetItem:
     if isdigit(cc[:1]):
         num: int | None = atoi(cc)
         if num <= 0:
-            raise Malformed(off, "counts must be positive")
+            raise MalformedValue(off, "counts must be positive")
         pos = cc[skip_digits(cc, 0):]
     elif cc[:1] == "*":
         num, pos = None, cc[1:]
@@ -742,9 +746,9 @@ def _subset_item(cc: str, off: int) -> HwSubsetItem:
             cut = min(cut, k)
     layer = _subset_layer(pos[:cut])
     if layer is None:
-        raise Malformed(off, "unknown layer")
+        raise MalformedValue(off, "unknown layer")
     if attr and layer != "core":
-        raise Malformed(off, "only cores take an attribute")
+        raise MalformedValue(off, "only cores take an attribute")
     return HwSubsetItem(layer, num, offset, attr)
 
 
@@ -756,12 +760,12 @@ def _subset_attr(cc: str, colon: int, at: int, off: int) -> str:
     if al in CORE_ATTRS:
         return al
     if al[:3] != "eff":
-        raise Malformed(off + colon, "unknown core attribute")
+        raise MalformedValue(off + colon, "unknown core attribute")
     k = 3
     while k < len(a) and isalpha(a[k]):
         k += 1
     if k >= len(a) or not isdigit(a[k]):
-        raise Malformed(off + colon, "bad core attribute")
+        raise MalformedValue(off + colon, "bad core attribute")
     return "eff" + str(atoi(a, k))
 
 

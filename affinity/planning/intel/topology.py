@@ -26,13 +26,13 @@ runtime's table of hardware threads exactly as Intel's runtime does with its
 5. ``KMP_HW_SUBSET`` filtering (counts/ratios recomputed, sub-ids kept).
 
 Everything here is pure and deterministic; instances are cached by the
-planner per (topology, mask, subset).
+planner per (topology, full mask, NUMA layer or not).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 from ..syntax import CATALOG, HW_LAYERS
 from .settings import KmpHwSubset
@@ -59,10 +59,6 @@ _RUNS = [bytes.maketrans(bytes(range(layer + 1)), b"a" * layer + b"b") for layer
 
 #: core type indexer values (``kmp_hw_core_type_t``) of a hybrid machine's cores; 0 is unknown
 CORE_TYPE_ATOM, CORE_TYPE_CORE = 1, 2
-#: how many values :meth:`KTopo.memo` keeps before it starts over
-MEMO_LIMIT = 256
-
-_T = TypeVar("_T")
 
 
 class KTopo:
@@ -70,7 +66,7 @@ class KTopo:
 
     __slots__ = ("depth", "types", "os", "ids", "_sub_ids", "_changes", "core_type", "core_eff", "equivalent",
                  "ratio", "count", "uniform", "n_threads_per_core", "n_cores_per_pkg", "n_packages",
-                 "n_cores", "hybrid", "num_core_effs", "_memo", "subset_warnings", "filtered",
+                 "n_cores", "hybrid", "num_core_effs", "subset_warnings", "filtered",
                  "machine_procs")
 
     def __init__(self) -> None:
@@ -92,25 +88,11 @@ class KTopo:
         self.n_cores = 1
         self.hybrid = False
         self.num_core_effs = 0
-        self._memo: dict[Any, Any] = {}
         self.subset_warnings: list[str] = []
         self.filtered = False
         self.machine_procs = 0
 
     # ---------------------------------------------------------------- memo
-    def memo(self, key: Any, make: Callable[[], _T]) -> _T:
-        """The value memoized for ``key`` on this instance, made by ``make()``
-        on first use (``make`` must not return ``None``).  At most
-        :data:`MEMO_LIMIT` values are kept: beyond that the memo starts over.
-        Not copied by :meth:`copy`."""
-        value = self._memo.get(key)
-        if value is None:
-            value = make()
-            if len(self._memo) > MEMO_LIMIT:
-                self._memo.clear()
-            self._memo[key] = value
-        return value
-
     # ------------------------------------------------------------- queries
     @property
     def sub_ids(self) -> list[tuple[int, ...]]:
@@ -692,30 +674,36 @@ def _check_core_attributes(k: KTopo, entries: list[tuple[Any, ...]], using_types
             msgs.append("KMP_HW_SUBSET ignored: Too many attributes specified. This machine is not "
                         "a hybrid architecutre.")
             return None
-    if using_types and using_effs:
-        msgs.append("KMP_HW_SUBSET ignored: core_type, efficiency: attributes are ambiguous, "
-                    "please only specify one.")
+    problem = _attribute_conflict(k, entries, using_types, using_effs)
+    if problem is not None:
+        msgs.append(problem)
         return None
+    return using_types, using_effs
+
+
+def _attribute_conflict(k: KTopo, entries: list[tuple[Any, ...]], using_types: bool,
+                        using_effs: bool) -> str | None:
+    """Why ``filter_hw_subset`` ignores the core item's attributes, if it does:
+    both kinds given, an efficiency out of range, an item without an attribute
+    beside attributed ones, or an attribute given twice."""
+    if using_types and using_effs:
+        return "KMP_HW_SUBSET ignored: core_type, efficiency: attributes are ambiguous, please only specify one."
     if using_effs:
         for (_n, _o, attr) in entries:
             if attr and attr.startswith("eff"):
                 eff = int(attr[3:])
                 if eff < 0 or eff >= k.num_core_effs:
-                    msgs.append(f"KMP_HW_SUBSET ignored: efficiency: attribute value {eff} is invalid.")
-                    return None
+                    return f"KMP_HW_SUBSET ignored: efficiency: attribute value {eff} is invalid."
     if (using_types or using_effs) and len(entries) > 1:
         attrs = [a for (_n, _o, a) in entries]
         if any(a is None for a in attrs):
             other = next(a for a in attrs if a is not None)
-            msgs.append(f"KMP_HW_SUBSET ignored: core, {_attr_name(other, True)}: attributes are "
-                        "ambiguous, please only specify one.")
-            return None
+            return (f"KMP_HW_SUBSET ignored: core, {_attr_name(other, True)}: attributes are "
+                    "ambiguous, please only specify one.")
         if len(set(attrs)) != len(attrs):
             dup = next(a for a in attrs if attrs.count(a) > 1)
-            msgs.append(f"KMP_HW_SUBSET ignored: {_attr_name(dup, True)}: attribute specified more "
-                        "than once.")
-            return None
-    return using_types, using_effs
+            return f"KMP_HW_SUBSET ignored: {_attr_name(dup, True)}: attribute specified more than once."
+    return None
 
 
 def _absolute_sub_ids(k: KTopo, levels: Sequence[int]) -> list[dict[int, int]]:
