@@ -318,7 +318,7 @@ def _shapes(records: Sequence[Any], baseline: float | None, direction: str, unit
     out += _legend(y, baseline, any(r.state == "infeasible" for r in records))
     for r in reversed(named):  # the best first
         y += 17
-        out.append(("text", _L, y, f"#{r.number + 1}  {_fmt(r.value)}  {describe(r.config)}", 11, "start", "#222"))
+        out.append(("text", _L, y, f"#{r.number + 1}  {fmt(r.value)}  {describe(r.config)}", 11, "start", "#222"))
     return out, y + 14
 
 
