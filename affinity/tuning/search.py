@@ -448,11 +448,13 @@ class Search:
                     trial.set_user_attr(SURPLUS, True)  # another tuner took the last trial first
                     self.study.tell(trial, state=TrialState.FAIL)
                     return
-                if interrupted:
+                beat = self._heartbeat(trial.number)
+                if interrupted:  # a signal came while asking: the trial is told before it is raised
+                    with beat:
+                        pass
                     trial.set_user_attr(INTERRUPTED, True)
                     self.study.tell(trial, state=TrialState.FAIL)
                     return  # the Ctrl-C is raised as the block ends
-                beat = self._heartbeat(trial.number)
             with beat:
                 self._trial(trial, objective, reports)
             if on_trial is not None:
@@ -499,8 +501,9 @@ class Search:
         t0 = time.perf_counter()
 
         def report(step: int, value: float) -> bool:
-            trial.report(float(value), int(step))
-            return bool(trial.should_prune())
+            with _interrupt_deferred():  # a Ctrl-C in the middle of a storage call would leave it broken
+                trial.report(float(value), int(step))
+                return bool(trial.should_prune())
 
         try:
             value, error = _value(objective(dict(cfg), report) if reports else objective(dict(cfg)))

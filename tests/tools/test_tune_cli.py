@@ -137,6 +137,9 @@ def test_ctrl_c_keeps_the_finished_trials_and_the_same_command_resumes(tmp_path,
     assert "interrupted" in err and f"kept in sqlite:///{db}" in err
     kept = _finished(db)
     assert kept >= 2
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'").fetchone()[0] == 0  # told, never left
+    con.close()
     r = tune(["--budget", str(kept + 1)] + args[2:], tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"resuming, {kept} of {kept + 1} trials already done (study " in r.stderr
