@@ -265,3 +265,19 @@ def test_a_trial_left_running_by_a_killed_session_is_run_again(tmp_path, monkeyp
                study_name="k", progress=False)
     assert len(calls) == 3 and {n: left.params[n] for n in space} in calls  # re-run (queued again)
     assert [t.state for t in res.trials] == ["interrupted", "complete", "complete", "complete"]
+
+
+def test_the_library_writes_nothing_even_through_optuna(tmp_path):
+    """optuna's own handler (bound to the real stderr, out of capsys's reach) stays silent:
+    a new study, a stored one, and a resumed one."""
+    import subprocess
+    import sys
+
+    code = ("import affinity\n"
+            "t = 'synthetic:package:1 core:2 pu:1'\n"
+            "f = lambda c: float(c['threads'])\n"
+            "affinity.tune(f, {'threads': [1, 2]}, budget=2, topology=t)\n"
+            f"affinity.tune(f, {{'threads': [1, 2]}}, budget=2, topology=t, storage='sqlite:///{tmp_path}/q.db')\n"
+            f"affinity.tune(f, {{'threads': [1, 2]}}, budget=3, topology=t, storage='sqlite:///{tmp_path}/q.db')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", r.stderr
