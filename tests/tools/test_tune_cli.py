@@ -365,3 +365,18 @@ def test_two_tuners_on_one_study_finish_within_the_budget(tmp_path, fake_cmd):
     states = dict(con.execute("SELECT state, COUNT(*) FROM trials GROUP BY state").fetchall())
     con.close()
     assert states.get("COMPLETE") == 6 and states.get("RUNNING", 0) == 0, states
+
+
+def test_pruning_reads_every_instances_log_as_it_grows(tmp_path, fake_cmd):
+    """Two copies write to log files: a step counts once both printed it, and a trial
+    that cannot win stops there too."""
+    r = tune(["--budget", "4", "--seed", "0", "--repeats", "1", "--top", "1", "--json", "--storage", "none",
+              "--param", "instances=2", "--param", "threads=1", "--param", "rate=1,2,3,4", "--"]
+             + fake_cmd("--rate", "{rate}", "--steps", "6", "--step-sleep", "0.1"), tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    done = {t["config"]["rate"]: t["value"] for t in out["trials"] if t["state"] == "complete"}
+    assert all(v == pytest.approx(100.0 * rate) for rate, v in done.items())  # one copy's, not the sum
+    pruned = [t for t in out["trials"] if t["state"] == "pruned"]
+    assert all(t["config"]["rate"] * 100 < max(done.values()) for t in pruned)
+    assert out["best"]["rate"] == max(done)
