@@ -181,7 +181,7 @@ class _Setup:
                 if n not in KNOWN and not n.startswith(ENV_PREFIX)}
 
     def _measure(self) -> str:
-        what = f"time" if self.args.time else f"metric {self.args.metric}" if self.args.metric else "throughput"
+        what = "time" if self.args.time else f"metric {self.args.metric}" if self.args.metric else "throughput"
         return f"{what}, {'split' if self.split else 'copies'}"
 
     def _remember(self, search: Search, key: StudyKey) -> str:
