@@ -151,8 +151,9 @@ class CommandRunner:
             command prints as it goes (step 0, 1, ...; with several instances, each
             step once every instance printed it); True stops the run (pruned).
         cutoff : float, optional
-            Multi-fidelity with ``--time``: a run still going after this many seconds
-            (of the command, start-up not counted) cannot win: stopped (pruned).
+            Multi-fidelity with ``--time``: a run whose command has been running this
+            many seconds (from its start stamp: the launcher's start-up not counted)
+            cannot win: stopped (pruned).
         """
         cfg = Config.of(config)
         k = int(cfg.instances)
@@ -212,7 +213,7 @@ class CommandRunner:
             return Measurement(None, 0.0, 127, "", f"cannot start {argv[0]}: {e.strerror}")
         self._child = proc
         watch = _Watch(self, proc, log_dir, instances, report,
-                       None if cutoff is None else t0 + cutoff)
+                       cutoff, os.path.join(self.folder(), "start.0") if self.use_time else None)
         try:
             out, timed_out = watch.wait()
         finally:
@@ -280,9 +281,9 @@ class _Watch:
     (raised here by the command) and timeouts stop the child and its instances first."""
 
     def __init__(self, runner: CommandRunner, proc: subprocess.Popen[bytes], log_dir: str | None, instances: int,
-                 report: Callable[[int, float], bool] | None, cutoff_at: float | None):
+                 report: Callable[[int, float], bool] | None, cutoff: float | None, stamp: str | None):
         self.runner, self.proc, self.log_dir, self.instances = runner, proc, log_dir, instances
-        self.report, self.cutoff_at = report, cutoff_at
+        self.report, self.cutoff, self.stamp = report, cutoff, stamp
         self.pruned: str | None = None
         self._steps = 0
 
@@ -306,7 +307,7 @@ class _Watch:
                     if deadline is not None and now > deadline:
                         _stop(self.proc)
                         return bytes(buf) + self.proc.stdout.read(), True
-                    if self._prune(buf, now):
+                    if self._prune(buf):
                         _stop(self.proc)
                         return bytes(buf) + self.proc.stdout.read(), False
             self.proc.wait()
@@ -315,8 +316,16 @@ class _Watch:
             _stop(self.proc)
             raise
 
-    def _prune(self, buf: bytearray, now: float) -> bool:
-        if self.cutoff_at is not None and now > self.cutoff_at:
+    def _running_for(self) -> float:
+        """Seconds since the command itself started (its start stamp; 0 before it)."""
+        try:
+            with open(self.stamp or "") as fh:
+                return max(0.0, (time.time_ns() - int(fh.read().strip())) / 1e9)
+        except (OSError, ValueError):
+            return 0.0
+
+    def _prune(self, buf: bytearray) -> bool:
+        if self.cutoff is not None and self._running_for() > self.cutoff:
             self.pruned = "pruned: still running when the best so far had finished twice over"
             return True
         if self.report is None:

@@ -380,3 +380,15 @@ def test_pruning_reads_every_instances_log_as_it_grows(tmp_path, fake_cmd):
     pruned = [t for t in out["trials"] if t["state"] == "pruned"]
     assert all(t["config"]["rate"] * 100 < max(done.values()) for t in pruned)
     assert out["best"]["rate"] == max(done)
+
+
+def test_with_time_a_trial_running_twice_the_best_stops(tmp_path):
+    r = tune(["--time", "--budget", "3", "--seed", "0", "--repeats", "1", "--top", "1", "--json", "--storage",
+              "none", "--param", "threads=1", "--param", "s=0.2,0.3,6", "--", "sleep", "{s}"], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    states = {t["config"]["s"]: (t["number"], t["state"]) for t in out["trials"]}
+    first_done = min(n for n, st in states.values() if st == "complete")
+    if states[6][0] > first_done:  # 6 s after a 0.2 or 0.3 s trial: it cannot win
+        assert states[6][1] == "pruned" and out["trials"][states[6][0]]["error"].startswith("pruned: still running")
+    assert states[0.2][1] == "complete" and out["best"]["s"] == 0.2
