@@ -36,6 +36,8 @@ _LAZY = {
     "PictureError": "errors",
     "PictureUnavailableError": "errors",
     "MalformedValue": "errors",
+    "UnsafeFile": "errors",
+    "ArgumentTypeError": "errors",
     "apply": "binding.apply",
     "pinned": "binding.apply",
     "Binding": "binding.apply",
@@ -84,11 +86,11 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # pragma: no cover - the same names as _LAZY (tests/test_api_exports.py)
     from .binding.apply import Binding, apply, pinned
     from .binding.bindmap import report
-    from .errors import (AccessDenied, AffinityError, AffinityWarning, BindError, CannotExecute, CommandError,
-                         ForeignTopologyError, MalformedValue, MaskNarrowedError, NativeUnavailableError,
-                         NoSuchThread, PictureError, PictureUnavailableError, PlanError, Signalled, SpaceError, SpecError,
-                         TopologyError, TrialPruned, TuneError, TuneUnavailableError, TuneUsageError,
-                         UnsupportedError, UsageError)
+    from .errors import (AccessDenied, AffinityError, AffinityWarning, ArgumentTypeError, BindError, CannotExecute,
+                         CommandError, ForeignTopologyError, MalformedValue, MaskNarrowedError,
+                         NativeUnavailableError, NoSuchThread, PictureError, PictureUnavailableError, PlanError,
+                         Signalled, SpaceError, SpecError, TopologyError, TrialPruned, TuneError,
+                         TuneUnavailableError, TuneUsageError, UnsafeFile, UnsupportedError, UsageError)
     from .machine.topology import Topology
     from .binding.here import plan, plan_env
     from .planning.planner import Plan

@@ -6,10 +6,9 @@ optuna storage with heartbeats that several tuners can share.
   that is not a study -- each said before anything runs, and such a file left
   untouched;
 * :func:`default_storage`: ``$XDG_CACHE_HOME/affinity/tune.db``
-  (``~/.cache/affinity/tune.db``), each component checked with ``lstat``: the cache
-  folder owned by this user, ``affinity/`` and ``tune.db`` owned by this user, not
-  symlinks, ``affinity/`` not writable by others (docs/tuning.md, "Who may write
-  the study");
+  (``~/.cache/affinity/tune.db``) through :mod:`affinity.machine.userfiles`: no
+  symlink followed, every folder and the file this user's, none writable by others
+  (docs/tuning.md, "Who may write the study");
 * :func:`rdb_storage`: a SQLite file opened with optuna's heartbeats (a trial whose
   tuner died is failed by :func:`optuna.storages.fail_stale_trials` after the grace
   period; a live tuner's running trial is never touched), the schema created under a
@@ -22,12 +21,12 @@ import contextlib
 import fcntl
 import os
 import sqlite3
-import stat
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import TuneError, TuneUsageError
+from ..errors import TuneError, TuneUsageError, UnsafeFile
+from ..machine import userfiles
 
 __all__ = ["GRACE_S", "HEARTBEAT_S", "check_storage", "default_storage", "rdb_storage", "sqlite_path"]
 
@@ -104,17 +103,16 @@ def _check_study_file(path: str, url: str) -> None:
 
 # ------------------------------------------------------------------ the default file
 
-def default_storage(environ: dict[str, str] | None = None, *, uid: int | None = None) -> str:
+def default_storage(environ: dict[str, str] | None = None) -> str:
     """The default study file, ``$XDG_CACHE_HOME/affinity/tune.db`` (else
-    ``~/.cache/affinity/tune.db``), made and checked so that nothing another user
-    planted is followed.
+    ``~/.cache/affinity/tune.db``), made and opened through
+    :mod:`affinity.machine.userfiles` -- the one owner-checked, no-follow way to a
+    user's files -- so that nothing another user planted is followed.
 
     Parameters
     ----------
     environ : mapping, optional
         Where ``XDG_CACHE_HOME`` is read; default ``os.environ``.
-    uid : int, optional
-        Who must own the folders and the file; default this process's effective user.
 
     Returns
     -------
@@ -124,70 +122,27 @@ def default_storage(environ: dict[str, str] | None = None, *, uid: int | None = 
     Raises
     ------
     TuneError
-        The cache folder owned by another user (or not a folder), ``affinity/`` or
-        ``tune.db`` a symlink or another user's, ``affinity/`` writable by others, or
-        a folder that cannot be made: one line naming the path.
+        ``affinity/`` or ``tune.db`` a symlink or another user's, ``affinity/``
+        writable by others, a folder above it another user's or open to others, a
+        symlink on the way another user's, or a folder that cannot be made: one line
+        naming the path.
     """
     env = os.environ if environ is None else environ
-    me = os.geteuid() if uid is None else uid
-    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    base = os.path.abspath(base)
-    _own_folder(base, me, create=True, private=False)
+    base = os.path.abspath(env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"))
     folder = os.path.join(base, "affinity")
-    _own_folder(folder, me, create=True, private=True)
     path = os.path.join(folder, "tune.db")
-    _own_file(path, me)
+    try:
+        userfiles.private_dir(folder, create=True)
+        os.close(userfiles.open_private(path, os.O_RDONLY | os.O_CREAT, 0o600))
+    except UnsafeFile as e:
+        raise _refuse(str(e)) from None
+    except OSError as e:
+        raise _refuse(f"{e.filename or path}: {userfiles.why(e)}") from None
     return "sqlite:///" + path
 
 
-def _refuse(path: str, why: str) -> TuneError:
-    return TuneError(f"the default study file: {path} {why}; not followed (give --storage sqlite:///FILE, "
-                     f"or fix the path)")
-
-
-def _own_folder(path: str, me: int, *, create: bool, private: bool) -> None:
-    """``path`` a folder of user ``me``: the cache folder may be reached through a symlink
-    of that user's; ``affinity/`` may not be a symlink at all, and only its owner writes it."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        if not create:
-            raise _refuse(path, "does not exist") from None
-        try:
-            os.makedirs(path, mode=0o700, exist_ok=True)
-        except OSError as e:
-            raise _refuse(path, f"cannot be made ({e.strerror})") from None
-        st = os.lstat(path)
-    except OSError as e:
-        raise _refuse(path, f"cannot be read ({e.strerror})") from None
-    if stat.S_ISLNK(st.st_mode):
-        if private or st.st_uid != me:
-            raise _refuse(path, f"is a symlink (owned by uid {st.st_uid})")
-        st = os.stat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise _refuse(path, "is not a folder")
-    if st.st_uid != me:
-        raise _refuse(path, f"is owned by uid {st.st_uid}, not by this user (uid {me})")
-    if private and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise _refuse(path, f"is writable by others (mode {stat.S_IMODE(st.st_mode):o})")
-
-
-def _own_file(path: str, me: int) -> None:
-    """``path`` absent (made now, mode 0600, never through a symlink) or a regular file of this user."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
-    except OSError as e:
-        if os.path.islink(path):
-            raise _refuse(path, f"is a symlink (owned by uid {os.lstat(path).st_uid})") from None
-        raise _refuse(path, f"cannot be opened ({e.strerror})") from None
-    try:
-        st = os.fstat(fd)
-    finally:
-        os.close(fd)
-    if not stat.S_ISREG(st.st_mode):
-        raise _refuse(path, "is not a regular file")
-    if st.st_uid != me:
-        raise _refuse(path, f"is owned by uid {st.st_uid}, not by this user (uid {me})")
+def _refuse(why: str) -> TuneError:
+    return TuneError(f"the default study file: {why} (give --storage sqlite:///FILE, or fix the path)")
 
 
 # ------------------------------------------------------------------ optuna's storage
@@ -198,7 +153,7 @@ def _locked(path: str | None) -> Iterator[None]:
     if path is None:
         yield
         return
-    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = userfiles.open_private(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)  # ours, never a symlink
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
