@@ -16,6 +16,7 @@ was interrupted.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -152,9 +153,10 @@ class TuneResult:
             return None
         return self.best_value / self.baseline if self.direction == "maximize" else self.baseline / self.best_value
 
-    @property
+    @functools.cached_property
     def environment(self) -> dict[str, str]:
-        """The variables the best configuration's (first) instance runs with."""
+        """The variables the best configuration's (first) instance runs with (computed
+        by the launcher once, without running anything)."""
         return forms.environment(self.best, self.topology) if self.best is not None else {}
 
     @property
