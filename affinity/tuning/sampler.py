@@ -67,6 +67,8 @@ __all__ = ["ENUMERATE", "TopologySampler", "trial_config"]
 ENUMERATE = 20000
 #: user attribute of a trial cut short by Ctrl-C (neither a value nor infeasible)
 INTERRUPTED = "interrupted"
+#: the user attribute of an enqueued trial: its fixed configuration (optuna's public API)
+FIXED = "affinity.fixed"
 _NOISE = 0.05  # expected measurement noise, in log units
 _TAU = 0.07  # prior spread of one parameter value's effect, in log units
 _TAU_COUNT = 0.35  # the same for thread and instance counts, which move speed most
@@ -144,7 +146,7 @@ class TopologySampler(optuna.samplers.BaseSampler):
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         """optuna's hook: the whole configuration of ``trial`` (:meth:`propose`); nothing for
         an enqueued trial, whose parameters are fixed."""
-        if "fixed_params" in trial.system_attrs:  # an enqueued first candidate
+        if FIXED in trial.user_attrs:  # an enqueued first candidate
             return {}
         return self.propose(study.get_trials(deepcopy=False), trial.number, study, trial)
 
@@ -236,7 +238,7 @@ class TopologySampler(optuna.samplers.BaseSampler):
                 continue
             cfg = trial_config(t, self.space)
             if cfg is None and t.state == TrialState.WAITING:
-                fixed = t.system_attrs.get("fixed_params") or {}
+                fixed = t.user_attrs.get(FIXED) or {}
                 cfg = fixed if self.space.contains(fixed) else None
             if cfg is None or t.user_attrs.get(INTERRUPTED):
                 continue
