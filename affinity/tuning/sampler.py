@@ -250,10 +250,14 @@ class TopologySampler(optuna.samplers.BaseSampler):
                 obs.append((key, float(t.value)))
             elif t.state == TrialState.FAIL:
                 obs.append((key, None))
+        return seen, self._no_work_failed(obs)
+
+    def _no_work_failed(self, obs: Obs) -> Obs:
+        """``obs`` with a value of 0 (or below) read as a failure where the others are positive."""
         vals = [v for _, v in obs if v is not None]
         if self.sign > 0 and any(v > 0 for v in vals) and not any(v < 0 for v in vals if v != 0):
-            obs = [(k, None if v is not None and v <= 0 else v) for k, v in obs]
-        return seen, obs
+            return [(k, None if v is not None and v <= 0 else v) for k, v in obs]
+        return obs
 
     def _targets(self, obs: Obs) -> tuple[np.ndarray, np.ndarray]:
         """(y of the trials that ran, their noise variance).
