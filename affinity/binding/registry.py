@@ -198,14 +198,15 @@ def critical(fn: F) -> F:
 
     @functools.wraps(fn)
     def inner(binding: Any, *a: Any, **k: Any) -> Any:
-        if _process.get(id(binding), os.getpid()) != os.getpid():  # a child forked inside the block
-            binding.active = False  # its masks, policy and environment are its own now: left alone
-            return None
         try:
+            if _process.get(id(binding), os.getpid()) != os.getpid():  # a child forked inside the block
+                binding.active = False  # its masks, policy and environment are its own now: left alone
+                return None
             with _serial, _Deferred():
                 return fn(binding, *a, **k)
         except BaseException:
-            if binding.active:  # interrupted before it began (or it failed): once more, to its end
+            if binding.active and _process.get(id(binding), os.getpid()) == os.getpid():
+                # interrupted before it began (or it failed): once more, to its end
                 with _serial, _Deferred():
                     fn(binding, *a, **k)
             raise
