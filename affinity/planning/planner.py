@@ -35,6 +35,7 @@ from typing import Any
 from ..cpulist import check_ids, format_list, parse_list, runs
 from ..errors import ArgumentTypeError, PlanError
 from ..machine.topology import Topology
+from .gnu.rules import GNU, GNU_TORCH
 from .intel import llvm
 from .intel import runtime as intel
 from .intel.runtime import kmp_mask_str
@@ -49,6 +50,8 @@ __all__ = ["Plan", "RUNTIMES", "plan", "plan_env"]
 RUNTIMES: dict[str, Rules] = {
     intel.NAME: intel,
     llvm.NAME: llvm,
+    GNU.NAME: GNU,  # GNU libgomp, GCC 12 (planning/gnu/)
+    GNU_TORCH.NAME: GNU_TORCH,  # PyTorch's bundled libgomp, GCC 8.5 (planning/gnu/builds.py)
 }
 #: The runtime whose rules a plan follows when none is named.
 DEFAULT_RUNTIME = "intel"
@@ -356,7 +359,8 @@ class Plan:
     def __repr__(self) -> str:
         return (f"<Plan {self.threads} threads, {self.affinity_type}"
                 f"{'/' + self.granularity if self.granularity else ''}, proc_bind={self.proc_bind}, "
-                f"{len(self.warnings)} warnings on {self.topology.describe()}>")
+                f"{len(self.warnings)} warnings on {self.topology.describe()}"
+                f"{'' if self.runtime == DEFAULT_RUNTIME else ', by ' + self.runtime + ' rules'}>")
 
 
 def _place_members(s: frozenset[int]) -> str:

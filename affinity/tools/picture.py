@@ -980,55 +980,68 @@ def layout(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *
     return _canvas(topology, threads, builder.on_pu, machine, title)
 
 
+_SW_W, _SW_H = 28, 16  # a legend swatch
+_Item = tuple[str, list[tuple[tuple[Fill, ...], str]], str]  # (key, swatches, explanation)
+
+
+def _solid(color: str, stroke: str | None = None, dashed: bool = False) -> Fill:
+    return Fill(Rect(0, 0, _SW_W, _SW_H), color, stroke, dashed)
+
+
+def _who_items(threads: Sequence[_Thread], named: Mapping[int, _Thread]) -> list[_Item]:
+    """Legend entries naming the threads: one per role whose names the PUs show, or
+    the colours of the thread numbers."""
+    if not threads[0].prefix:
+        shown = min(len(threads), len(_PALETTE))
+        repeat = f", repeating every {len(_PALETTE)}" if len(threads) > len(_PALETTE) else ""
+        return [("threads", [((_solid(_PALETTE[i]),), str(i)) for i in range(shown)],
+                 f"thread numbers, coloured by number{repeat}")]
+    items: list[_Item] = []
+    for role, (prefix, color) in ROLES.items():
+        ranks = sorted(t.rank for t in named.values() if t.prefix == prefix)
+        if ranks:
+            n = len(ranks)
+            items.append((f"role-{role}", [((_solid(color),), f"{prefix}{ranks[0]}")],
+                          f"{role}: {n} thread{'s' if n != 1 else ''} ({_names_text([(prefix, r) for r in ranks])})"))
+    return items
+
+
+def _how_items(threads: Sequence[_Thread], on_pu: Mapping[int, Sequence[_Thread]],
+               named: Mapping[int, _Thread]) -> list[_Item]:
+    """Legend entries for how threads sit on PUs, each only when the picture has it."""
+    items: list[_Item] = []
+    alone = next((t for t in threads if not t.floating and t.number in named), None)
+    floating = next((t for t in threads if t.floating and t.number in named), None)
+    if alone is not None:
+        items.append(("alone", [((_solid(alone.color),), alone.name)], "bound to this PU alone"))
+    if floating is not None:
+        items.append(("floating", [((_solid(_tint(floating.color), _shade(floating.color), True),),
+                                    floating.name)],
+                      "set spans several PUs: the thread floats over each of them"))
+    if any(len(ts) > 1 for ts in on_pu.values()):
+        half = _SW_W // 2
+        items.append(("shared", [((Fill(Rect(0, 0, half, _SW_H), _PALETTE[0]),
+                                   Fill(Rect(half, 0, _SW_W - half, _SW_H), _PALETTE[1])), "0,1")],
+                      "several threads may run on this PU"))
+    hidden = len(threads) - len(named)
+    if hidden or any(len(ts) > _STRIPES_MAX for ts in on_pu.values()):
+        items.append(("many", [((_solid(_MANY, "#6f7f99"),), "+N")],
+                      f"+N: N more threads may run here ({hidden} named nowhere: see the bind map)" if hidden
+                      else f"more than {_STRIPES_MAX} threads: the first ones, then +N for the rest"))
+    return items
+
+
 def _legend(topo: Topology, threads: Sequence[_Thread], on_pu: Mapping[int, Sequence[_Thread]]) -> list[_Node]:
     """Legend entries for what the picture shows (only those that occur)."""
     # (key, swatches as (fill, fill, ..., sample text), explanation); a swatch of
     # several fills is split into equal vertical stripes, like a shared PU
-    items: list[tuple[str, list[tuple[tuple[Fill, ...], str]], str]] = []
-    sw_w, sw_h = 28, 16
-
-    def solid(color: str, stroke: str | None = None, dashed: bool = False) -> Fill:
-        return Fill(Rect(0, 0, sw_w, sw_h), color, stroke, dashed)
-
+    items: list[_Item] = []
+    sw_w, sw_h = _SW_W, _SW_H
     named = {t.number: t for ts in on_pu.values() for t in _named(ts)}  # what the labels show
-    hidden = len(threads) - len(named)
     if threads:
-        if threads[0].prefix:
-            counts: dict[str, int] = {}
-            for t in named.values():
-                counts[t.prefix] = counts.get(t.prefix, 0) + 1
-            for role, (prefix, color) in ROLES.items():
-                if prefix in counts:
-                    n = counts[prefix]
-                    ranks = sorted(t.rank for t in named.values() if t.prefix == prefix)
-                    items.append((f"role-{role}", [((solid(color),), f"{prefix}{ranks[0]}")],
-                                  f"{role}: {n} thread{'s' if n != 1 else ''} "
-                                  f"({_names_text([(prefix, r) for r in ranks])})"))
-        else:
-            shown = min(len(threads), len(_PALETTE))
-            repeat = f", repeating every {len(_PALETTE)}" if len(threads) > len(_PALETTE) else ""
-            items.append(("threads", [((solid(_PALETTE[i]),), str(i)) for i in range(shown)],
-                          f"thread numbers, coloured by number{repeat}"))
-        alone = next((t for t in threads if not t.floating and t.number in named), None)
-        floating = next((t for t in threads if t.floating and t.number in named), None)
-        if alone is not None:
-            items.append(("alone", [((solid(alone.color),), alone.name)], "bound to this PU alone"))
-        if floating is not None:
-            items.append(("floating", [((solid(_tint(floating.color), _shade(floating.color), True),),
-                                        floating.name)],
-                          "set spans several PUs: the thread floats over each of them"))
-        if any(len(ts) > 1 for ts in on_pu.values()):
-            half = sw_w // 2
-            items.append(("shared", [((Fill(Rect(0, 0, half, sw_h), _PALETTE[0]),
-                                       Fill(Rect(half, 0, sw_w - half, sw_h), _PALETTE[1])), "0,1")],
-                          "several threads may run on this PU"))
-        if hidden or any(len(ts) > _STRIPES_MAX for ts in on_pu.values()):
-            items.append(("many", [((solid(_MANY, "#6f7f99"),), "+N")],
-                          f"+N: N more threads may run here ({hidden} named nowhere: see the bind map)"
-                          if hidden else
-                          f"more than {_STRIPES_MAX} threads: the first ones, then +N for the rest"))
+        items += _who_items(threads, named) + _how_items(threads, on_pu, named)
     if topo.allowed != topo.cpuset:
-        items.append(("disallowed", [((solid(_PU_OFF[0], _PU_OFF[1], True),), "P#")],
+        items.append(("disallowed", [((_solid(_PU_OFF[0], _PU_OFF[1], True),), "P#")],
                       f"not allowed to this process (allowed: {format_list(topo.allowed)})"))
     out = []
     for key, swatches, text in items:

@@ -205,9 +205,10 @@ def test_instances_read_from_outside_while_they_run(tmp_path):
         assert not masks[0] & masks[1]
         assert [task_policy_of(pid) for pid in pids] == [f"bind:{NODE}"] * 2
         assert [environ_of(pid)["AFFINITY_INSTANCE"] for pid in pids] == ["0", "1"]
-        # the launcher itself is back to its own mask and policy
-        assert parse_list(status_of(p.pid)["Cpus_allowed_list"]) == set(CPUS)
-        assert task_policy_of(p.pid) == "default"
+        # the launcher itself is back to its own mask and policy once it has started both
+        # (an instance may run before the launcher has put its own mask back: wait, no race)
+        wait_for(lambda: parse_list(status_of(p.pid)["Cpus_allowed_list"]) == set(CPUS)
+                 and task_policy_of(p.pid) == "default", "the launcher back on its own mask and policy")
     finally:
         stop.write_text("")
         p.wait(60)

@@ -246,6 +246,9 @@ def test_multi_step_shims_name_the_call_that_failed():
     assert ei.value.call == "hwloc_linux_set_tid_cpubind" and "undone" in str(ei.value)
     with pytest.raises(TopologyError, match="hwloc_topology_set_xml failed: no such file"):
         _native.load_topology("xml", "/nonexistent/machine.xml")
+    with pytest.raises(BindError) as ei:  # a one-call shim after a failed multi-step one
+        _native.get_mempolicy_addr(8)
+    assert ei.value.call == "get_mempolicy" and ei.value.errno == errno.EFAULT
 
 
 def test_topology_load_never_reports_a_stale_errno():
