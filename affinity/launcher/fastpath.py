@@ -38,8 +38,8 @@ remembers it.
 
 The file is ``$XDG_CACHE_HOME/affinity/launches-<python>`` (default
 ``~/.cache``).  It holds variables that will be exported, so it is used only
-when the directory and the file belong to the user and nobody else may write
-them or a folder above (:mod:`affinity.machine.userfiles`: no symlink followed,
+when the directory and the file belong to the user, nobody else may write them,
+and the folders above are the user's or root's (:mod:`affinity.machine.userfiles`: no symlink followed,
 a FIFO never waited on, the descriptor checked after the open); it is written
 atomically (a new file renamed over the old one) and keeps the 32 newest
 launches, each with a checksum: a malformed or damaged entry is a miss, replaced
