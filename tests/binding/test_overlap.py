@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import threading
 
 import pytest
@@ -256,3 +257,39 @@ def test_eight_threads_enter_and_leave_in_random_orders(seed):
     assert _env_now() == env0 and registry.active() == []
     now = all_masks()
     assert {t: m for t, m in now.items() if t in masks0} == {t: m for t, m in masks0.items() if t in now}
+
+
+def test_a_child_forked_while_another_thread_applies_can_apply():
+    """The lock that serializes apply()/restore() is new in a forked child: the
+    thread that held it at the fork does not exist there."""
+    affinity.apply("compact", threads=1, **KW).restore()  # (the fork hook is registered on first use)
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with registry._serial:
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait(10)
+    try:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                affinity.apply("compact", threads=1, **KW).restore()
+                os.write(w, b"ok")
+            finally:
+                os._exit(0)
+        os.close(w)
+
+        ready = select.select([r], [], [], 30)[0]  # a bound for a deadlock, not a timing assertion
+        got = os.read(r, 2) if ready else b""
+        if not ready:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    finally:
+        release.set()
+        t.join(10)
+    assert got == b"ok"
