@@ -30,6 +30,7 @@ sysdeps:
 	@# mpirun.mpich / mpirun.openmpi: the two fight over `mpirun` through update-alternatives, and
 	@# installing Open MPI here leaves `mpirun` as it was), a one-node Slurm (slurmctld, slurmd,
 	@# srun/sbatch, munge; configured and started by the tests themselves, not as services).
+	@# LLVM's libomp: the exports are read back under every OpenMP runtime (~1 MB).
 	@# Nothing to do when present (a few ms); ~35 s and ~60 MB to install on Debian 12.
 	@missing=""; \
 	command -v numactl >/dev/null || missing="$$missing numactl"; \
@@ -39,6 +40,7 @@ sysdeps:
 	command -v slurmd >/dev/null || missing="$$missing slurmd"; \
 	command -v srun >/dev/null || missing="$$missing slurm-client"; \
 	command -v munged >/dev/null || missing="$$missing munge"; \
+	[ -e /usr/lib/llvm-14/lib/libomp.so.5 ] || missing="$$missing libomp5-14"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing$$missing (test tools: numactl to compare with, MPI launchers, a one-node Slurm)"; \

@@ -1,14 +1,35 @@
 """CPU-list strings as the kernel writes them (``0-3,8-11``) and back, and
-numactl's form of them (:class:`IdList`: ``all``, ``+`` relative, ``!`` inverted)."""
+numactl's form of them (:class:`IdList`: ``all``, ``+`` relative, ``!`` inverted).
+
+Every CPU or node id that enters the library from outside -- a list's text, a set
+passed to a binding call -- is read by :func:`parse_list` or :func:`check_id`: an
+``int`` (not a ``bool``, not a float) at least 0 and below a bound, written in ASCII
+digits.  A range is checked against the bound before it is expanded, so
+``0-99999999`` is refused at once instead of filling memory.
+"""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .errors import PlanError
+from .errors import PlanError, SpecError
 
-__all__ = ["IdList", "format_list", "parse_list", "runs"]
+__all__ = ["MAX_CPUS", "MAX_NODES", "IdList", "check_id", "check_ids", "format_list", "parse_list",
+           "runs"]
+
+#: The most CPUs an id may name: Linux runs on at most 8,192 (``NR_CPUS`` with
+#: ``CONFIG_MAXSMP``), so a CPU id is below 8192.
+MAX_CPUS = 8192
+#: The most NUMA nodes: ``MAX_NUMNODES`` with ``CONFIG_NODES_SHIFT=10``.
+MAX_NODES = 1024
+#: The longest id text read (a bound is 4 digits; a few more say "too large" clearly).
+_MAX_DIGITS = 12
+
+
+def _limit_for(what: str) -> int:
+    return MAX_NODES if what.lower().startswith("node") else MAX_CPUS
 
 
 def runs(cpus: Iterable[int]) -> list[tuple[int, int]]:
@@ -28,12 +49,28 @@ def format_list(cpus: Iterable[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs(cpus))
 
 
-def parse_list(text: str) -> frozenset[int]:
+def parse_list(text: str, what: str = "CPU", limit: int | None = None) -> frozenset[int]:
     """``"0-3,8,10-14:2"`` -> frozenset of ints.
 
     Accepts the kernel's cpulist syntax, including the ``a-b:stride`` form.
-    Raises ``ValueError`` naming the bad item.
+
+    Parameters
+    ----------
+    text : str
+        The list.
+    what : str
+        ``"CPU"`` or ``"node"``: names the ids in messages and picks the default bound.
+    limit : int, optional
+        Every id must be below it (default :data:`MAX_CPUS` for CPUs,
+        :data:`MAX_NODES` for nodes).  Ranges are checked before they are expanded.
+
+    Raises
+    ------
+    SpecError
+        (a ``ValueError``) naming the bad item: not ASCII digits, a reversed range, a
+        stride of 0, or an id at or beyond the bound.
     """
+    bound = _limit_for(what) if limit is None else limit
     out: set[int] = set()
     text = text.strip()
     if not text:
@@ -43,25 +80,63 @@ def parse_list(text: str) -> frozenset[int]:
         stride = 1
         if ":" in item:
             item, _, s = item.partition(":")
-            stride = _int(s, text)
+            stride = _int(s, text, what, None)
             if stride <= 0:
-                raise ValueError(f"bad stride {s!r} in cpu list {text!r}")
+                raise SpecError(f"bad stride {s!r} in {what} list {text!r}")
         if "-" in item:
             a, _, b = item.partition("-")
-            lo, hi = _int(a, text), _int(b, text)
+            lo, hi = _int(a, text, what, bound), _int(b, text, what, bound)
             if hi < lo:
-                raise ValueError(f"bad range {item!r} in cpu list {text!r}")
+                raise SpecError(f"bad range {item!r} in {what} list {text!r}")
             out.update(range(lo, hi + 1, stride))
         else:
-            out.add(_int(item, text))
+            out.add(_int(item, text, what, bound))
     return frozenset(out)
 
 
-def _int(s: str, text: str) -> int:
+def _int(s: str, text: str, what: str, bound: int | None) -> int:
     s = s.strip()
-    if not s.isdigit():
-        raise ValueError(f"bad cpu number {s!r} in cpu list {text!r}")
+    if not (s.isascii() and s.isdigit()):  # str.isdigit alone accepts '²' and '٣'
+        raise SpecError(f"bad {what} number {s!r} in {what} list {text!r}")
+    if len(s) > _MAX_DIGITS or (bound is not None and int(s) >= bound):
+        shown = f"{s[:_MAX_DIGITS]}... ({len(s)} digits)" if len(s) > _MAX_DIGITS else s
+        raise SpecError(f"{shown} in {what} list {text[:80]!r} is out of range"
+                        + (f": {what} ids are 0 to {bound - 1}" if bound is not None else ""))
     return int(s)
+
+
+def check_id(value: object, what: str = "CPU", limit: int | None = None, where: str = "") -> int:
+    """``value`` as a checked id: an integer (``int`` or anything with ``__index__``,
+    never a ``bool``), at least 0 and below ``limit`` (default by ``what``, as for
+    :func:`parse_list`).  ``where`` names the caller in the message.
+
+    Raises
+    ------
+    SpecError
+        (a ``ValueError``) naming the caller and the bad value.
+    """
+    bound = _limit_for(what) if limit is None else limit
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        i = operator.index(value)  # type: ignore[call-overload]
+    except TypeError:
+        raise SpecError(f"{where + ': ' if where else ''}{what} id {value!r} is not an integer"
+                        ) from None
+    if not 0 <= i < bound:
+        raise SpecError(f"{where + ': ' if where else ''}{what} id {i if i.bit_length() < 64 else '(huge)'}"
+                        f" is out of range: {what} ids are 0 to {bound - 1}")
+    return i
+
+
+def check_ids(values: Iterable[object], what: str = "CPU", limit: int | None = None, where: str = ""
+              ) -> frozenset[int]:
+    """:func:`check_id` on each of ``values``, as a frozenset (a string is refused:
+    ``"12"`` would otherwise be the ids 1 and 2)."""
+    if isinstance(values, (str, bytes)):
+        raise SpecError(f"{where + ': ' if where else ''}expected {what} ids, got the string {values!r}"
+                        f" (parse_list reads a list's text)")
+    return frozenset(check_id(v, what, limit, where) for v in values)
 
 
 @dataclass(frozen=True)
@@ -112,8 +187,9 @@ class IdList:
 
         Raises
         ------
-        ValueError
-            A bad or empty list, or ``+all``.
+        SpecError
+            (a ``ValueError``) a bad or empty list, an id beyond the bound
+            (:func:`parse_list`), or ``+all``.
         """
         t = text.strip()
         inverted = t.startswith("!")
@@ -122,14 +198,14 @@ class IdList:
         t = t[1:] if relative else t
         if t == "all":
             if relative:
-                raise ValueError(f"'+all' is not a {what} list")
+                raise SpecError(f"'+all' is not a {what} list")
             return cls(text, what, frozenset(), True, False, inverted)
         try:
-            ids = parse_list(t)
-        except ValueError as e:
-            raise ValueError(f"bad {what} list {text!r}: {e}") from None
+            ids = parse_list(t, what)
+        except SpecError as e:
+            raise SpecError(f"bad {what} list {text!r}: {e}") from None
         if not ids:
-            raise ValueError(f"empty {what} list {text!r}")
+            raise SpecError(f"empty {what} list {text!r}")
         return cls(text, what, ids, False, relative, inverted)
 
     def resolve(self, allowed: frozenset[int], option: str) -> frozenset[int]:

@@ -14,6 +14,7 @@ import os as _os
 __all__ = [
     "AccessDenied",
     "AffinityError",
+    "ArgumentTypeError",
     "AffinityWarning",
     "BindError",
     "ForeignTopologyError",
@@ -23,6 +24,7 @@ __all__ = [
     "PlanError",
     "SpecError",
     "TopologyError",
+    "UnsafeFile",
     "UnsupportedError",
 ]
 
@@ -134,8 +136,20 @@ class ForeignTopologyError(UnsupportedError):
 ERRNO_CLASSES = {_errno.ESRCH: NoSuchThread, _errno.EPERM: AccessDenied, _errno.EACCES: AccessDenied}
 
 
+class UnsafeFile(AffinityError, OSError):
+    """A file or folder of ours (the launch cache) that is not what we created: a
+    symlink, another user's, writable by others, a FIFO or device (see
+    :mod:`affinity.machine.userfiles`)."""
+
+
 class NativeUnavailableError(AffinityError, ImportError):
     """The compiled core (hwloc binding) cannot be loaded; the reason says why."""
+
+
+class ArgumentTypeError(AffinityError, TypeError):
+    """An argument of the wrong type (``plan(threads=1.5)``): still the ``TypeError``
+    Python code expects, and an :class:`AffinityError` the command line reports in
+    one line."""
 
 
 class PlanError(AffinityError, ValueError):

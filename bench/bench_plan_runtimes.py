@@ -56,8 +56,9 @@ def _machine(npus: int) -> tuple[Topology, dict[str, str]]:
 
 
 def _helpers():
-    if str(GNU_TESTS) not in sys.path:
-        sys.path.insert(0, str(GNU_TESTS))
+    for d in (ROOT / "tests", GNU_TESTS):  # tests/helpers, and the golden harness driver
+        if str(d) not in sys.path:
+            sys.path.insert(0, str(d))
     import gnu_realgomp  # the golden harness driver, shared with the tests
 
     return gnu_realgomp

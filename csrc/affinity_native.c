@@ -643,6 +643,7 @@ static int mode_from_kernel(int m)
  * into BIND; users want to see which one they have). */
 int aff_get_mempolicy(int *mode, unsigned long *nodeset, int nwords)
 {
+    start();
     int m = 0;
     memset(nodeset, 0, sizeof(unsigned long) * (size_t)nwords);
     if (syscall(SYS_get_mempolicy, &m, nodeset, (unsigned long)nwords * 8 * sizeof(unsigned long),
@@ -656,6 +657,7 @@ int aff_get_mempolicy(int *mode, unsigned long *nodeset, int nwords)
  * policy if it has one, the thread's otherwise. */
 int aff_get_mempolicy_addr(void *addr, int *mode, unsigned long *nodeset, int nwords)
 {
+    start();
     int m = 0;
     memset(nodeset, 0, sizeof(unsigned long) * (size_t)nwords);
     if (syscall(SYS_get_mempolicy, &m, nodeset, (unsigned long)nwords * 8 * sizeof(unsigned long),
@@ -699,6 +701,7 @@ int aff_set_mempolicy(int policy, const unsigned long *nodeset, int nwords)
 long aff_move_pages(int pid, unsigned long count, void **pages, const int *nodes, int *status,
                     int flags)
 {
+    start();
     return syscall(SYS_move_pages, pid, count, pages, nodes, status, flags);
 }
 

@@ -57,6 +57,20 @@ def _sets_text(cpusets) -> str:
     return " ".join(f"{i}:{{{format_list(s)}}}" for i, s in enumerate(cpusets))
 
 
+# the same settings under two runtimes' rules (docs/semantics.md, "GNU libgomp"):
+# (file name, variables, threads, runtime, machine)
+INTERLEAVED = "pack:2 [numa] core:4 pu:2(indexes=0,8,2,10,4,12,6,14,1,9,3,11,5,13,7,15)"
+RUNTIME_PICTURES = [
+    (f"{rt}-{name}", spec, n, rt, machine)
+    for name, spec, n, machine in (
+        ("spread-5", "OMP_PLACES=cores OMP_PROC_BIND=spread", 5, MACHINE),
+        ("close-10", "OMP_PLACES={0},{1},{2},{3} OMP_PROC_BIND=close", 10, MACHINE),
+        ("gomp-1-0", "GOMP_CPU_AFFINITY=1,0", 4, MACHINE),
+        ("cores-interleaved", "OMP_PLACES=cores OMP_PROC_BIND=close", 4, INTERLEAVED))
+    for rt in ("gnu", "intel")
+]
+
+
 def render_all() -> dict[str, str]:
     """{relative path: content} for docs/pictures.md and every docs/img/*.svg."""
     from affinity.tools.picture import render_svg
@@ -79,6 +93,10 @@ def render_all() -> dict[str, str]:
                f"![{spec}](img/{name}.svg)", "",
                f"Per thread: `{_sets_text(p.cpusets)}`", ""]
     files["pictures.md"] = "\n".join(md)
+    for name, spec, n, runtime, machine in RUNTIME_PICTURES:
+        where = topo if machine == MACHINE else Topology.from_synthetic(machine)
+        p = plan(spec, threads=n, topology=where, runtime=runtime)
+        files[f"img/{name}.svg"] = render_svg(where, p.cpusets, title=f"{runtime}: {spec}, {n} threads")
     return files
 
 

@@ -180,14 +180,15 @@ class Binding:
         return sorted(masks)
 
     # ----------------------------------------------------------- restore
+    @registry.critical  # serialized, to its end even on Ctrl-C
     def restore(self) -> None:
         """Undo everything: thread masks, threads created since (back to the
         process's original mask), OpenMP team sizes, BLAS limits, memory policy
         of the calling thread, and the environment.  Idempotent."""
         if not self.active:
             return
-        snap = self._snapshot
-        assert snap is not None
+        assert self._snapshot is not None
+        snap, own_masks = registry.release(self)  # what is ours to put back; the rest is a newer binding's
         errors: list[str] = []
         for hook in reversed(self._hooks):
             hook.remove()
@@ -204,7 +205,8 @@ class Binding:
             if rt.path in snap.omp_threads:
                 with contextlib.suppress(Exception):
                     rt.set_num_threads(snap.omp_threads[rt.path])
-        errors.extend(_restore_masks(snap))
+        if own_masks:
+            errors.extend(_restore_masks(snap))
         if snap.mempolicy is not None:
             try:
                 pol = snap.mempolicy
@@ -212,7 +214,6 @@ class Binding:
             except Exception as e:  # noqa: BLE001
                 errors.append(f"memory policy: {e}")
         self.active = False
-        registry.remove(self)
         errors.extend(_repin_enclosing_teams())
         if errors:
             warnings.warn("affinity: restore was incomplete: " + "; ".join(errors), AffinityWarning,
@@ -351,6 +352,7 @@ def _check_modes(tensorflow: Any, openmp: Any, blas: Any, inter: str, env: Any, 
             raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, not {value!r}")
 
 
+@registry.applying  # serialized, all or nothing even on Ctrl-C
 def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
           topology: Topology | None = None, tensorflow: str | bool = "auto",
           openmp: str | bool = "auto", blas: str | bool = "auto", membind: Any = None,
@@ -487,8 +489,8 @@ def _caller_level() -> int:
     """``stacklevel`` that points a warning at the user's line: past apply() and,
     when it called apply(), pinned's ``__enter__``/decorator wrapper."""
     frame, level = sys._getframe(1), 1
-    here = __file__
-    while frame is not None and frame.f_code.co_filename == here:
+    here = (__file__, registry.__file__)  # apply() runs inside registry.applying
+    while frame is not None and frame.f_code.co_filename in here:
         frame, level = frame.f_back, level + 1
     return level
 
@@ -674,7 +676,13 @@ class pinned:
     def __init__(self, spec: Any = DEFAULT_SPEC, **kwargs: Any):
         self.spec = spec
         self.kwargs = kwargs
-        self._bindings: list[Binding] = []
+        self._local = threading.local()  # each thread's own bindings (a decorator shared by threads)
+
+    @property
+    def _bindings(self) -> list[Binding]:
+        if not hasattr(self._local, "stack"):
+            self._local.stack = []
+        return self._local.stack  # type: ignore[no-any-return]
 
     def __enter__(self) -> Binding:
         b = apply(self.spec, **self.kwargs)
@@ -682,7 +690,13 @@ class pinned:
         return b
 
     def __exit__(self, *exc: object) -> None:
-        self._bindings.pop().restore()
+        b = self._bindings[-1]
+        try:
+            b.restore()
+        finally:
+            if b.active:  # a Ctrl-C before restore() began: it is idempotent, run it to its end
+                b.restore()
+            self._bindings.pop()
 
     def __call__(self, func: F) -> F:  # decorator: a fresh binding per call
         @functools.wraps(func)

@@ -21,6 +21,7 @@ This module finds those threads by diffing ``/proc/self/task`` around start-up
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.abc
 import importlib.util
 import os
@@ -181,49 +182,79 @@ def config_proto(intra: int, inter: int, *, per_session: bool = True) -> Any:
 
 class SessionHook:
     """While installed, every new TF1 ``Session`` calls ``callback()`` right after
-    its construction (when its pools exist), so they can be pinned."""
+    its construction (when its pools exist), so they can be pinned.
+
+    A :class:`_Patch` of ``BaseSession.__init__``: removing hooks in any order
+    (two bindings restored out of order) leaves the class's own ``__init__``."""
 
     def __init__(self, callback: Any):
         self.callback = callback
-        self._orig: Any = None
-        self._cls: Any = None
+        self._patch: _Patch | None = None
 
     def install(self) -> None:
         from tensorflow.python.client import session as s  # noqa: PLC0415
 
-        cls = s.BaseSession
-        orig = cls.__init__
         callback = self.callback
 
-        def __init__(self_: Any, *a: Any, **k: Any) -> None:
-            orig(self_, *a, **k)
-            callback()
+        def make(orig: Any) -> Any:
+            def __init__(self_: Any, *a: Any, **k: Any) -> None:
+                orig(self_, *a, **k)
+                callback()
 
-        __init__.__wrapped__ = orig  # type: ignore[attr-defined]
-        cls.__init__ = __init__
-        self._cls, self._orig = cls, orig
+            return __init__
+
+        self._patch = _Patch(s.BaseSession, "__init__", make)
 
     def remove(self) -> None:
-        if self._cls is not None:
-            self._cls.__init__ = self._orig
-            self._cls = self._orig = None
+        if self._patch is not None:
+            self._patch.remove()
+            self._patch = None
+
+
+_MISSING = object()
 
 
 class _Patch:
-    """A method replaced on a class while installed, restored by :meth:`remove`
-    (only if nobody replaced it again meanwhile)."""
+    """A method replaced on a class while installed, put back by :meth:`remove`.
+
+    Patches of one method stack.  Removing one that a newer patch has wrapped
+    since (bindings restored out of order) cannot take it out of the middle: it
+    turns into a pass-through to what it wrapped, and the removal of the newer
+    one unwinds every dead patch under it, so the class ends with its own method
+    whatever the order.  A method someone else replaced over ours is left alone.
+    """
 
     def __init__(self, cls: Any, name: str, make: Any):
         self.cls, self.name = cls, name
+        self.raw = cls.__dict__.get(name, _MISSING)  #: what the class itself held (maybe inherited)
         self.orig = getattr(cls, name)
-        self.new = make(self.orig)
-        self.new.__wrapped__ = self.orig
-        setattr(cls, name, self.new)
+        self.live = True
+        new = make(self.orig)
+        patch = self
+
+        @functools.wraps(self.orig)
+        def call(*a: Any, **k: Any) -> Any:
+            return (new if patch.live else patch.orig)(*a, **k)
+
+        call._affinity_patch = self  # type: ignore[attr-defined]
+        self.new = call
+        setattr(cls, name, call)
 
     def remove(self) -> None:
-        if self.cls is not None and getattr(self.cls, self.name) is self.new:
-            setattr(self.cls, self.name, self.orig)
-        self.cls = None
+        if self.cls is None:
+            return
+        self.live = False
+        cls, name = self.cls, self.name
+        top = cls.__dict__.get(name, _MISSING)
+        while getattr(top, "_affinity_patch", None) is not None and not top._affinity_patch.live:
+            dead = top._affinity_patch
+            if dead.raw is _MISSING:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, dead.raw)
+            dead.cls = None
+            top = cls.__dict__.get(name, _MISSING)
+        # else: a newer live patch (or someone else's method) is on top: ours stays a pass-through
 
 
 def on_runtime_start(callback: Any) -> _Patch:

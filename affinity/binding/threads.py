@@ -19,15 +19,18 @@ since hwloc would accept the call and bind nothing.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
+import operator
 import os
-from collections.abc import Iterable, Mapping
+import select
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ..machine import _native
-from ..cpulist import format_list
-from ..errors import ForeignTopologyError, MaskNarrowedError, NoSuchThread
+from ..cpulist import MAX_CPUS, check_id, check_ids, format_list
+from ..errors import AccessDenied, ForeignTopologyError, MaskNarrowedError, NoSuchThread, SpecError
 from ..machine.topology import Topology
 
 __all__ = [
@@ -67,19 +70,17 @@ def _cpus(cpus: Iterable[int], what: str, tid: int | None = None) -> frozenset[i
     once is returned as it is (:func:`_checked` remembers it)."""
     if cpus.__class__ is frozenset and _checked(cpus):
         return cpus  # type: ignore[return-value]
-    s = frozenset(int(c) for c in cpus)
-    if not s or min(s) < 0:
-        where = what if tid is None else f"{what}[tid={tid}]"
-        if not s:
-            raise ValueError(f"{where}: empty CPU set")
-        raise ValueError(f"{where}: negative CPU index in {sorted(s)}")
+    where = what if tid is None else f"{what}[tid={tid}]"
+    s = check_ids(cpus, "CPU", where=where)
+    if not s:
+        raise SpecError(f"{where}: empty CPU set")
     return s
 
 
 @functools.lru_cache(maxsize=4096)
 def _checked(cpus: frozenset[int]) -> bool:
-    """A non-empty set of non-negative Python ints (what :func:`_cpus` lets through)."""
-    return bool(cpus) and all(c.__class__ is int for c in cpus) and min(cpus) >= 0
+    """A non-empty set of Python ints in range (what :func:`_cpus` lets through)."""
+    return bool(cpus) and all(c.__class__ is int for c in cpus) and min(cpus) >= 0 and max(cpus) < MAX_CPUS
 
 
 def _verify(requested: frozenset[int], got: frozenset[int], call: str, tid: int, strict: bool) -> None:
@@ -90,14 +91,131 @@ def _verify(requested: frozenset[int], got: frozenset[int], call: str, tid: int,
                     f"applied {{{format_list(got)}}} (CPUs outside this process's cpuset are dropped)")
 
 
+#: Linux's largest PID/TID plus one (``PID_MAX_LIMIT`` on 64-bit: 4,194,304)
+PID_MAX_LIMIT = 1 << 22
+#: ``pidfd_open`` flag for a thread's pidfd (Linux 6.9; ``O_EXCL``'s value)
+PIDFD_THREAD = os.O_EXCL
+
+
+def _tid_value(tid: object, what: str) -> int:
+    """``tid`` as a TID number: an integer (not a bool) >= 1 (:class:`SpecError`),
+    below ``PID_MAX_LIMIT`` (beyond it no thread can exist: :class:`NoSuchThread`)."""
+    if isinstance(tid, bool) or not hasattr(type(tid), "__index__"):
+        shown = repr(tid) if len(repr(tid)) <= 40 else repr(tid)[:40] + "..."
+        raise SpecError(f"{what}: tid {shown} is not a TID (an integer)")
+    t = operator.index(tid)  # type: ignore[call-overload]
+    if t <= 0:
+        raise SpecError(f"{what}: tid {t} is not a TID (pass tid=None for the calling thread)")
+    if t >= PID_MAX_LIMIT:
+        raise _no_thread(t if t.bit_length() < 64 else f"of {t.bit_length()} bits", what,
+                         f"TIDs are below {PID_MAX_LIMIT}")
+    return t
+
+
+def _no_thread(tid: object, what: str, why: str) -> NoSuchThread:
+    return NoSuchThread(errno.ESRCH, what, f"tid={tid}", message=f"{what}(tid={tid}): no such thread ({why})")
+
+
+def _foreign(tid: int, what: str) -> AccessDenied:
+    return AccessDenied(errno.EPERM, what, f"tid={tid}",
+                        message=f"{what}(tid={tid}): thread {tid} is not a thread of this process "
+                                f"(pid {os.getpid()}); another process's thread is refused and left untouched")
+
+
+def owned_tids(tids: Iterable[object], what: str, *, gone: bool = False) -> list[int | None]:
+    """The one check that TIDs belong to this process: each a valid TID number
+    listed in ``/proc/self/task`` now (one directory read for all of them).
+
+    ``gone=True``: a TID that no task holds any more (a thread that exited) comes
+    back as ``None`` instead of raising; one that another process holds still raises.
+
+    Raises
+    ------
+    SpecError
+        Not a TID number (``1.5``, ``True``, ``-3``).
+    AccessDenied
+        (``EPERM``) the thread of another process.
+    NoSuchThread
+        (``ESRCH``) no thread has it (exited, or beyond ``PID_MAX_LIMIT``: ``2**40``).
+    """
+    out = [t if t.__class__ is int and 0 < t < PID_MAX_LIMIT else _tid_value(t, what) for t in tids]
+    ours = set(os.listdir("/proc/self/task"))
+    return [t if str(t) in ours else _elsewhere(t, what, gone) for t in out]
+
+
+def _elsewhere(tid: int, what: str, gone: bool) -> int | None:
+    """A TID missing from the listing: ours after all (a thread born since, or one
+    still exiting: the kernel answers for it), another process's
+    (:class:`AccessDenied`), or no task's (``None`` if ``gone`` allows it, else
+    :class:`NoSuchThread`)."""
+    tgid = _tgid(tid)
+    if tgid == os.getpid():
+        return tid
+    if tgid is not None:
+        raise _foreign(tid, what)
+    if gone:
+        return None
+    raise _no_thread(tid, what, f"no thread {tid} in this process, pid {os.getpid()}")
+
+
+def _tgid(tid: int) -> int | None:
+    """The process (thread group) that task ``tid`` belongs to; None if there is no such task."""
+    try:
+        with open(f"/proc/{tid}/status") as fh:
+            for line in fh:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+@contextlib.contextmanager
+def own_thread(tid: int | None, what: str) -> Iterator[int]:
+    """Check that ``tid`` is a thread of this process for the length of a call.
+
+    A pidfd on the thread (``pidfd_open(tid, PIDFD_THREAD)``) is taken before the
+    ``/proc/self/task`` check and polled after the call: a thread alive at the end
+    held its TID all along, so the call reached the thread the check found.  A
+    thread that exited meanwhile is reported (:class:`NoSuchThread`), since its TID
+    may have gone to another process before the call.  Yields the TID (0 for the
+    calling thread, which needs no check).
+    """
+    if tid is None or (tid.__class__ is int and tid == 0):  # 0: the kernel's "calling thread"
+        yield 0
+        return
+    t = _tid_value(tid, what)
+    fd = _pidfd(t)
+    try:
+        owned_tids([t], what)
+        yield t
+        if fd is not None and select.select([fd], [], [], 0)[0]:  # readable: the thread exited
+            raise NoSuchThread(errno.ESRCH, what, f"tid={t}",
+                               message=f"{what}(tid={t}): thread {t} exited during the call (its TID may "
+                                       f"have been reused by another process before the call)")
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _pidfd(tid: int) -> int | None:
+    """A pidfd on thread ``tid`` (Linux >= 6.9), or None where the kernel has none."""
+    try:
+        return os.pidfd_open(tid, PIDFD_THREAD)
+    except (AttributeError, OSError):
+        return None  # older kernel (EINVAL), no such task (ESRCH: the check says which), no pidfd_open
+
+
 def current_tid() -> int:
     """The Linux TID of the calling thread."""
     return _native.gettid()
 
 
 def get_affinity(tid: int | None = None) -> frozenset[int]:
-    """CPU set of the calling thread (``tid=None``) or of thread ``tid`` of this process."""
-    return _native.get_thread_cpubind(tid or 0)
+    """CPU set of the calling thread (``tid=None``) or of thread ``tid`` of this process
+    (another process's TID: :class:`NoSuchThread`)."""
+    with own_thread(tid, "get_affinity") as t:
+        return _native.get_thread_cpubind(t)
 
 
 def set_affinity(cpus: Iterable[int], tid: int | None = None, *, topology: Topology | None = None,
@@ -109,7 +227,8 @@ def set_affinity(cpus: Iterable[int], tid: int | None = None, *, topology: Topol
     cpus : iterable of int
         OS CPU ids (non-empty).
     tid : int, optional
-        A Linux TID of this process (default: the calling thread).
+        A Linux TID of this process (default: the calling thread); another
+        process's TID is refused (:class:`NoSuchThread`) and left untouched.
     topology : Topology, optional
         Must be this system's (binding through a file's topology is refused).
     strict : bool
@@ -133,9 +252,10 @@ def set_affinity(cpus: Iterable[int], tid: int | None = None, *, topology: Topol
     """
     require_system(topology)
     want = _cpus(cpus, "set_affinity")
-    _native.set_thread_cpubind(want, tid or 0)
-    got = _native.get_thread_cpubind(tid or 0)
-    _verify(want, got, "set_affinity", tid or current_tid(), strict)
+    with own_thread(tid, "set_affinity") as t:
+        _native.set_thread_cpubind(want, t)
+        got = _native.get_thread_cpubind(t)
+    _verify(want, got, "set_affinity", t or current_tid(), strict)
     return got
 
 
@@ -186,7 +306,8 @@ def set_threads_affinity(masks: Mapping[int, Iterable[int]], *, topology: Topolo
     Parameters
     ----------
     masks : mapping of int to iterable of int
-        TID -> OS CPU ids.
+        TID -> OS CPU ids; every TID must be a thread of this process (another
+        process's: :class:`NoSuchThread`, nothing changed).
     topology : Topology, optional
         Must be this system's.
 
@@ -199,10 +320,12 @@ def set_threads_affinity(masks: Mapping[int, Iterable[int]], *, topology: Topolo
     if topology is not None:
         require_system(topology)
     pairs = []
-    for t, c in masks.items():
+    for t, c in zip(owned_tids(masks, "set_threads_affinity", gone=True), masks.values()):
+        if t is None:
+            continue  # exited meanwhile: left out, as the core leaves out one that exits during the call
         if c.__class__ is not frozenset or not _checked(c):
             c = _cpus(c, "set_threads_affinity", t)
-        pairs.append((t if t.__class__ is int else int(t), c))
+        pairs.append((t, c))
     return _native.set_threads_cpubind(pairs)
 
 

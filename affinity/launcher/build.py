@@ -19,6 +19,7 @@ from ..machine.cgroup import CpuQuota, cpu_quota, cpuset_cpus, default_thread_co
 from ..machine.topology import Topology
 from ..planning import precedence
 from ..planning.envvars import plan_environment
+from ..planning.gnu.exports import check_inherited
 from ..planning.memory import check_nodes
 from ..planning.planner import plan, plan_env
 from ..planning.ranks import LocalRank, Share, launcher_binding, parse_rank, partition, place_rank
@@ -422,6 +423,7 @@ def _instance_env(i: int, count: int, p: Any, slots: tuple[frozenset[int], ...],
                   environ: Mapping[str, str]) -> dict[str, str]:
     """The plan's variables, the instance number (several), the preload's (``--pin-threads``)."""
     env = plan_environment(p, blocktime=opts.blocktime)
+    check_inherited(environ, env)  # a libgomp variable of the caller's that would defeat the plan
     if count > 1:
         env["AFFINITY_INSTANCE"] = str(i)
         env["AFFINITY_NUM_INSTANCES"] = str(count)

@@ -30,6 +30,7 @@ from ..cpulist import format_list
 from ..errors import BindError, MaskNarrowedError, PlanError
 from ..machine import _native
 from ..machine.topology import Topology
+from ..machine.userfiles import why
 from .build import Instance, Launch
 from .numactl import show_text
 from .options import say
@@ -226,11 +227,22 @@ def execute(launch: Launch, environ: Mapping[str, str] | None = None) -> int:
         raise PlanError("nothing to run")
     envs = [{**base_env, **inst.env} for inst in launch.instances]
     exes = [_resolve_command(inst.argv, env) for inst, env in zip(launch.instances, envs)]
-    for d in {os.path.dirname(i.log) for i in launch.instances if i.log}:
-        os.makedirs(d or ".", exist_ok=True)
+    for inst in launch.instances:
+        if inst.log:
+            _check_log(inst.log)
     if not launch.spawn:
         _exec(launch, envs[0], exes[0])  # no return
     return _spawn(launch, envs, exes)
+
+
+def _check_log(path: str) -> None:
+    """The log file can be written (its folder made), or a one-line CommandError
+    before anything is applied or started (``--log-dir /proc/1``, ``/dev/null/x``)."""
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC, 0o644))
+    except OSError as e:
+        raise CommandError(1, f"--log-dir: cannot write {path}: {why(e)}") from None
 
 
 def _exec(launch: Launch, env: dict[str, str], exe: str) -> NoReturn:

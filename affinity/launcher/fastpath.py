@@ -37,14 +37,17 @@ there -- takes the full path, which gives the same result it always does and
 remembers it.
 
 The file is ``$XDG_CACHE_HOME/affinity/launches-<python>`` (default
-``~/.cache``).  It holds variables that will be exported (``LD_PRELOAD`` among
-them), so it is used only when the directory and the file belong to the user
-and nobody else may write them; it is written atomically (a new file renamed
-over the old one) and keeps the 32 newest launches.
-``AFFINITY_LAUNCH_CACHE=0`` turns it off.
+``~/.cache``).  It holds variables that will be exported, so it is used only
+when the directory and the file belong to the user and nobody else may write
+them or a folder above (:mod:`affinity.machine.userfiles`: no symlink followed,
+a FIFO never waited on, the descriptor checked after the open); it is written
+atomically (a new file renamed over the old one) and keeps the 32 newest
+launches, each with a checksum: a malformed or damaged entry is a miss, replaced
+by the next full run (docs/hardening.md).  ``AFFINITY_LAUNCH_CACHE=0`` turns it off.
 
-Only the standard library's built-in modules are imported here: this module is
-the whole of ``affinity run``'s start-up when the launch is remembered.
+Only the standard library's built-in modules and :mod:`affinity.machine.userfiles`
+(``os``, ``stat``, ``errno``) are imported here: this module is the whole of
+``affinity run``'s start-up when the launch is remembered.
 """
 
 from __future__ import annotations
@@ -53,10 +56,14 @@ import marshal
 import os
 import sys
 
+from ..machine import userfiles  # os, stat and errno only: the fast path stays light
+
 __all__ = ["exec_remembered", "inputs", "remember", "start"]
 
-#: the format of an entry; a change makes every stored launch a miss
-FORMAT = 2
+#: the format of an entry; a change makes every stored launch a miss (3: checksummed)
+FORMAT = 3
+#: the largest launch file read (32 entries are a few hundred kB)
+_MAX_FILE = 16 << 20
 #: launches kept (the oldest goes first)
 KEEP = 32
 #: the environment variables a remembered launch depends on: those starting so...
@@ -161,42 +168,62 @@ def _enabled() -> bool:
 
 
 def _cache_file(create: bool = False) -> str | None:
-    """The user's launch file, or None where it may not be trusted (or written)."""
+    """The user's launch file, or None where it may not be trusted (or written):
+    the folder is checked by :func:`~affinity.machine.userfiles.private_dir` (never a
+    symlink, this user's, nobody else may write it or a folder above it)."""
     if not _enabled():
         return None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     if not os.path.isabs(base):  # no home directory: no cache rather than one in the working directory
         return None
-    d = os.path.join(base, "affinity")
     try:
-        if create:
-            os.makedirs(d, mode=0o700, exist_ok=True)
-        st = os.stat(d)
-    except OSError:
+        d = userfiles.private_dir(os.path.join(base, "affinity"), create=create)
+    except OSError:  # UnsafeFile included: another user's folder, a planted symlink
         return None
-    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        return None
-    return os.path.join(d, f"launches-{sys.hexversion:x}")
+    return None if d is None else os.path.join(d, f"launches-{sys.hexversion:x}")
 
 
 def _load(path: str) -> dict:
+    """The stored launches; nothing when the file is not ours to trust (opened by
+    :func:`~affinity.machine.userfiles.open_private`: a symlink is not followed, a
+    FIFO not waited on) or not a launch file."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = userfiles.open_private(path, os.O_RDONLY)
     except OSError:
         return {}
     try:
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-            return {}
         with os.fdopen(fd, "rb") as fh:
             fd = -1
-            data = marshal.loads(fh.read())
+            data = marshal.loads(fh.read(_MAX_FILE + 1))
     except (OSError, ValueError, EOFError, TypeError):
         return {}
     finally:
         if fd >= 0:
             os.close(fd)
     return data if isinstance(data, dict) else {}
+
+
+def _checksum(value: tuple) -> int:
+    """A check of an entry's value (its ``repr``, which is canonical for the str,
+    bytes, int and tuple it holds, read as one number modulo the prime 2**61 - 1):
+    a flipped bit in the file makes the entry a miss, never a launch."""
+    return int.from_bytes(repr(value).encode(), "little") % ((1 << 61) - 1)
+
+
+def _entry(stored: object) -> tuple | None:
+    """The launch an entry holds, or None for a malformed one or a failed checksum
+    (a miss: the full path runs and :func:`remember` replaces it)."""
+    if not (isinstance(stored, tuple) and len(stored) == 2 and isinstance(stored[0], tuple)
+            and len(stored[0]) == 4 and stored[1] == _checksum(stored[0])):
+        return None
+    cpus, env_items, argv, limits = stored[0]
+    ok = (isinstance(cpus, tuple) and all(type(c) is int and 0 <= c < 8192 for c in cpus)
+          and isinstance(env_items, tuple) and all(isinstance(p, tuple) and len(p) == 2 and
+                                                   all(isinstance(x, str) for x in p) for p in env_items)
+          and isinstance(argv, tuple) and all(isinstance(w, str) for w in argv)
+          and isinstance(limits, tuple) and all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)
+                                                and (p[1] is None or isinstance(p[1], bytes)) for p in limits))
+    return stored[0] if ok else None
 
 
 def remember(key: tuple, cpus: frozenset[int], env: dict[str, str], argv: tuple[str, ...]) -> None:
@@ -208,12 +235,13 @@ def remember(key: tuple, cpus: frozenset[int], env: dict[str, str], argv: tuple[
     limits = tuple((f, _read(f)) for f in _limit_files())
     entries = _load(path)
     entries.pop(key, None)
-    entries[key] = (tuple(sorted(cpus)), tuple(env.items()), tuple(argv), limits)
+    value = (tuple(sorted(cpus)), tuple(env.items()), tuple(argv), limits)
+    entries[key] = (value, _checksum(value))
     while len(entries) > KEEP:
         entries.pop(next(iter(entries)))
     tmp = f"{path}.{os.getpid()}"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = userfiles.open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(marshal.dumps(entries))
         os.replace(tmp, path)
@@ -264,7 +292,7 @@ def exec_remembered(words: list[str]) -> tuple | None:
         return None
     key = inputs(words)
     path = _cache_file()
-    entry = _load(path).get(key) if path is not None else None
+    entry = _entry(_load(path).get(key)) if path is not None else None
     if entry is None:
         return key
     cpus, env_items, argv, limits = entry

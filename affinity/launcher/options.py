@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..cpulist import IdList
-from ..planning.envvars import DEFAULT_BLOCKTIME
+from ..errors import SpecError
+from ..planning.envvars import DEFAULT_BLOCKTIME, check_blocktime
 from ..planning.spec import DEFAULT_SPEC
 
 __all__ = ["RunOptions", "options_from_args", "run_parser", "say"]
@@ -268,7 +269,9 @@ def _blocktime(text: str | None, environ: Mapping[str, str]) -> str | None:
     ``KMP_BLOCKTIME``, else :data:`~affinity.planning.envvars.DEFAULT_BLOCKTIME`."""
     if text is None:
         return environ.get("KMP_BLOCKTIME", DEFAULT_BLOCKTIME)
-    return None if text.strip().lower() == "none" else text
+    if text.strip().lower() == "none":
+        return None
+    return check_blocktime(text, "--blocktime")
 
 
 def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> RunOptions:
@@ -322,6 +325,10 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
             mempolicy, mem_nodes = {"membind": "bind"}.get(name, name), getattr(args, name)
     if args.localalloc:
         mempolicy = "local"
+    try:
+        blocktime = _blocktime(args.blocktime, os.environ if environ is None else environ)
+    except SpecError as e:
+        parser.error(str(e))
     return RunOptions(command=command, spec=spec, threads=args.threads, physcpubind=args.physcpubind,
                       cpunodebind=args.cpunodebind, norespect=args.norespect, mempolicy=mempolicy,
                       mem_nodes=mem_nodes, membind_optional=args.membind_optional,
@@ -329,4 +336,4 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
                       pin_children=args.pin_children,
                       instances=args.instances, cores_per_instance=args.cores_per_instance,
                       log_dir=args.log_dir, ranks=args.ranks, verbose=args.verbose,
-                      blocktime=_blocktime(args.blocktime, os.environ if environ is None else environ))
+                      blocktime=blocktime)

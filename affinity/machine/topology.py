@@ -30,9 +30,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..cpulist import format_list, parse_list
+from ..cpulist import check_id, check_ids, format_list, parse_list
 from ..errors import TopologyError
 from . import _native
+from .userfiles import read_file
 
 __all__ = ["Cache", "Core", "Group", "NumaNode", "PU", "Package", "Topology"]
 
@@ -291,9 +292,7 @@ class Topology:
     def from_xml(path: str | os.PathLike[str]) -> Topology:
         """An hwloc XML file (as written by ``lstopo file.xml``)."""
         path = os.fspath(path)
-        if not os.path.exists(path):
-            raise TopologyError("no such file", path)
-        _check_size(_check_xml_syntax(path), path)
+        _check_size(_check_xml_syntax(path, read_file(path)), path)
         return _from_native(_native.load_topology("xml", path), source=path)
 
     @staticmethod
@@ -331,11 +330,7 @@ class Topology:
             An unreadable or malformed file, naming the file and the line.
         """
         path = os.fspath(path)
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
-        except OSError as e:
-            raise TopologyError(f"cannot read: {e.strerror}", path) from e
+        text = read_file(path).decode("utf-8", errors="replace")
         return _from_cpuinfo_text(text, path, _numa_from_arg(numa_nodes, path))
 
     @staticmethod
@@ -367,14 +362,8 @@ class Topology:
         s = os.fspath(src)
         if s.startswith("synthetic:"):
             return Topology.from_synthetic(s[len("synthetic:"):])
-        if not os.path.exists(s):
-            raise TopologyError("no such file (expected an hwloc XML file, a cpuinfo file, "
-                                "'synthetic:<description>' or 'system')", s)
-        try:
-            with open(s, "rb") as fh:
-                head = fh.read(4096).lstrip()
-        except OSError as e:
-            raise TopologyError(f"cannot read: {e.strerror or e}", s) from None
+        head = read_file(s, missing=" (expected an hwloc XML file, a cpuinfo file, "
+                                    "'synthetic:<description>' or 'system')")[:4096].lstrip()
         if head.startswith(b"<?xml") or head.startswith(b"<topology"):
             return Topology.from_xml(s)
         return Topology.from_cpuinfo(s, numa_nodes)
@@ -505,8 +494,8 @@ def _from_cpuinfo_text(text: str, source: str,
             records.append(cur)
         elif cur is None:
             raise TopologyError(f"field {name!r} before any 'processor' line", source, lineno)
-        if not value.isdigit():
-            raise TopologyError(f"{name!r} must be a non-negative integer, got {value!r}", source, lineno)
+        if not (value.isascii() and value.isdigit()) or len(value) > 9:  # isdigit alone: '²', '٣'
+            raise TopologyError(f"{name!r} must be a non-negative integer, got {value[:20]!r}", source, lineno)
         if name in cur:
             raise TopologyError(f"{name!r} given twice for one processor", source, lineno)
         cur[name] = (int(value), lineno)
@@ -568,10 +557,11 @@ def _numa_from_arg(arg: Any, source: str) -> list[tuple[int, frozenset[int], int
     out = []
     for node_id, cpus in items:
         try:
-            cs = parse_list(cpus) if isinstance(cpus, str) else frozenset(int(c) for c in cpus)
+            cs = parse_list(cpus) if isinstance(cpus, str) else check_ids(cpus, where=f"NUMA node {node_id}")
+            nid = check_id(node_id, "node", where="numa_nodes")
         except ValueError as e:
             raise TopologyError(f"NUMA node {node_id}: {e}", source) from e
-        out.append((int(node_id), cs, 0, None))
+        out.append((nid, cs, 0, None))
     return out
 
 
@@ -587,6 +577,7 @@ def _from_native(loaded: Any, source: str) -> Topology:
     pus = [o for o in objs if o.type == "PU"]
     if not pus:
         raise TopologyError("hwloc found no PU", source)
+    _check_objects(objs, pus, source)
     pkg_of: dict[int, int] = {}
     for p in pkgs:
         for c in p.cpuset:
@@ -618,18 +609,38 @@ def _from_native(loaded: Any, source: str) -> Topology:
                      loaded.allowed, source, loaded.this_system, position)
 
 
-def _check_xml_syntax(path: str) -> int:
-    """hwloc reports a broken XML file without a position: find it ourselves.
-    Returns the number of PUs the file describes."""
+def _check_objects(objs: Sequence[Any], pus: Sequence[Any], source: str) -> None:
+    """What hwloc accepts from a crafted XML file but no machine has: a PU whose
+    index is out of range (``os_index="-1"`` reads as 4294967295) or whose cpuset is
+    not its own bit, twice the same PU, an object whose cpuset names CPUs that are
+    no PU (a garbage ``cpuset=``)."""
+    seen: set[int] = set()
+    for pu in pus:
+        o = pu.os_index
+        if o is None or not 0 <= o < MAX_PUS:
+            raise TopologyError(f"a PU with os_index {'unknown (-1)' if o is None else o} (out of range: PUs "
+                                f"are 0 to {MAX_PUS - 1})", source)
+        if o in seen or frozenset(pu.cpuset) != {o}:
+            raise TopologyError(f"PU {o}: cpuset {{{format_list(pu.cpuset)}}} is not its own CPU "
+                                f"(or the PU is listed twice)", source)
+        seen.add(o)
+    for obj in objs:
+        stray = frozenset(obj.cpuset) - seen
+        if stray:
+            shown = format_list(sorted(stray)[:8]) + ("..." if len(stray) > 8 else "")
+            raise TopologyError(f"{obj.type} {obj.os_index}: cpuset names CPUs that are no PU ({shown})", source)
+
+
+def _check_xml_syntax(path: str, data: bytes) -> int:
+    """hwloc reports a broken XML file without a position: find it ourselves in
+    ``data`` (the file's bytes).  Returns the number of PUs the file describes."""
     import xml.etree.ElementTree as ET
 
     try:
-        root = ET.parse(path).getroot()
+        root = ET.fromstring(data)
     except ET.ParseError as e:
         line = e.position[0] if getattr(e, "position", None) else None
         raise TopologyError(f"not well-formed XML: {e}", path, line) from None
-    except OSError as e:
-        raise TopologyError(f"cannot read: {e.strerror}", path) from e
     if root.tag != "topology":
         raise TopologyError(f"root element is <{root.tag}>, not an hwloc <topology>", path, 1)
     return sum(1 for o in root.iter("object") if o.get("type") == "PU")
@@ -648,24 +659,104 @@ def _check_size(pus: int | None, source: str) -> None:
 
 
 def _synthetic_pus(description: str) -> int | None:
-    """The PUs an hwloc synthetic description asks for (the product of the level
-    arities; attributes in ``(...)`` and memory children in ``[...]`` aside), or
-    ``None`` where it cannot tell (hwloc then judges the description)."""
-    text, depth = [], 0
-    for ch in description:
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth = max(0, depth - 1)
-        elif depth == 0:
-            text.append(ch)
-    total = 1
-    for level in "".join(text).split():
-        arity = level.rpartition(":")[2]
-        if not arity.isdigit():
+    """The PUs an hwloc synthetic description asks for, read the way hwloc's own
+    parser reads it (``topology-synthetic.c``), so that nothing it would build is
+    missed: levels apart by spaces or newlines, ``type:`` optional, the arity read
+    by ``strtoul(.., 0)`` (``0x40`` hex, ``010`` octal, a leading ``+``), ``(...)``
+    attributes after it, ``[numa...]`` attached objects.  ``None`` where the text is
+    not in that form (hwloc then refuses it itself).
+
+    Raises
+    ------
+    TopologyError
+        A NUL (C would cut the description there), an arity or an explicit
+        ``indexes=`` value too large to be a machine, or more than :data:`MAX_PUS`.
+    """
+    source = "synthetic:" + description[:80].replace("\0", "\\0")
+    if "\0" in description:
+        raise TopologyError("a NUL character in a synthetic description (hwloc would silently read "
+                            "only the text before it)", source)
+    pos, total, n = 0, 1, len(description)
+    if description.startswith("("):
+        pos = _synthetic_attrs(description, 1, source)
+    while True:
+        while pos < n and description[pos] in " \n":
+            pos += 1
+        if pos >= n:
+            return total
+        if description[pos] == "[":  # attached NUMA nodes: indexes only
+            end = description.find("]", pos)
+            if end < 0:
+                return None
+            attr = description.find("(", pos, end)
+            if attr >= 0:
+                _synthetic_attrs(description, attr + 1, source)
+            pos = end + 1
+            continue
+        if not "0" <= description[pos] <= "9":  # "type:" first
+            colon = description.find(":", pos)
+            if colon < 0:
+                return None
+            pos = colon + 1
+        arity, pos = _strtoul(description, pos, source)
+        if arity is None:
             return None
-        total *= int(arity)
-    return total
+        total *= arity  # at most 128 levels of 12 digits: a small product to compute
+        if pos < n and description[pos] == "(":
+            pos = _synthetic_attrs(description, pos + 1, source)
+
+
+#: characters C's isspace() skips before a number
+_C_SPACE = " \t\n\v\f\r"
+
+
+def _strtoul(text: str, pos: int, source: str) -> tuple[int | None, int]:
+    """C's ``strtoul(text + pos, &end, 0)`` for the values a machine can have:
+    (value, end), value ``None`` where no number starts there or it is 0 (hwloc
+    refuses those itself); too many digits is a :class:`TopologyError` at once."""
+    n = len(text)
+    while pos < n and text[pos] in _C_SPACE:
+        pos += 1
+    if pos < n and text[pos] in "+-":
+        if text[pos] == "-":  # strtoul negates into a huge unsigned value
+            raise TopologyError(f"negative count at {text[pos:pos + 20]!r}", source)
+        pos += 1
+    if text.startswith(("0x", "0X"), pos) and pos + 2 < n and text[pos + 2] in "0123456789abcdefABCDEF":
+        base, start = 16, pos + 2
+        digits = "0123456789abcdefABCDEF"
+    elif text.startswith("0", pos):
+        base, start, digits = 8, pos, "01234567"
+    else:
+        base, start, digits = 10, pos, "0123456789"
+    end = start
+    while end < n and text[end] in digits:
+        end += 1
+    if end == start:
+        return None, pos
+    if end - start > 12:
+        raise TopologyError(f"a count of {end - start} digits at {text[start:start + 20]!r}...: no machine "
+                            f"has that many (at most {MAX_PUS} PUs)", source)
+    value = int(text[start:end], base)
+    return (value or None), end
+
+
+def _synthetic_attrs(text: str, pos: int, source: str) -> int:
+    """Check the ``(...)`` attributes starting at ``pos`` (after the parenthesis):
+    an explicit ``indexes=`` list may not name an index a machine cannot have
+    (hwloc allocates a bitmap up to the largest).  Returns the position after ``)``."""
+    end = text.find(")", pos)
+    if end < 0:
+        return len(text)  # hwloc refuses an unclosed attribute list itself
+    for attr in text[pos:end].split(" "):
+        if not attr.startswith("indexes="):
+            continue
+        value = attr[len("indexes="):]
+        if value and all(c in "0123456789," for c in value):  # an explicit list, base 10
+            for item in value.split(","):
+                if len(item) > 12 or (item and int(item) >= MAX_PUS):
+                    raise TopologyError(f"index {item[:20]} in indexes= is out of range: at most {MAX_PUS} "
+                                        f"PUs (hwloc would allocate a bitmap up to it)", source)
+    return end + 1
 
 
 _system_lock = threading.Lock()

@@ -37,11 +37,13 @@ intra-op thread.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from ..errors import SpecError
 from .gnu.exports import gomp_exports
 
-__all__ = ["DEFAULT_BLOCKTIME", "EXPORTED_VARIABLES", "plan_environment", "worker_slots"]
+__all__ = ["DEFAULT_BLOCKTIME", "EXPORTED_VARIABLES", "check_blocktime", "plan_environment", "worker_slots"]
 
 #: what :func:`plan_environment` may set (the output side; the planner reads
 #: :data:`affinity.planning.spec.SETTINGS_VARIABLES`)
@@ -72,6 +74,20 @@ def worker_slots(plan: Any) -> list[frozenset[int]]:
 #: TensorFlow ops; ``blocktime=None`` everywhere means "export none"
 DEFAULT_BLOCKTIME = "1"
 
+#: what the Intel/LLVM runtime reads as ``KMP_BLOCKTIME``: a whole number of
+#: milliseconds (LLVM 18+ also takes an ``ms``/``us`` unit), or ``infinite``/``infinity``
+_BLOCKTIME_RE = re.compile(r"[0-9]{1,10}(ms|us)?|infinite|infinity", re.IGNORECASE)
+
+
+def check_blocktime(value: object, what: str = "blocktime") -> str:
+    """``value`` as a ``KMP_BLOCKTIME`` to export, or :class:`~affinity.errors.SpecError`
+    (nothing else is exported: the value reaches child processes' environment)."""
+    text = value.strip() if isinstance(value, str) else str(value) if type(value) is int else ""
+    if not text.isascii() or not _BLOCKTIME_RE.fullmatch(text):
+        raise SpecError(f"{what}={str(value)[:40]!r}: not a KMP_BLOCKTIME (milliseconds as a whole number, "
+                        f"e.g. 0 or 200, or 'infinite')")
+    return text
+
 
 def plan_environment(plan: Any, *, blocktime: str | None = DEFAULT_BLOCKTIME) -> dict[str, str]:
     """The variables that make runtimes started later follow ``plan``.
@@ -98,5 +114,5 @@ def plan_environment(plan: Any, *, blocktime: str | None = DEFAULT_BLOCKTIME) ->
     # libgomp's variables (OMP_PLACES/OMP_PROC_BIND/GOMP_CPU_AFFINITY): planning/gnu/exports.py
     env.update(gomp_exports(plan)[0])
     if blocktime is not None:
-        env["KMP_BLOCKTIME"] = str(blocktime)
+        env["KMP_BLOCKTIME"] = check_blocktime(blocktime)
     return env

@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..cpulist import format_list, parse_list
-from ..errors import PlanError
+from ..cpulist import check_ids, format_list, parse_list
+from ..errors import PlanError, SpecError
 from ..machine.topology import Topology
 
 __all__ = ["POLICIES", "MemorySpec", "check_nodes", "membind_spec", "policy_name"]
@@ -135,11 +135,11 @@ def membind_spec(membind: Any, topology: Topology, cpus: Iterable[int]) -> Memor
     if membind is True or membind == "auto":
         policy, nodes = "bind", plan_nodes
     elif isinstance(membind, tuple) and len(membind) == 2 and isinstance(membind[0], str):
-        policy, nodes = policy_name(membind[0]), frozenset(membind[1])
+        policy, nodes = policy_name(membind[0]), check_ids(membind[1], "node", where=what)
     elif isinstance(membind, str):
         policy, nodes = _from_text(membind, topology, plan_nodes)
     elif isinstance(membind, Iterable):
-        policy, nodes = "bind", frozenset(membind)
+        policy, nodes = "bind", check_ids(membind, "node", where=what)
     else:
         raise ValueError(f"{what}: expected 'auto', 'policy[:nodes]', (policy, nodes) or node ids")
     if policy in ("local", "default"):
@@ -155,6 +155,6 @@ def _from_text(text: str, topology: Topology, plan_nodes: frozenset[int]) -> tup
     if nodes_s == "all":
         return policy, frozenset(n.os_index for n in topology.numa_nodes)
     try:
-        return policy, parse_list(nodes_s)
-    except ValueError as e:
-        raise ValueError(f"membind={text!r}: {e}") from None
+        return policy, parse_list(nodes_s, "node")
+    except SpecError as e:
+        raise SpecError(f"membind={text!r}: {e}") from None

@@ -32,9 +32,10 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..cpulist import format_list, parse_list, runs
-from ..errors import PlanError
+from ..cpulist import check_ids, format_list, parse_list, runs
+from ..errors import ArgumentTypeError, PlanError
 from ..machine.topology import Topology
+from .gnu.rules import GNU, GNU_TORCH
 from .intel import llvm
 from .intel import runtime as intel
 from .intel.runtime import kmp_mask_str
@@ -49,6 +50,8 @@ __all__ = ["Plan", "RUNTIMES", "plan", "plan_env"]
 RUNTIMES: dict[str, Rules] = {
     intel.NAME: intel,
     llvm.NAME: llvm,
+    GNU.NAME: GNU,  # GNU libgomp, GCC 12 (planning/gnu/)
+    GNU_TORCH.NAME: GNU_TORCH,  # PyTorch's bundled libgomp, GCC 8.5 (planning/gnu/builds.py)
 }
 #: The runtime whose rules a plan follows when none is named.
 DEFAULT_RUNTIME = "intel"
@@ -356,7 +359,8 @@ class Plan:
     def __repr__(self) -> str:
         return (f"<Plan {self.threads} threads, {self.affinity_type}"
                 f"{'/' + self.granularity if self.granularity else ''}, proc_bind={self.proc_bind}, "
-                f"{len(self.warnings)} warnings on {self.topology.describe()}>")
+                f"{len(self.warnings)} warnings on {self.topology.describe()}"
+                f"{'' if self.runtime == DEFAULT_RUNTIME else ', by ' + self.runtime + ' rules'}>")
 
 
 def _place_members(s: frozenset[int]) -> str:
@@ -451,7 +455,8 @@ def _mask(topology: Topology, initial_mask: Any) -> frozenset[int]:
         except ValueError as e:
             raise PlanError(f"bad initial_mask: {e}") from e
     else:
-        m = frozenset(int(c) for c in initial_mask)
+        checked = check_ids(initial_mask, where="initial_mask")
+        m = initial_mask if isinstance(initial_mask, frozenset) and checked == initial_mask else checked
     m = frozenset(m)  # the same object when it is one already
     if not m <= topology.cpuset:
         m &= topology.cpuset
@@ -621,7 +626,7 @@ def plan(spec: Any = None, threads: int | None = None, topology: Topology | None
     merged.update(_spec_env(spec))
     if threads is not None:
         if isinstance(threads, bool) or not isinstance(threads, int):
-            raise TypeError(f"threads must be an int, not {type(threads).__name__}")
+            raise ArgumentTypeError(f"threads must be an int, not {type(threads).__name__} ({threads!r:.40})")
         if threads < 1:
             raise PlanError(f"threads must be at least 1, got {threads}")
         merged["OMP_NUM_THREADS"] = str(threads)

@@ -105,7 +105,7 @@ def _plan_text(p: object, spec: str | None) -> str:
     from ..cpulist import format_list  # lazy: a command loads only its own layers
 
     gran = f" at {p.granularity} granularity" if p.granularity else ""
-    lines = [f"plan: {spec or 'the runtime defaults'} on {p.topology.describe()}",
+    lines = [f"plan: {spec or 'the runtime defaults'} on {p.topology.describe()} ({p.runtime}'s rules)",
              f"{_plural(p.threads, 'thread')}, {p.affinity_type}{gran} (proc_bind {p.proc_bind}):"]
     lines += [f"  thread {i} -> {{{format_list(s)}}}" for i, s in enumerate(p.cpusets)]
     lines += [f"warning: {w}" for w in p.warnings]
@@ -133,7 +133,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return _usage(args, str(e))
     topo = _load_topology(args)
     p = plan(args.spec, threads=args.threads, topology=topo, strict=not args.lenient, env=env,
-             initial_mask=mask)
+             initial_mask=mask, runtime=args.runtime)
+    if args.compare:
+        return _plan_compare(args, p, env, mask, topo)
     translations: dict[str, str | None] = {}
     untranslatable: dict[str, str] = {}
     for name, fn in (("KMP_AFFINITY", p.to_kmp_affinity), ("OMP_PLACES", p.to_omp_places),
@@ -167,6 +169,38 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.picture:
         _write_picture(args.picture, topo, p.cpusets,
                        title=f"{args.spec or 'runtime defaults'}, {_plural(p.threads, 'thread')}")
+    return 0
+
+
+def _plan_compare(args: argparse.Namespace, p: Any, env: dict[str, str], mask: Any, topo: Any) -> int:
+    """``plan --compare OTHER``: the same settings under another runtime's rules, thread by thread."""
+    from ..cpulist import format_list  # lazy: a command loads only its own layers
+    from ..planning.planner import plan  # lazy: a command loads only its own layers
+
+    try:
+        q = plan(args.spec, threads=args.threads, topology=topo, strict=not args.lenient, env=env,
+                 initial_mask=mask, runtime=args.compare)
+        why = None
+    except AffinityError as e:  # the other runtime refuses these settings (it would abort or hang)
+        q, why = None, str(e)
+    if args.json:
+        print(json.dumps({"plan": p.to_dict(), "compare": q.to_dict() if q else {"error": why}}, indent=2))
+        return 0
+    rows = [("thread", p.runtime, args.compare, "")]
+    n = max(p.threads, q.threads if q else 0)
+    for i in range(n):
+        a = "{" + format_list(p.cpusets[i]) + "}" if i < p.threads else "-"
+        b = ("{" + format_list(q.cpusets[i]) + "}" if i < q.threads else "-") if q else "?"
+        rows.append((str(i), a, b, "" if a == b else "differs"))
+    w = [max(len(r[k]) for r in rows) for k in range(3)]
+    print(f"plan: {args.spec or 'the runtime defaults'} on {p.topology.describe()}: {p.runtime} vs {args.compare}")
+    for r in rows:
+        print(f"  {r[0]:>{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]}".rstrip())
+    same = q is not None and q.cpusets == p.cpusets
+    print(f"{'same' if same else 'different'} placement" + (f"; {args.compare} refuses: {why}" if why else ""))
+    for who, plan_ in ((p.runtime, p), (args.compare, q)):
+        for wtext in (plan_.warnings if plan_ else ()):
+            print(f"warning ({who}): {wtext}")
     return 0
 
 
@@ -246,7 +280,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a tree")
     p.set_defaults(func=cmd_topology)
 
-    p = sub.add_parser("plan", help="the per-thread CPU sets Intel's OpenMP runtime would bind to")
+    p = sub.add_parser("plan", help="the per-thread CPU sets an OpenMP runtime would bind to (Intel's by default)")
     p.add_argument("spec", nargs="?", default=None,
                    help="KMP_AFFINITY string (e.g. granularity=fine,compact,1,0); omit to plan --env only")
     p.add_argument("--threads", "-t", type=int, default=None, help="team size (OMP_NUM_THREADS)")
@@ -257,6 +291,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="the process's initial affinity mask (default: every allowed PU)")
     p.add_argument("--lenient", action="store_true",
                    help="read malformed settings as the runtime does (warn, fall back) instead of failing")
+    p.add_argument("--runtime", default="intel", metavar="NAME",
+                   help="whose rules: intel (default, libiomp5), gnu (GCC 12 libgomp), gnu-torch "
+                        "(PyTorch's bundled libgomp), ...")
+    p.add_argument("--compare", default=None, metavar="NAME",
+                   help="also plan under this runtime's rules and print both side by side, per thread")
     p.add_argument("--translate", action="store_true",
                    help="also print the equivalent KMP_AFFINITY, OMP_PLACES, GOMP_CPU_AFFINITY, taskset, numactl")
     p.add_argument("--dataloader-workers", type=int, default=None, metavar="K",

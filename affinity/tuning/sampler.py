@@ -15,7 +15,8 @@ generic optimizer as a hedge: the priors steer, they do not decide.
    numbers the topology gives a configuration (:data:`~affinity.tuning.features.FEATURES`:
    copies, threads per copy and per core, oversubscription, NUMA nodes spanned, memory
    locality, spinning, core kinds; with squares of the counts, so a best in the middle
-   can be learned).  A measurement moves every configuration that shares a label *or*
+   can be learned).  How much to believe the prior, how far the features reach and how
+   much single parameter values matter are chosen by the evidence of the measurements.  A measurement moves every configuration that shares a label *or*
    a layout property with it.
 3. **Failures are not values.**  A configuration that fails (or measures 0 where the
    others measure more) does not enter the model as a terrible value dragging its
@@ -83,6 +84,7 @@ _HEDGE_AFTER = 3  # trials measured before the hedge may fire
 _STALL_GAIN = 0.01  # an improvement of the best by less than this (log units) is a stall
 _BELIEF = (1.0, 0.5, 0.0)  # how much of the prior the evidence may keep
 _REACH = (0.5, 1.0, 2.0)  # how far the topology features may reach, times their spread
+_LABELS = (1.0, 3.0)  # how much single parameter values may matter, times their spread
 _EVIDENCE_AFTER = 3  # measurements before the evidence chooses
 _NEIGHBOURS = 3  # trials kept in a failed first candidate's neighbourhood
 
@@ -327,14 +329,15 @@ class TopologySampler(optuna.samplers.BaseSampler):
             return None
         y, var = self._targets(obs)
         phi = self._design(np.array([k for k, _ in ran], dtype=int))
-        best_m0, best_s0, best_ev = self._prior_weights(1.0, 1.0) + (-math.inf,)
+        best_m0, best_s0, best_ev = self._prior_weights(1.0, 1.0, 1.0) + (-math.inf,)
         if len(ran) >= _EVIDENCE_AFTER:
             for belief in _BELIEF:
                 for reach in _REACH:
-                    m0, s0 = self._prior_weights(belief, reach)
-                    ev = _log_evidence(phi, y, var, m0, s0)
-                    if ev > best_ev + 1e-9:
-                        best_m0, best_s0, best_ev = m0, s0, ev
+                    for labels in _LABELS:
+                        m0, s0 = self._prior_weights(belief, reach, labels)
+                        ev = _log_evidence(phi, y, var, m0, s0)
+                        if ev > best_ev + 1e-9:
+                            best_m0, best_s0, best_ev = m0, s0, ev
         cov = np.linalg.inv(np.diag(1.0 / best_s0) + (phi.T / var) @ phi)
         mean = cov @ (best_m0 / best_s0 + (phi.T / var) @ y)
         # a linear smoother: leave-one-out residuals are the residuals over (1 - leverage)
@@ -344,9 +347,10 @@ class TopologySampler(optuna.samplers.BaseSampler):
         r2 = 1.0 - float((loo ** 2).sum()) / spread if spread > 1e-12 else 1.0
         return mean, cov, float(np.max(y)), r2
 
-    def _prior_weights(self, belief: float, reach: float) -> tuple[np.ndarray, np.ndarray]:
+    def _prior_weights(self, belief: float, reach: float, labels: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         """(mean, variance) of the weights: the prior's terms at ``belief`` (1 = as the
-        priors say, 0 = learned from nothing), the features' spread times ``reach``."""
+        priors say, 0 = learned from nothing), the features' spread times ``reach``, the
+        parameter values' spread times ``labels``."""
         m0 = np.zeros(self._width)
         m0[1:1 + self._ncomp] = belief
         s0 = self._tau2.copy()
@@ -354,6 +358,7 @@ class TopologySampler(optuna.samplers.BaseSampler):
         s0[1:1 + self._ncomp] = _PRIOR_WEIGHT_SD ** 2
         start = 1 + self._ncomp + self._nonehot
         s0[start:] *= reach ** 2
+        s0[1 + self._ncomp:start] *= labels ** 2
         return m0, s0
 
     def _acquisition(self, pool: _Pool, obs: Obs,

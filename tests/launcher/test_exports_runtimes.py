@@ -4,8 +4,9 @@ A C program reports which OpenMP library it loaded, its main thread's mask when
 ``main()`` starts (after the runtime's constructors: libgomp binds the initial
 thread at load) and every thread's mask in its first parallel region.  It runs
 under ``affinity run SPEC`` linked to Debian's libgomp (``gcc -fopenmp``), to
-PyTorch's bundled libgomp (the venv's ``torch/lib``, GCC 8.5) and to Intel's
-libiomp5 (the ``intel-openmp`` wheel).  Each runtime must put thread ``i`` on the
+PyTorch's bundled libgomp (the venv's ``torch/lib``, GCC 8.5), to Intel's
+libiomp5 (the ``intel-openmp`` wheel) and to LLVM's libomp (Debian's
+``libomp5-14``, installed by ``make``).  Each runtime must put thread ``i`` on the
 plan's set ``i``; for the libgomp runs the planner's ``gnu`` rules, given the
 environment the program saw, must predict every mask, the load-time one included.
 """
@@ -39,7 +40,7 @@ SOURCE = r"""
 #include <string.h>
 
 static int lib(struct dl_phdr_info *info, size_t size, void *data) {
-    if (strstr(info->dlpi_name, "gomp") || strstr(info->dlpi_name, "iomp5"))
+    if (strstr(info->dlpi_name, "gomp") || strstr(info->dlpi_name, "iomp5") || strstr(info->dlpi_name, "libomp"))
         printf("lib %s\n", info->dlpi_name);
     return 0;
 }
@@ -74,7 +75,8 @@ int main(void) {
 """
 
 TORCH_LIB = torch_package_dir() / "lib"
-RUNTIMES = ("gcc-libgomp", "torch-libgomp", "libiomp5")
+LIBOMP = Path("/usr/lib/llvm-14/lib/libomp.so.5")
+RUNTIMES = ("gcc-libgomp", "torch-libgomp", "libiomp5", "libomp")
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +90,10 @@ def program(tmp_path_factory) -> dict[str, Path]:
     lib = iomp5_dir()
     subprocess.run(["gcc", str(d / "p.o"), "-o", str(iomp), f"-L{lib}", "-liomp5", f"-Wl,-rpath,{lib}"],
                    check=True)
-    return {"gcc-libgomp": gomp, "torch-libgomp": gomp, "libiomp5": iomp}
+    llvm = d / "p_libomp"
+    subprocess.run(["gcc", str(d / "p.o"), "-o", str(llvm), str(LIBOMP), f"-Wl,-rpath,{LIBOMP.parent}"],
+                   check=True)
+    return {"gcc-libgomp": gomp, "torch-libgomp": gomp, "libiomp5": iomp, "libomp": llvm}
 
 
 def _run(program, runtime: str, args: list[str], pre: tuple[str, ...] = ()) -> dict:
@@ -132,18 +137,30 @@ CASES = [
 def test_each_runtime_binds_as_planned(program, runtime, args, pre):
     got = _run(program, runtime, list(args), pre)
     assert len(got["lib"]) == 1, got["lib"]  # one OpenMP runtime, the intended one
-    want_lib = {"gcc-libgomp": "/libgomp.so.1", "torch-libgomp": str(TORCH_LIB), "libiomp5": "libiomp5.so"}
+    want_lib = {"gcc-libgomp": "/libgomp.so.1", "torch-libgomp": str(TORCH_LIB), "libiomp5": "libiomp5.so",
+                "libomp": str(LIBOMP)}
     assert want_lib[runtime] in got["lib"][0]
     topo = Topology.from_system()
     mask = frozenset(range(1)) if pre else topo.allowed
     intel = plan_env(got["env"], topology=topo, initial_mask=mask)
     assert got["masks"] == list(intel.cpusets), got  # the plan, as Intel's rules give it
-    if runtime != "libiomp5":
+    if runtime in ("gcc-libgomp", "torch-libgomp"):
         build = "torch" if runtime == "torch-libgomp" else "gcc12"
         gnu = plan_gomp(got["env"], topo, mask, build)
         assert got["masks"] == list(gnu.cpusets)
         assert got["init"] == gnu.init_mask == intel.cpusets[0]  # bound at load, before main()
         assert "libgomp:" not in got["stderr"]
     else:
-        assert got["init"] == mask  # Intel's runtime binds at the first region, not at load
+        assert got["init"] == mask  # Intel's and LLVM's runtimes bind at the first region, not at load
         assert "OMP:" not in got["stderr"]
+
+
+def test_a_gomp_cpu_affinity_that_hangs_pytorch_never_reaches_the_command(program):
+    """PyTorch's libgomp never returns from loading on a word in GOMP_CPU_AFFINITY:
+    ``affinity run`` refuses to pass one on (a one-CPU-per-thread plan replaces it)."""
+    env = clean_env(GOMP_CPU_AFFINITY="0-1 junk", LD_LIBRARY_PATH=str(TORCH_LIB))
+    r = affinity_run("explicit,proclist=[{0,1},0]", "-t", "2", "--", str(program["torch-libgomp"]), env=env)
+    assert r.returncode == 1 and "never returns" in r.stderr and r.stdout == ""
+    r = affinity_run("granularity=fine,compact", "-t", "1", "--", str(program["torch-libgomp"]), env=env,
+                     timeout=30)
+    assert r.returncode == 0 and "env GOMP_CPU_AFFINITY=0" in r.stdout

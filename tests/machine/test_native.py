@@ -105,7 +105,7 @@ def test_errors_name_the_call_and_argument():
     with pytest.raises(NoSuchThread) as ei:
         threads.set_affinity({0}, tid=2**22 + 12345)  # no such thread
     assert isinstance(ei.value, ProcessLookupError) and isinstance(ei.value, BindError)
-    assert ei.value.errno == errno.ESRCH and "hwloc_linux_set_tid_cpubind" in str(ei.value)
+    assert ei.value.errno == errno.ESRCH and "set_affinity" in str(ei.value)  # refused before hwloc: no TID so high
     assert "tid=4206649" in str(ei.value)
     with pytest.raises(ValueError, match="empty CPU set"):
         threads.set_affinity(set())
@@ -246,6 +246,9 @@ def test_multi_step_shims_name_the_call_that_failed():
     assert ei.value.call == "hwloc_linux_set_tid_cpubind" and "undone" in str(ei.value)
     with pytest.raises(TopologyError, match="hwloc_topology_set_xml failed: no such file"):
         _native.load_topology("xml", "/nonexistent/machine.xml")
+    with pytest.raises(BindError) as ei:  # a one-call shim after a failed multi-step one
+        _native.get_mempolicy_addr(8)
+    assert ei.value.call == "get_mempolicy" and ei.value.errno == errno.EFAULT
 
 
 def test_topology_load_never_reports_a_stale_errno():

@@ -177,5 +177,5 @@ def test_llvm_is_registered_and_strict_plans_work(tmp_path: Path) -> None:
     assert RUNTIMES["llvm"] is llvm and llvm.LLVM.name == "llvm"
     topo = Topology.from_synthetic("package:2 core:4 pu:2")
     p = plan("granularity=fine,scatter", 4, topo, runtime="llvm")
-    assert p.runtime == "llvm" and p.to_dict()["runtime"] == "llvm"
+    assert p.runtime == "llvm" and p.to_dict()["runtime"] == "llvm" and "by llvm rules" in repr(p)
     assert p.cpusets == plan("granularity=fine,scatter", 4, topo).cpusets

@@ -397,11 +397,10 @@ def test_derived_counts(t2s: Topology) -> None:
     assert [c.os_index for c in core.cores] == [0, 1, 0, 1]
     assert [p.os_index for p in core.packages] == [0, 1]
     assert [n.os_index for n in core.numa_nodes] == [0, 1]
-    none = plan("none", 4, t2s)
-    # the team's threads float over all 8 cores, but an intra-op pool never outgrows the
-    # team asked for (issue 23: `none` with -t 1 is one TensorFlow worker, not one per core)
+    none = plan("none", 4, t2s)  # every thread floats over the 8 cores; the pool never outgrows the team
     assert none.intra_op_threads == 4 and none.inter_op_threads == 2
-    assert plan("none", 1, t2s).intra_op_threads == 1
+    assert plan("none", 1, t2s).intra_op_threads == 1  # issue 23: -t 1 is one TensorFlow worker
+    assert plan("none", 16, t2s).intra_op_threads == 8
 
 
 def test_empty_place(t2s: Topology) -> None:

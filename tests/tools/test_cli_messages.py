@@ -56,14 +56,14 @@ def test_paths_the_user_names_fail_in_one_line(tmp_path):
     r = run("show", "--picture", "/nonexistent/dir/x.png")
     assert "cannot write the picture /nonexistent/dir/x.png" in one_line_error(r, 1)
     r = run("topology", "--topology", str(tmp_path))
-    assert one_line_error(r, 1) == f"affinity topology: error: {tmp_path}: cannot read: Is a directory\n"
+    assert one_line_error(r, 1) == f"affinity topology: error: {tmp_path}: is a folder, not a regular file\n"
     ok = run("plan", "compact", "--topology", SMALL, "--picture", str(tmp_path / "p.svg"))
     assert ok.returncode == 0 and f"picture written to {tmp_path / 'p.svg'}" in ok.stderr
 
 
 @pytest.mark.parametrize("args, says", [
     (("plan", "compact", "--env", "FOO"), "--env: expected KEY=VALUE"),
-    (("plan", "compact", "--mask", "9-x"), "--mask 9-x: bad cpu number 'x'"),
+    (("plan", "compact", "--mask", "9-x"), "--mask 9-x: bad CPU number 'x'"),
     (("run", "--ranks", "bogus", "--", "true"), "argument --ranks: expected 'auto' or RANK/SIZE"),
     (("run", "--ranks", "4/4", "--", "true"), "RANK < SIZE"),
 ])

@@ -25,11 +25,14 @@ processes, inherit that set.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from .places import cpu_limit
+from ...errors import PlanError
+from .builds import BUILDS
+from .places import affinity_hang, cpu_limit
 
-__all__ = ["gomp_exports"]
+__all__ = ["gomp_exports", "check_inherited"]
 
 
 def gomp_exports(plan: Any) -> tuple[dict[str, str], bool]:
@@ -49,3 +52,27 @@ def gomp_exports(plan: Any) -> tuple[dict[str, str], bool]:
     if gca is not None:
         env["GOMP_CPU_AFFINITY"] = gca
     return env, inside
+
+
+def check_inherited(environ: Mapping[str, str], exported: Mapping[str, str]) -> None:
+    """Refuse a launch whose command would inherit, from ``environ``, a libgomp
+    variable that ``exported`` does not replace and that defeats it.
+
+    Raises
+    ------
+    PlanError
+        ``GOMP_CPU_AFFINITY`` holds a word: PyTorch's libgomp never returns from
+        loading (``import torch`` hangs); or ``OMP_PLACES`` would be read in place
+        of the exported ``GOMP_CPU_AFFINITY``.
+    """
+    if "KMP_AFFINITY" not in exported:  # no plan exported: nothing to defeat
+        return
+    gca = environ.get("GOMP_CPU_AFFINITY")
+    if gca is not None and "GOMP_CPU_AFFINITY" not in exported:
+        why = affinity_hang(gca, BUILDS["torch"])
+        if why is not None:
+            raise PlanError(f"the command would inherit {why}; unset GOMP_CPU_AFFINITY")
+    if "OMP_PLACES" in environ and "OMP_PLACES" not in exported and "GOMP_CPU_AFFINITY" in exported:
+        raise PlanError(f"the command would inherit OMP_PLACES={environ['OMP_PLACES']!r}, which libgomp reads "
+                        f"in place of the exported GOMP_CPU_AFFINITY={exported['GOMP_CPU_AFFINITY']!r} "
+                        "(the plan binds outside the process mask); unset OMP_PLACES")

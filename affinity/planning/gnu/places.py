@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...errors import PlanError
+from ...errors import MalformedValue, PlanError
 from .builds import Build
 from .cparse import ULONG_MAX, Cursor, strtol, strtoul
 from .sysfs import SysfsView
 
-__all__ = ["Context", "parse_places_var", "parse_affinity", "init_level", "LEVELS", "cpu_limit"]
+__all__ = ["Context", "parse_places_var", "parse_affinity", "init_level", "LEVELS", "cpu_limit", "affinity_hang"]
 
 #: abstract place names -> libgomp's level numbers
 LEVELS = {"threads": 1, "cores": 2, "sockets": 3, "ll_caches": 4, "numa_domains": 5}
@@ -36,22 +36,22 @@ class Context:
     view: SysfsView
     build: Build
     messages: list[str] = field(default_factory=list)
+    #: the OMP_PLACES value being read (for refusals that name it)
+    value: str | None = None
 
-    @property
-    def max_cpu(self) -> int:
-        """:func:`cpu_limit` of the process mask."""
-        return cpu_limit(self.mask)
+    def __post_init__(self) -> None:
+        #: :func:`cpu_limit` of the process mask
+        self.max_cpu = cpu_limit(self.mask)
 
     def error(self, text: str) -> None:
         self.messages.append(text)
 
 
-class _Reject(Exception):
-    """A parse step failed (libgomp's ``return false`` / ``goto invalid``)."""
-
-
-class _Crash(Exception):
-    """The library crashes on this value (the text says how)."""
+def _invalid(detail: str = "invalid") -> MalformedValue:
+    """A parse step failed (libgomp's ``return false`` / ``goto invalid``): the
+    parsers' internal :class:`~affinity.errors.MalformedValue`, caught by the
+    variable's parser, which prints libgomp's message."""
+    return MalformedValue(-1, detail)
 
 
 # --------------------------------------------------------------- CPU sets
@@ -64,7 +64,7 @@ def _add_cpus(ctx: Context, place: set[int], num: int, length: int, stride: int,
         if num >= top:
             if not quiet:
                 ctx.error(f"Logical CPU number {num} out of range")
-            raise _Reject
+            raise _invalid()
         place.add(num)
         length -= 1
         if length == 0:
@@ -73,7 +73,7 @@ def _add_cpus(ctx: Context, place: set[int], num: int, length: int, stride: int,
         if nxt < 0 or nxt > ULONG_MAX:
             if not quiet:
                 ctx.error(f"Logical CPU number {num}+{stride} out of range")
-            raise _Reject
+            raise _invalid()
         num = nxt
 
 
@@ -81,10 +81,10 @@ def _remove_cpu(ctx: Context, place: set[int], num: int) -> None:
     """``gomp_affinity_remove_cpu``."""
     if num >= ctx.max_cpu:
         ctx.error(f"Logical CPU number {num} out of range")
-        raise _Reject
+        raise _invalid()
     if num not in place:
         ctx.error(f"Logical CPU {num} to be removed is not in the set")
-        raise _Reject
+        raise _invalid()
     place.discard(num)
 
 
@@ -95,7 +95,7 @@ def _copy_place(ctx: Context, src: frozenset[int], stride: int) -> frozenset[int
         j = i + stride
         if j < 0 or (stride > 0 and j >= top):
             ctx.error(f"Logical CPU number {i}+{stride} out of range")
-            raise _Reject
+            raise _invalid()
     return frozenset(i + stride for i in src)
 
 
@@ -104,7 +104,7 @@ def _number(ctx: Context, cur: Cursor, signed: bool = False) -> int:
     """A number field: ``strtoul``/``strtol`` base 10, errno and (strict builds) no digits fail."""
     val, end, err = (strtol if signed else strtoul)(cur.text, cur.pos, 10)
     if err or (end == cur.pos and ctx.build.strict_numbers):
-        raise _Reject
+        raise _invalid()
     cur.pos = end
     return val
 
@@ -118,11 +118,11 @@ def _interval(ctx: Context, cur: Cursor, place: set[int] | None, negate: bool,
     if cur.peek() == ":":
         cur.pos += 1
         if negate and ctx.build.strict_numbers:
-            raise _Reject
+            raise _invalid()
         cur.skip_space()
         length, cur.pos, err = strtoul(cur.text, cur.pos, 10)
         if err or length == 0:
-            raise _Reject
+            raise _invalid()
         cur.skip_space()
         if cur.peek() == ":":
             cur.pos += 1
@@ -130,7 +130,7 @@ def _interval(ctx: Context, cur: Cursor, place: set[int] | None, negate: bool,
             stride = _number(ctx, cur, signed=True)
             cur.skip_space()
     if negate and length != 1:
-        raise _Reject
+        raise _invalid()
     if place is not None and pass_no == int(negate):
         if negate:
             _remove_cpu(ctx, place, num)
@@ -155,7 +155,7 @@ def _braces(ctx: Context, cur: Cursor, place: set[int] | None) -> None:
             if cur.peek() == "}":
                 break
             if cur.peek() != ",":
-                raise _Reject
+                raise _invalid()
             cur.pos += 1
         pass_no += 1
 
@@ -164,7 +164,7 @@ def parse_one_place(ctx: Context, cur: Cursor, place: set[int] | None) -> tuple[
     """``parse_one_place``: one place and its ``:len:stride`` repeat.
 
     ``place`` is filled on the building pass (``None`` on the checking pass).
-    Returns ``(negated, len, stride)``; raises :class:`_Reject` on bad syntax."""
+    Returns ``(negated, len, stride)``; raises :class:`~affinity.errors.MalformedValue` on bad syntax."""
     cur.skip_space()
     negated = cur.peek() == "!"
     if negated:
@@ -172,10 +172,10 @@ def parse_one_place(ctx: Context, cur: Cursor, place: set[int] | None) -> tuple[
         cur.skip_space()
     if cur.peek() != "{":
         if not ctx.build.braceless_places:
-            raise _Reject
+            raise _invalid()
         val, end, err = strtoul(cur.text, cur.pos, 10)
         if err or end == cur.pos:
-            raise _Reject
+            raise _invalid()
         cur.pos = end
         if place is not None:
             _add_cpus(ctx, place, val, 1, 1, False)
@@ -188,12 +188,12 @@ def parse_one_place(ctx: Context, cur: Cursor, place: set[int] | None) -> tuple[
     length, stride = 1, 1
     if cur.peek() == ":":
         if negated and ctx.build.strict_numbers:
-            raise _Reject
+            raise _invalid()
         cur.pos += 1
         cur.skip_space()
         length, cur.pos, err = strtoul(cur.text, cur.pos, 10)
         if err or length == 0 or length >= 65536:
-            raise _Reject
+            raise _invalid()
         cur.skip_space()
         if cur.peek() == ":":
             cur.pos += 1
@@ -201,7 +201,7 @@ def parse_one_place(ctx: Context, cur: Cursor, place: set[int] | None) -> tuple[
             stride = _number(ctx, cur, signed=True)
             cur.skip_space()
     if negated and length != 1:
-        raise _Reject
+        raise _invalid()
     return negated, length, stride
 
 
@@ -223,17 +223,17 @@ def _abstract_count(ctx: Context, cur: Cursor) -> int:
     if cur.at_end():
         return ULONG_MAX
     if cur.peek() != "(":
-        raise _Reject
+        raise _invalid()
     cur.pos += 1
     cur.skip_space()
     count = _number(ctx, cur)
     cur.skip_space()
     if cur.peek() != ")":
-        raise _Reject
+        raise _invalid()
     cur.pos += 1
     cur.skip_space()
     if not cur.at_end():
-        raise _Reject
+        raise _invalid()
     return count
 
 
@@ -249,11 +249,11 @@ def _check_list(ctx: Context, value: str) -> None:
         else:
             count += length
         if count > 65536:
-            raise _Reject
+            raise _invalid()
         if cur.at_end():
             return
         if cur.peek() != ",":
-            raise _Reject
+            raise _invalid()
         cur.pos += 1
 
 
@@ -268,7 +268,7 @@ def _build_list(ctx: Context, value: str) -> list[frozenset[int]]:
         if negated:
             if place not in places:
                 ctx.error("Trying to remove a non-existing place from list of places")
-                raise _Reject
+                raise _invalid()
             places.remove(place)
         else:
             places.append(place)
@@ -280,7 +280,7 @@ def _build_list(ctx: Context, value: str) -> list[frozenset[int]]:
         cur.pos += 1
     if not places:
         ctx.error("All places have been removed")
-        raise _Reject
+        raise _invalid()
     return places
 
 
@@ -291,7 +291,7 @@ def finalize_place_list(ctx: Context, places: list[frozenset[int]]) -> list[froz
     kept = [p for p in kept if p]
     if not kept:
         ctx.error("None of the places contain usable logical CPUs")
-        raise _Reject
+        raise _invalid()
     if len(kept) < len(places):
         ctx.error(f"Number of places reduced from {len(places)} to {len(kept)} because some "
                   "places didn't contain any usable logical CPUs")
@@ -307,22 +307,20 @@ def parse_places_var(ctx: Context, value: str | None, ignore: bool) -> list[froz
     cur.skip_space()
     try:
         if cur.at_end():
-            raise _Reject
+            raise _invalid()
         level = _abstract_name(ctx, cur)
         if level:
             count = _abstract_count(ctx, cur)
             if ignore:
                 return None
-            try:
-                return init_level(ctx, level, count, quiet=False)
-            except _Crash as e:
-                raise PlanError(f"OMP_PLACES={value!r}: {ctx.build.library} {e}") from None
+            ctx.value = value
+            return init_level(ctx, level, count, quiet=False)
         rest = value[cur.pos:]
         _check_list(ctx, rest)
         if ignore:
             return None
         return finalize_place_list(ctx, _build_list(ctx, rest))
-    except _Reject:
+    except MalformedValue:
         ctx.error("Invalid value for environment variable OMP_PLACES")
         return None
 
@@ -344,8 +342,8 @@ def init_level(ctx: Context, level: int, count: int, quiet: bool) -> list[frozen
     elif level == 3:
         places = _group_places(ctx.view.core_siblings, copy, count, split=False)
     else:
-        places = _group_places(ctx.view.thread_siblings, copy, count, split=(level == 1),
-                               overrun=ctx.build.threads_count_overrun)
+        overrun = (ctx.value, ctx.build.library) if ctx.build.threads_count_overrun else None
+        places = _group_places(ctx.view.thread_siblings, copy, count, split=(level == 1), overrun=overrun)
     if not places:
         if not quiet:
             ctx.error("Error reading core/socket topology")
@@ -353,10 +351,11 @@ def init_level(ctx: Context, level: int, count: int, quiet: bool) -> list[frozen
     return places
 
 
-def _group_places(groups, copy: set[int], count: int, split: bool, overrun: bool = False) -> list[frozenset[int]]:
-    """Sibling-list places (``threads``, ``cores``, ``sockets``).  ``overrun``: the
-    build checks the count of ``threads`` only between cores (GCC 8) and
-    crashes when it is reached inside one."""
+def _group_places(groups, copy: set[int], count: int, split: bool,
+                  overrun: tuple[str | None, str] | None = None) -> list[frozenset[int]]:
+    """Sibling-list places (``threads``, ``cores``, ``sockets``).  ``overrun``:
+    ``(OMP_PLACES value, library)`` of a build that checks the count of
+    ``threads`` only between cores (GCC 8) and crashes when it is reached inside one."""
     out: list[frozenset[int]] = []
     for cpu in sorted(copy):
         if len(out) >= count:
@@ -371,12 +370,13 @@ def _group_places(groups, copy: set[int], count: int, split: bool, overrun: bool
             for c in sorted(members):
                 if c in copy:
                     if len(out) >= count:
-                        raise _Crash(f"crashes at load (SIGSEGV): {count} places end inside the core of "
-                                     f"CPU {cpu} and it writes past its place list; use a count that ends "
-                                     "on a core boundary, or cores(N)")
+                        value, library = overrun  # type: ignore[misc]  # reached only with overrun
+                        raise PlanError(f"OMP_PLACES={value!r}: {library} crashes at load (SIGSEGV): {count} "
+                                        f"places end inside the core of CPU {cpu} and it writes past its place "
+                                        "list; use a count that ends on a core boundary, or cores(N)")
                     out.append(frozenset((c,)))
                     copy.discard(c)
-                    if len(out) >= count and not overrun:
+                    if len(out) >= count and overrun is None:
                         return out
         else:
             here = frozenset(c for c in members if c in copy)
@@ -418,7 +418,7 @@ def _numa_places(ctx: Context, copy: set[int], count: int) -> list[frozenset[int
 def _affinity_entries(ctx: Context, value: str) -> list[int]:
     """The CPUs of a ``GOMP_CPU_AFFINITY`` value, in order (``strtoul`` base 0).
 
-    Raises :class:`_Reject` for an invalid value, :class:`PlanError` where the
+    Raises :class:`~affinity.errors.MalformedValue` for an invalid value, :class:`PlanError` where the
     build never returns (GCC 8: a word that is no number)."""
     cur = Cursor(value)
     cpus: list[int] = []
@@ -427,20 +427,20 @@ def _affinity_entries(ctx: Context, value: str) -> list[int]:
         start = cur.pos
         beg, end, err = strtoul(value, cur.pos, 0)
         if err or (end == cur.pos and ctx.build.strict_numbers) or beg >= 65536:
-            raise _Reject
+            raise _invalid()
         last, stride = beg, 1
         cur.pos = end
         if cur.peek() == "-":
             cur.pos += 1
             last, end, err = strtoul(value, cur.pos, 0)
             if err or (end == cur.pos and ctx.build.strict_numbers) or last >= 65536 or last < beg:
-                raise _Reject
+                raise _invalid()
             cur.pos = end
             if cur.peek() == ":":
                 cur.pos += 1
                 stride, end, err = strtoul(value, cur.pos, 0)
                 if err or stride == 0 or stride >= 65536:
-                    raise _Reject
+                    raise _invalid()
                 cur.pos = end
         cpus.extend(range(beg, last + 1, stride))
         cur.skip_space()
@@ -456,6 +456,19 @@ def _affinity_entries(ctx: Context, value: str) -> list[int]:
                             "token that is not a number; use CPU numbers and ranges only")
 
 
+def affinity_hang(value: str, build: Build) -> str | None:
+    """Why ``build`` never returns from loading with ``GOMP_CPU_AFFINITY=value``
+    (``None``: it returns, the value valid or not)."""
+    ctx = Context(frozenset({0}), SysfsView({}, {}, {}, (), frozenset()), build)
+    try:
+        _affinity_entries(ctx, value)
+    except PlanError as e:
+        return str(e)
+    except MalformedValue:
+        pass
+    return None
+
+
 def parse_affinity(ctx: Context, value: str | None, ignore: bool) -> list[frozenset[int]] | None:
     """``parse_affinity``: one place per listed CPU, in order, **not** cut to the
     process mask; CPUs beyond libgomp's set size are dropped silently.  ``None``:
@@ -464,7 +477,7 @@ def parse_affinity(ctx: Context, value: str | None, ignore: bool) -> list[frozen
         return None
     try:
         cpus = _affinity_entries(ctx, value)
-    except _Reject:
+    except MalformedValue:
         ctx.error("Invalid value for enviroment variable GOMP_CPU_AFFINITY")
         return None
     if ignore:

@@ -35,9 +35,10 @@ GOMP_VARIABLES = ("OMP_THREAD_LIMIT", "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_P
 #: ``omp_get_proc_bind()`` values -> names (2 is both ``master`` and ``primary``)
 PROC_BIND_NAMES = {0: "false", 1: "true", 2: "primary", 3: "close", 4: "spread"}
 
-#: the largest team planned: beyond it the planner refuses rather than list a
-#: million threads (libgomp would try to create them all)
-MAX_TEAM = 1 << 16
+#: the largest team planned: a default Linux process cannot create more threads
+#: (vm.max_map_count = 65530 mappings, two per thread stack: libgomp fails with
+#: "Thread creation failed"), the limit Intel's rules use too
+MAX_TEAM = 32768
 
 _FALSE, _TRUE, _PRIMARY, _CLOSE, _SPREAD = range(5)
 
@@ -279,9 +280,11 @@ def plan_gomp(env: Mapping[str, str | None], topology: Topology, initial_mask: I
     """
     b = build_of(build)
     mask = frozenset(topology.allowed or topology.cpuset) if initial_mask is None else frozenset(initial_mask)
-    mask &= topology.cpuset
+    # a process mask holds only CPUs the kernel lets the process use (topology.allowed)
+    mask &= topology.allowed or topology.cpuset
     if not mask:
-        raise PlanError(f"initial_mask selects no processor of {topology.describe()}")
+        raise PlanError(f"initial_mask selects no processor of {topology.describe()} this process may use "
+                        f"(allowed: {format_list(topology.allowed or topology.cpuset)})")
     view, memo = _view(topology)
     key = (tuple(sorted((k, v) for k, v in env.items() if k in GOMP_VARIABLES and v is not None)), mask, b)
     hit = memo.get(key)
@@ -300,8 +303,8 @@ def _plan(env: Mapping[str, str | None], view: SysfsView, mask: frozenset[int], 
     max_threads = nthreads if nthreads is not None else len(mask)
     team = max_threads if limit is None else min(max_threads, limit)
     if team > MAX_TEAM:
-        raise PlanError(f"OMP_NUM_THREADS={env.get('OMP_NUM_THREADS')!r}: a team of {team} threads; the "
-                        f"planner plans at most {MAX_TEAM} (libgomp would try to create them all)")
+        raise PlanError(f"OMP_NUM_THREADS={env.get('OMP_NUM_THREADS')!r}: a team of {team} threads; a process "
+                        f"cannot create more than about {MAX_TEAM} (libgomp aborts: 'Thread creation failed')")
     init_mask = mask
     if places is not None:
         init_mask = (places[0] & view.usable) or mask  # refused: the thread stays where it was

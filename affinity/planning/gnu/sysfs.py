@@ -20,9 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ...cpulist import parse_list
-from ...machine.topology import Topology
+
+if TYPE_CHECKING:
+    from ...machine.topology import Topology
 
 __all__ = ["SysfsView", "sysfs_view", "view_from_files"]
 
@@ -48,7 +51,9 @@ def sysfs_view(topology: Topology) -> SysfsView:
 
     Thread siblings are the PU's core, core siblings its package (Linux's
     ``core_siblings`` is the package), the last-level cache is the
-    highest-level cache holding the PU, NUMA nodes come in node-number order
+    highest-level cache holding the PU (a topology that knows no cache at all,
+    such as one read from a cpuinfo file, is taken to have one per package:
+    sysfs always lists caches), NUMA nodes come in node-number order
     with their full CPU lists (memory-only nodes list none).  ``usable`` is
     ``topology.allowed``: the CPUs a thread of this process may be bound to.
     """
@@ -62,6 +67,8 @@ def sysfs_view(topology: Topology) -> SysfsView:
         for cpu in c.cpuset:
             if cpu not in cache or c.level >= cache[cpu][0]:
                 cache[cpu] = (c.level, c.cpuset)
+    if not topology.caches:  # a description without caches (a cpuinfo file): one per package, the common case
+        cache = {cpu: (0, cores[cpu]) for cpu in cores}
     nodes = tuple(sorted((n.os_index, n.cpuset) for n in topology.numa_nodes))
     return SysfsView(threads, cores, {k: v[1] for k, v in cache.items()}, nodes,
                      topology.allowed or topology.cpuset)

@@ -11,7 +11,6 @@ from affinity.cpulist import format_list, parse_list
 from affinity.errors import PlanError
 from affinity.machine.topology import Topology
 from affinity.planning.gnu import plan_gomp
-from affinity.planning.gnu.runtime import PROC_BIND_NAMES
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden_gomp"
 MACHINES = ("2s4c2t_linux", "doc_2s4c2t_interleaved", "skx8180_2s28c2t")
@@ -29,6 +28,18 @@ def topology(machine: str) -> Topology:
     return Topology.from_xml(GOLDEN / "hwloc" / f"{machine}.xml")
 
 
+@lru_cache(maxsize=None)
+def cpuinfo_topology(machine: str) -> Topology:
+    """The same machine from the Intel golden set's cpuinfo file and NUMA lists
+    (no caches: the planner takes one per package)."""
+    from helpers import golden_dir
+
+    d = golden_dir()
+    with open(d / f"{machine}.json") as f:
+        meta = json.load(f)
+    return Topology.from_cpuinfo(d / meta["cpuinfo_file"], numa_nodes=d / meta["fake_sysfs_node_dir"])
+
+
 def expected(case: dict[str, Any], build: str) -> dict[str, Any]:
     """The recorded result of ``build`` for ``case``."""
     key = BUILD_KEYS[build]
@@ -39,11 +50,12 @@ def _partition(off: int, n: int) -> str:
     return format_list(range(off, off + n))
 
 
-def replay(machine: str, case: dict[str, Any], build: str) -> dict[str, Any]:
-    """The planner's result in the golden file's terms (``rc`` 'refused' on PlanError)."""
+def replay(machine: str, case: dict[str, Any], build: str, topo: Topology | None = None) -> dict[str, Any]:
+    """The planner's result in the golden file's terms (``rc`` 'refused' on PlanError);
+    the machine from its XML unless ``topo`` is given."""
     mask = case.get("initial_mask")
     try:
-        p = plan_gomp(case["env"], topology(machine), None if mask is None else parse_list(mask), build)
+        p = plan_gomp(case["env"], topo or topology(machine), None if mask is None else parse_list(mask), build)
     except PlanError as e:
         return {"rc": "refused", "error": str(e)}
     return {
@@ -61,10 +73,11 @@ FIELDS = ("nthreads", "masks", "places", "init_mask", "proc_bind", "place_nums",
           "warnings", "partitions")
 
 
-def differences(machine: str, case: dict[str, Any], build: str) -> dict[str, tuple[Any, Any]]:
+def differences(machine: str, case: dict[str, Any], build: str,
+                topo: Topology | None = None) -> dict[str, tuple[Any, Any]]:
     """Field -> (recorded, planned) for every field that differs."""
     want = expected(case, build)
-    got = replay(machine, case, build)
+    got = replay(machine, case, build, topo)
     if want["rc"] != 0:
         return {} if got["rc"] == "refused" else {"rc": (want["rc"], got["rc"])}
     if got["rc"] != 0:

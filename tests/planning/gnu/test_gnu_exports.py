@@ -92,3 +92,33 @@ def test_norespect_with_several_cpus_per_thread_is_not_exact():
     p = plan("granularity=core,compact,norespect", 4, t, initial_mask={0, 1})
     env, exact = gomp_exports(p)
     assert not exact and "OMP_PLACES" in env
+
+
+def test_inherited_variables_that_would_defeat_the_exports_are_refused():
+    from affinity.errors import PlanError
+    from affinity.planning.gnu.exports import check_inherited
+
+    multi = {"KMP_AFFINITY": "x", "OMP_PLACES": "{0,1},{0}", "OMP_PROC_BIND": "close"}
+    with pytest.raises(PlanError, match="GOMP_CPU_AFFINITY='0-3 junk'.*never returns.*unset GOMP_CPU_AFFINITY"):
+        check_inherited({"GOMP_CPU_AFFINITY": "0-3 junk"}, multi)
+    check_inherited({"GOMP_CPU_AFFINITY": "0-3"}, multi)  # valid numbers: libgomp reads OMP_PLACES first
+    check_inherited({"GOMP_CPU_AFFINITY": "0-3 junk"}, {**multi, "GOMP_CPU_AFFINITY": "0 1"})  # replaced
+    outside = {"KMP_AFFINITY": "x", "GOMP_CPU_AFFINITY": "0 1", "OMP_PROC_BIND": "close"}
+    with pytest.raises(PlanError, match="OMP_PLACES='cores'.*unset OMP_PLACES"):
+        check_inherited({"OMP_PLACES": "cores"}, outside)
+
+
+def test_exports_replan_to_the_same_threads_under_every_other_registered_runtime():
+    """Intel's runtime (and any other registered one) reads the same exports to the same sets."""
+    from affinity.planning.planner import RUNTIMES, plan_env
+
+    others = [name for name in RUNTIMES if not name.startswith("gnu")]
+    assert "intel" in others
+    bad = []
+    for p in PLANS[::7]:
+        env = plan_environment(p)
+        for name in others:
+            q = plan_env(env, topology=p.topology, initial_mask=p.initial_mask, runtime=name)
+            if q.threads != p.threads or q.cpusets != p.cpusets:
+                bad.append((name, p.env, sorted(p.initial_mask)))
+    assert not bad, f"{len(bad)} differ, first: {bad[:3]}"

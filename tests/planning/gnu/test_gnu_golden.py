@@ -19,7 +19,7 @@ import json
 import pytest
 
 from affinity.planning.gnu import sysfs_view, view_from_files
-from gnu_golden import GOLDEN, MACHINES, differences, doc, expected, topology
+from gnu_golden import GOLDEN, MACHINES, cpuinfo_topology, differences, doc, expected, topology
 
 
 @pytest.mark.parametrize("machine", MACHINES)
@@ -36,14 +36,17 @@ def test_sysfs_view_matches_fake_sys(machine):
     assert derived.usable == from_files.usable
 
 
+@pytest.mark.parametrize("source", ["xml", "cpuinfo"])
 @pytest.mark.parametrize("build", ["gcc12", "torch"])
 @pytest.mark.parametrize("machine", MACHINES)
-def test_every_case_matches_the_real_library(machine, build):
+def test_every_case_matches_the_real_library(machine, build, source):
+    """Each machine loaded twice: its hwloc XML, and the Intel set's cpuinfo file."""
     cases = doc(machine)["cases"]
     assert len(cases) > 700
+    topo = cpuinfo_topology(machine) if source == "cpuinfo" else None
     failures = []
     for i, case in enumerate(cases):
-        diff = differences(machine, case, build)
+        diff = differences(machine, case, build, topo)
         if diff:
             failures.append(f"case {i} {case['section']} env={case['env']} mask={case.get('initial_mask')}: "
                             + "; ".join(f"{k}: recorded {w!r}, planned {g!r}" for k, (w, g) in diff.items()))
@@ -56,3 +59,28 @@ def test_the_builds_really_differ_in_the_records():
     differ = [c for c in cases if expected(c, "torch") is not c]
     assert len(differ) >= 100
     assert any(expected(c, "torch")["rc"] == "timeout" for c in differ)
+
+
+@pytest.mark.parametrize("runtime,build", [("gnu", "gcc12"), ("gnu-torch", "torch")])
+@pytest.mark.parametrize("machine", MACHINES)
+def test_every_case_through_plan_env(machine, runtime, build):
+    """The public entry (``plan_env(..., runtime=...)``) gives the recorded sets too."""
+    from affinity.cpulist import format_list, parse_list
+    from affinity.errors import PlanError
+    from affinity.planning.planner import plan_env
+
+    bad = []
+    for i, case in enumerate(doc(machine)["cases"]):
+        want = expected(case, build)
+        mask = case.get("initial_mask")
+        try:
+            p = plan_env(case["env"], topology=topology(machine), runtime=runtime,
+                         initial_mask=None if mask is None else parse_list(mask))
+        except PlanError:
+            if want["rc"] == 0:
+                bad.append(i)
+            continue
+        got = (p.threads, [format_list(s) for s in p.cpusets], ["libgomp: " + w for w in p.warnings])
+        if want["rc"] != 0 or got != (want["nthreads"], want["masks"], want["warnings"]):
+            bad.append(i)
+    assert not bad, f"cases {bad[:20]} differ"

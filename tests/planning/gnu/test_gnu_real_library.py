@@ -3,14 +3,15 @@ and settings the golden files do not hold.
 
 The golden set's own harness (``tests/golden_gomp/replay``: a fake ``/sys`` tree,
 faked CPU count, process mask, offline CPUs and cpuset) runs Debian's GCC 12
-libgomp and PyTorch's bundled GCC 8.5 libgomp on machines described here --
-two recorded machines (their fake trees as libgomp read them), last-level caches
-per half package, NUMA nodes inside packages with sparse
-numbers, NUMA above packages, hybrid cores, offline CPUs, a cpuset cgroup -- with
-settings drawn at random (fixed seed): abstract names with counts, explicit
-lists, policies and policy lists, thread counts, ``GOMP_CPU_AFFINITY`` lists,
-process masks.  Team size, every mask, the place list, the initial thread's mask,
-the messages and aborts must equal what the planner says.
+libgomp and PyTorch's bundled GCC 8.5 libgomp on nine machines: two recorded ones
+(their fake trees as libgomp read them), last-level caches per half package,
+NUMA nodes inside packages with sparse numbers, NUMA above packages, hybrid
+cores, offline CPUs, a cpuset cgroup, non-uniform packages with a gap in the CPU
+numbers -- with settings drawn at random (fixed seed): abstract names with
+counts, explicit lists, policies and policy lists, thread counts,
+``GOMP_CPU_AFFINITY`` lists, odd spellings, process masks.  Team size, every
+mask, the place list, the initial thread's mask, the messages and aborts must
+equal what the planner says.
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ def _machines(tmp):
                       frozenset(p for p, _, _ in off), None)
     ccx = Topology.from_synthetic("pack:2 [numa] l3:2 core:4 pu:2")
     out["cgroup"] = (ccx.with_allowed(range(4, 20)), None, frozenset(range(4, 20)))
+    # packages of 3, 4 and 4 cores, CPU numbers with a gap (6 and 7 do not exist), NUMA ids 1 and 3
+    rows = [(p, 0, p // 2) for p in range(6)] + [(p, 1, p - 8) for p in range(8, 12)] + \
+        [(p, 2, (p - 12) // 2) for p in range(12, 20)]
+    out["nonuniform_sparse"] = (Topology.from_cpuinfo(_cpuinfo(tmp, rows), numa_nodes={1: "0-5", 3: "8-19"}),
+                                frozenset(p for p, _, _ in rows), None)
     return {k: v if len(v) == 4 else (*v, None) for k, v in out.items()}
 
 
@@ -154,5 +160,5 @@ def test_random_settings_on_described_machines(real, tmp_path):
                 same = all(got.get(k) == want.get(k) for k in ("nthreads", "masks", "places", "init_mask", "warnings"))
             if not same:
                 bad.append((name, env, format_list(mask), {k: got.get(k) for k in want}, want))
-    assert total == 240
+    assert total == 270
     assert not bad, f"{len(bad)}/{total} differ; first: " + "\n".join(map(str, bad[:3]))

@@ -145,3 +145,12 @@ def test_torch_build_crashes_on_a_threads_count_inside_a_core(linux16):
     # GCC 8 reads a missing number as 0
     assert [format_list(p) for p in plan_gomp({"OMP_PLACES": "{,1}"}, linux16, build="torch").places] == ["0-1"]
     assert [format_list(p) for p in plan_gomp({"OMP_PLACES": "{0:4:}"}, linux16, build="torch").places] == ["0"]
+
+
+def test_a_description_without_caches_has_one_per_package(tmp_path):
+    """A cpuinfo file says nothing of caches; sysfs always lists them: one per package."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("".join(f"processor : {c}\nphysical id : {c // 4}\ncore id : {c % 4}\n\n" for c in range(8)))
+    t = Topology.from_cpuinfo(cpuinfo)
+    assert [format_list(p) for p in plan_gomp({"OMP_PLACES": "ll_caches"}, t, initial_mask=range(2, 8)).places] \
+        == ["2-3"]

@@ -1,0 +1,92 @@
+"""A TID must be a thread of this process (issue 24, item 3).
+
+Before: ``set_affinity(..., tid=X)``, ``set_threads_affinity({X: ...})`` and
+``get_affinity(X)`` called the kernel with any id: a child ``sleep`` was re-pinned
+(as root, PID 1 too).  Now one check (``threads.owned_tids`` / ``own_thread``)
+refuses another process's TID before the kernel is called, and its mask is untouched.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import time
+
+import pytest
+
+from affinity.binding import threads
+from affinity.errors import AccessDenied, AffinityError, NoSuchThread, SpecError
+from helpers.threads import Parked
+
+pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a process mask of at least 2 CPUs")
+
+CPUS = sorted(os.sched_getaffinity(0))
+
+
+@pytest.fixture
+def child():
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        yield p.pid
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_another_process_is_refused_and_untouched(child):
+    before = os.sched_getaffinity(child)
+    assert len(before) >= 2  # so that a pin to one CPU would show
+    calls = [lambda: threads.set_affinity({CPUS[0]}, tid=child),
+             lambda: threads.set_threads_affinity({child: {CPUS[0]}}),
+             lambda: threads.set_threads_affinity({threads.current_tid(): {CPUS[0]}, child: {CPUS[0]}}),
+             lambda: threads.get_affinity(child)]
+    mine = os.sched_getaffinity(0)
+    for call in calls:
+        with pytest.raises(AccessDenied) as ei:
+            call()
+        e = ei.value
+        assert e.errno == errno.EPERM and f"tid={child}" in str(e) and "another process" in str(e)
+        assert "\n" not in str(e)
+        assert os.sched_getaffinity(child) == before  # untouched
+        assert os.sched_getaffinity(0) == mine  # all or nothing: ours untouched too
+
+
+def test_our_threads_still_pinned():
+    with Parked() as t:
+        m0 = os.sched_getaffinity(t.tid)
+        assert threads.set_affinity({CPUS[1]}, tid=t.tid) == {CPUS[1]}
+        assert threads.get_affinity(t.tid) == {CPUS[1]}
+        prev = threads.set_threads_affinity({t.tid: frozenset(m0)})
+        assert prev == {t.tid: frozenset({CPUS[1]})} and os.sched_getaffinity(t.tid) == m0
+    assert threads.get_affinity() == threads.get_affinity(None) == threads.get_affinity(0)
+
+
+def test_a_thread_gone_is_left_out_of_a_bulk_pin_and_no_such_thread_alone():
+    t = Parked()
+    with t:
+        tid = t.tid
+    t.join()
+    for _ in range(10_000):  # the kernel reaps the thread after Python's join returns
+        if not os.path.exists(f"/proc/self/task/{tid}"):
+            break
+        time.sleep(0.001)
+    if os.path.exists(f"/proc/{tid}"):  # reused at once: by another process refused, by ours pinned
+        if threads._tgid(tid) != os.getpid():
+            with pytest.raises(AccessDenied):
+                threads.set_threads_affinity({tid: {CPUS[0]}})
+        return
+    assert threads.set_threads_affinity({tid: {CPUS[0]}}) == {}
+    with pytest.raises(NoSuchThread):
+        threads.set_affinity({CPUS[0]}, tid=tid)
+
+
+@pytest.mark.parametrize("tid,cls", [(2**40, NoSuchThread), (2**22, NoSuchThread), (10**5000, NoSuchThread),
+                                     (1.5, SpecError), (True, SpecError), (-1, SpecError), ("12", SpecError)],
+                         ids=["2**40", "2**22", "10**5000", "1.5", "True", "-1", "str"])
+def test_bad_tids_are_one_line_affinity_errors(tid, cls):
+    for call in (lambda: threads.set_affinity({CPUS[0]}, tid=tid), lambda: threads.get_affinity(tid),
+                 lambda: threads.set_threads_affinity({tid: {CPUS[0]}})):
+        with pytest.raises(cls) as ei:
+            call()
+        assert isinstance(ei.value, AffinityError) and "\n" not in str(ei.value) and len(str(ei.value)) < 300
