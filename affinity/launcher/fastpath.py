@@ -210,6 +210,12 @@ def _checksum(value: tuple) -> int:
     return int.from_bytes(repr(value).encode(), "little") % ((1 << 61) - 1)
 
 
+def _pairs(items: object, first: type, second: tuple[type, ...]) -> bool:
+    """``items`` is a tuple of 2-tuples typed ``(first, one of second)``."""
+    return isinstance(items, tuple) and all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], first)
+                                            and isinstance(p[1], second) for p in items)
+
+
 def _entry(stored: object) -> tuple | None:
     """The launch an entry holds, or None for a malformed one or a failed checksum
     (a miss: the full path runs and :func:`remember` replaces it)."""
@@ -218,11 +224,9 @@ def _entry(stored: object) -> tuple | None:
         return None
     cpus, env_items, argv, limits = stored[0]
     ok = (isinstance(cpus, tuple) and all(type(c) is int and 0 <= c < 8192 for c in cpus)
-          and isinstance(env_items, tuple) and all(isinstance(p, tuple) and len(p) == 2 and
-                                                   all(isinstance(x, str) for x in p) for p in env_items)
+          and _pairs(env_items, str, (str,))
           and isinstance(argv, tuple) and all(isinstance(w, str) for w in argv)
-          and isinstance(limits, tuple) and all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)
-                                                and (p[1] is None or isinstance(p[1], bytes)) for p in limits))
+          and _pairs(limits, str, (type(None), bytes)))
     return stored[0] if ok else None
 
 
