@@ -24,6 +24,20 @@ _LAZY = {
     "AccessDenied": "errors",
     "MaskNarrowedError": "errors",
     "ForeignTopologyError": "errors",
+    "UsageError": "errors",
+    "CommandError": "errors",
+    "CannotExecute": "errors",
+    "TuneError": "errors",
+    "TuneUsageError": "errors",
+    "TuneUnavailableError": "errors",
+    "TrialPruned": "errors",
+    "Signalled": "errors",
+    "SpaceError": "errors",
+    "PictureError": "errors",
+    "PictureUnavailableError": "errors",
+    "MalformedValue": "errors",
+    "UnsafeFile": "errors",
+    "ArgumentTypeError": "errors",
     "apply": "binding.apply",
     "pinned": "binding.apply",
     "Binding": "binding.apply",
@@ -69,14 +83,17 @@ def __dir__() -> list[str]:
     return __all__
 
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .tuning.search import TuneResult, tune
-    from .version import __version__
-    from .errors import (AffinityError, AffinityWarning, BindError, NativeUnavailableError,
-                         PlanError, SpecError, TopologyError, UnsupportedError)
+if TYPE_CHECKING:  # pragma: no cover - the same names as _LAZY (tests/test_api_exports.py)
     from .binding.apply import Binding, apply, pinned
     from .binding.bindmap import report
+    from .errors import (AccessDenied, AffinityError, AffinityWarning, ArgumentTypeError, BindError, CannotExecute,
+                         CommandError, ForeignTopologyError, MalformedValue, MaskNarrowedError,
+                         NativeUnavailableError, NoSuchThread, PictureError, PictureUnavailableError, PlanError,
+                         Signalled, SpaceError, SpecError, TopologyError, TrialPruned, TuneError,
+                         TuneUnavailableError, TuneUsageError, UnsafeFile, UnsupportedError, UsageError)
+    from .machine.topology import Topology
     from .binding.here import plan, plan_env
     from .planning.planner import Plan
     from .planning.spec import KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, ProcList, Settings
-    from .machine.topology import Topology
+    from .tuning.search import TuneResult, tune
+    from .version import __version__

@@ -17,15 +17,28 @@ __all__ = [
     "ArgumentTypeError",
     "AffinityWarning",
     "BindError",
+    "CannotExecute",
+    "CommandError",
     "ForeignTopologyError",
+    "MalformedValue",
     "MaskNarrowedError",
     "NoSuchThread",
     "NativeUnavailableError",
+    "PictureError",
+    "PictureUnavailableError",
     "PlanError",
+    "Signalled",
+    "SpaceError",
     "SpecError",
     "TopologyError",
+    "TrialPruned",
+    "TuneError",
+    "TuneUnavailableError",
+    "TuneUsageError",
     "UnsafeFile",
     "UnsupportedError",
+    "UsageError",
+    "exit_status",
 ]
 
 
@@ -159,6 +172,108 @@ class PlanError(AffinityError, ValueError):
 
 class AffinityWarning(RuntimeWarning):
     """Something was applied differently from what was asked (and said so)."""
+
+
+class UsageError(AffinityError, ValueError):
+    """A command or a call was given something it cannot take, in a way its parser
+    could not see: a command's exit status 2."""
+
+
+class CommandError(AffinityError):
+    """A command failed on something the user named (a path to write, ...): one line,
+    exit status 1."""
+
+
+class CannotExecute(AffinityError, OSError):
+    """``affinity run``'s command cannot be executed; ``status`` is the shell's exit
+    status for it.
+
+    Parameters
+    ----------
+    status : int
+        ``127``: not found; ``126``: found but not executable.
+    message : str
+        What is wrong, naming the command.
+    """
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class TuneUsageError(UsageError):
+    """The tuner was asked something it cannot do (a bad space, budget, storage URL, option)."""
+
+
+class SpaceError(TuneUsageError):
+    """A space that is empty, has an empty or unknown-typed list of choices, or a choice a
+    known parameter cannot take."""
+
+
+class TuneError(AffinityError):
+    """Tuning failed (every trial failed, a metric never found, a storage that is not a
+    study): a command's exit status 1."""
+
+
+class TrialPruned(TuneError):
+    """Raised by an objective that was told to stop early (multi-fidelity): the trial is
+    recorded as pruned -- it may not win -- and never reported as a finalist."""
+
+
+class TuneUnavailableError(TuneError, ImportError):
+    """The tuner's dependency (optuna, the ``tune`` extra) is not installed."""
+
+
+class PictureError(AffinityError, ValueError):
+    """The arguments of a picture function are unusable.
+
+    Raised for an unknown PU, an empty set, a bad role, a bad ``max_columns`` or
+    ``scale``, an unsupported file extension, ...; a ``ValueError``.
+    """
+
+
+class PictureUnavailableError(AffinityError, ImportError):
+    """PNG output needs Pillow, which is not installed.
+
+    An ``ImportError``; install the ``picture`` extra (or write SVG).
+    """
+
+
+class Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, stopping a command the way Ctrl-C does (``affinity tune``:
+    the running trial is stopped, finished ones are kept); ``signum`` is the signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def exit_status(error: BaseException) -> int:
+    """The exit status of every ``affinity`` command for an error it raised: 2 usage,
+    130 interrupted (128 + N for signal N), a command that cannot be executed its shell
+    status (126/127),
+    1 any other error of affinity.
+
+    Parameters
+    ----------
+    error : BaseException
+
+    Returns
+    -------
+    int
+    """
+    if isinstance(error, Signalled):
+        return 128 + error.signum
+    if isinstance(error, KeyboardInterrupt):
+        return 130
+    if isinstance(error, UsageError):
+        return 2
+    if isinstance(error, CannotExecute):
+        return error.status
+    return 1
 
 
 class MalformedValue(AffinityError):

@@ -18,7 +18,8 @@ Training, a DataLoader of 2 worker processes feeding SGD steps:
 
 Each round runs every variant once, the order rotated by one each round; a
 variant's values are its images/sec per round.  ``python bench/bench_torch.py
---rounds 5`` writes ``bench/torch.json``; :func:`section` turns it into the
+--rounds 5`` writes ``bench/torch.json`` (``--append`` adds its rounds to
+those there); :func:`section` turns it into the
 PyTorch section of ``bench/RESULTS.md`` (``bench/report.py`` calls it).  Under
 pytest (``make bench``) it runs 3 rounds.
 """
@@ -76,6 +77,7 @@ def measure(rounds: int) -> dict[str, Any]:
 
     spec, threads = _recommended()
     vs = variants(spec, threads)
+    load_before = os.getloadavg()[0]
     values: dict[str, list[float]] = {label: [] for label, _, _ in vs}
     for r in range(rounds):
         order = vs[r % len(vs):] + vs[:r % len(vs)]
@@ -85,7 +87,8 @@ def measure(rounds: int) -> dict[str, Any]:
 
     return {"machine": {"cpus": len(os.sched_getaffinity(0)), "cpu": platform.processor() or platform.machine(),
                         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                        "torch": torch.__version__},
+                        "torch": torch.__version__,
+                        "load": [round(load_before, 1), round(os.getloadavg()[0], 1)]},
             "spec": spec, "threads": threads, "rounds": rounds, "unit": "images/sec",
             "rows": [{"label": k, "values": v} for k, v in values.items()]}
 
@@ -126,7 +129,10 @@ def section(doc: dict[str, Any] | None = None) -> list[str]:
     infer = [r for r in doc["rows"] if not r["label"].startswith("train")]
     train = [r for r in doc["rows"] if r["label"].startswith("train")]
     return ["## PyTorch (issue 20)", "",
-            f"torch {m['torch']} (CPU build, its bundled libgomp), {m['cpus']} CPUs, {m['date']}; plan "
+            f"torch {m['torch']} (CPU build, its bundled libgomp), {m['cpus']} CPUs, {m['date']}"
+            + (f" (load average between {m['load'][0]} and {m['load'][1]}: the machine is shared, "
+               "and pinned threads cannot move away from CPUs others keep busy)" if "load" in m else "")
+            + "; plan "
             f"`{doc['spec']}` with {doc['threads']} threads; {doc['rounds']} rounds, variants interleaved (order "
             "rotated each round), each run a fresh process (`bench/bench_torch.py`). Higher is better; the ratio "
             "is the median over the reference's (◆).", "",
@@ -147,13 +153,30 @@ def test_torch_interleaved():
     assert all(len(r["values"]) == doc["rounds"] and min(r["values"]) > 0 for r in doc["rows"])
 
 
+def _appended(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``new``'s rounds after ``old``'s (same plan and variants), the load range of both."""
+    if (old["spec"], old["threads"], [r["label"] for r in old["rows"]]) != \
+            (new["spec"], new["threads"], [r["label"] for r in new["rows"]]):
+        raise SystemExit("bench/torch.json holds another plan or other variants: run without --append")
+    for o, n in zip(old["rows"], new["rows"]):
+        n["values"] = o["values"] + n["values"]
+    loads = old["machine"].get("load", []) + new["machine"]["load"]
+    new["machine"]["load"] = [min(loads), max(loads)]
+    new["rounds"] = old["rounds"] + new["rounds"]
+    return new
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--print", action="store_true", help="print the section of the existing bench/torch.json")
+    ap.add_argument("--append", action="store_true", help="add the rounds to those of bench/torch.json")
     a = ap.parse_args(argv)
     if not a.print:
-        OUT.write_text(json.dumps(measure(a.rounds), indent=1) + "\n")
+        doc = measure(a.rounds)
+        if a.append and OUT.exists():
+            doc = _appended(json.loads(OUT.read_text()), doc)
+        OUT.write_text(json.dumps(doc, indent=1) + "\n")
     print("\n".join(section()))
     return 0
 

@@ -313,26 +313,31 @@ def render(data: dict) -> str:
         out += _group_table(name, sorted(groups[name], key=lambda b: b["stats"]["median"]), said)
     out += multi_instance_section()
     out += placement_section()
+    out += torch_section()
     out += tuner_section()
     return "\n".join(out)
 
 
+def torch_section() -> list[str]:
+    """PyTorch against its defaults, by hand, taskset, apply() and run (``bench/bench_torch.py``)."""
+    import bench_torch
+
+    return bench_torch.section()
+
+
 def tuner_section() -> list[str]:
     """The tuner's sample efficiency (``pytest bench/bench_tune.py`` writes it) and the
-    real ``affinity tune`` run on this machine, defaults against the best."""
+    real ``affinity tune`` runs on this machine, with and without multi-fidelity
+    (``bench/tune_fidelity.md``)."""
     out = ["## The tuner (`affinity tune`, issue 11)", ""]
     table = HERE / "surfaces" / "RESULTS.md"
     if table.exists():
         body = table.read_text().split("\n", 1)[1].strip()  # its own title dropped
         out += ["### Tuner: sample efficiency (this tuner, plain optuna TPE, random search)", "",
                 body.replace("\n# ", "\n#### "), ""]
-    run = HERE / "surfaces" / "real_run_2cpu.txt"
-    if run.exists():
-        out += ["### A real run here: defaults against the best, both re-measured with repeats", "",
-                "`affinity tune --budget 15 --repeats 5 -- python -m affinity bench --model small_cnn "
-                "--num-batches 20` on this 2-CPU machine (images/sec; a speed-up within the spread of the "
-                "repeats is reported as no significant difference):", "", "```",
-                *[line for line in run.read_text().splitlines()[:12]], "```", "",
+    fidelity = HERE / "tune_fidelity.md"  # affinity tune -- CMD on a real workload, with and without multi-fidelity
+    if fidelity.exists():
+        out += [fidelity.read_text().strip(), "",
                 "The 16-CPU machine was not lent to this task, so no PyTorch ResNet run there is recorded.", ""]
     return out
 

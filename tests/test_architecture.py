@@ -37,18 +37,9 @@ COMPLEX_ALLOWED = {
     ("affinity.machine.topology", "_from_native"): "#19: machine/ topology readers (owner: machine)",
     ("affinity.machine.topology", "_from_cpuinfo_text"): "#19: machine/ topology readers (owner: machine)",
     ("affinity.launcher.options", "options_from_args"): "#19 item 3: the launcher's options (owner: tune/launcher)",
-    ("affinity.tuning.sampler", "_observations"): "#19 item 3: the tuner (owner: tune)",
 }
 #: (module, class) exception classes not yet in affinity/errors.py (issue #19 item 4 moves them)
 EXCEPTIONS_ALLOWED = {
-    ("affinity.launcher.execute", "CommandError"): "#19 item 4: one CommandError, in errors.py",
-    ("affinity.tools.cli", "CommandError"): "#19 item 4: one CommandError, in errors.py",
-    ("affinity.tools.cli", "UsageError"): "#19 item 4: one exit-status mapping",
-    ("affinity.tools.picture", "PictureError"): "#19 item 4: tools/picture.py is being moved",
-    ("affinity.tools.picture", "PictureUnavailableError"): "#19 item 4: tools/picture.py is being moved",
-    ("affinity.tuning.space", "TuneUsageError"): "#19 item 4: TuneError and its kin into errors.py",
-    ("affinity.tuning.space", "SpaceError"): "#19 item 4: TuneError and its kin into errors.py",
-    ("affinity.tuning.space", "TuneError"): "#19 item 4: TuneError and its kin into errors.py",
 }
 
 

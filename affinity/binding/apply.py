@@ -13,9 +13,12 @@ Roles and where their threads go (``slot i`` = the plan's i-th CPU set):
 
 =============  ===============================================================
 tf-intra       intra-op worker i -> slot i
-tf-inter       inter-op workers -> the union of the plan (``inter="package"``:
+tf-inter       inter-op workers -> the union of the plan (``inter_placement="package"``:
                worker j -> the plan's CPUs in the j-th package used)
 openmp         team member i of each loaded OpenMP runtime -> slot i
+torch-intra    PyTorch's OpenMP team: member i -> slot i, member 0 (the main
+               thread) -> the union of the plan (:mod:`affinity.binding.torch`)
+torch-inter    PyTorch's inter-op pool -> as tf-inter
 main           unchanged (TensorFlow never pins it; children inherit its mask),
                except that an OpenMP team pins it as member 0, as the runtime
                itself would
@@ -51,7 +54,7 @@ from . import openmp as _omp
 from . import tf as _tf
 from . import threads as _threads
 from . import torch as _torch
-from .runtimes import census
+from .runtimes import census, meaning_notes
 from .bindmap import BindMap, report
 
 __all__ = ["Binding", "Pin", "apply", "pinned"]
@@ -98,7 +101,7 @@ class Binding:
     env_set : dict of str to str
         The variables exported.
     env_kept : dict of str to str
-        Values the user had set and that were kept (``env=True``).
+        Values the user had set and that were kept (``export="keep"``).
     notes : list of str
         What was applied differently from the plan, and why (also warned).
     active : bool
@@ -325,7 +328,7 @@ def _set_env(values: Mapping[str, str], keep: bool, b: Binding, snap_env: dict[s
              ) -> None:
     """Export ``values``; the user's differing values are replaced and noted
     (:func:`affinity.planning.precedence.replaced`, the rule of ``affinity run``), or
-    kept with ``env="keep"``."""
+    kept with ``export="keep"``."""
     user = _user_environ()
     if not keep:
         b.notes.extend(precedence.replaced(values, user))
@@ -346,8 +349,8 @@ _OTHER_MODES = ("auto", True, False)
 def _check_modes(tensorflow: Any, openmp: Any, blas: Any, inter: str, env: Any, torch: Any = "auto") -> None:
     for name, value, allowed in (("tensorflow", tensorflow, _TF_MODES), ("openmp", openmp, _OTHER_MODES),
                                  ("torch", torch, _OTHER_MODES),
-                                 ("blas", blas, _OTHER_MODES), ("inter", inter, ("union", "package")),
-                                 ("env", env, (True, False, "override", "keep"))):
+                                 ("blas", blas, _OTHER_MODES), ("inter_placement", inter, ("union", "package")),
+                                 ("export", env, (True, False, "override", "keep"))):
         if not any(value is a or (isinstance(a, str) and value == a) for a in allowed):
             raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, not {value!r}")
 
@@ -356,7 +359,7 @@ def _check_modes(tensorflow: Any, openmp: Any, blas: Any, inter: str, env: Any, 
 def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
           topology: Topology | None = None, tensorflow: str | bool = "auto",
           openmp: str | bool = "auto", blas: str | bool = "auto", membind: Any = None,
-          env: bool | str = True, inter: str = "union", blocktime: str | None = DEFAULT_BLOCKTIME,
+          export: bool | str = True, inter_placement: str = "union", blocktime: str | None = DEFAULT_BLOCKTIME,
           rank: Any = None, strict: bool = False, torch: str | bool = "auto",
           dataloader_workers: int | None = None) -> Binding:
     """Plan ``spec`` on this machine and apply it to this process.
@@ -386,13 +389,13 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
         ``None`` leaves memory alone; ``"auto"`` binds to the NUMA nodes of the
         plan's CPUs; ``"interleave:all"``, ``"bind:0-1"``, ``("preferred", {0})``...
         Set on the calling thread before pools start, so they inherit it.
-    env : {True, "override", "keep", False}
+    export : {True, "override", "keep", False}
         ``True`` (or ``"override"``): export the plan's variables, replacing values
         the user set, each replacement a note (as ``affinity run`` does:
         :mod:`affinity.planning.precedence`); ``"keep"``: keep the user's values
         (listed in ``Binding.env_kept``); ``False``:
         export nothing.
-    inter : {"union", "package"}
+    inter_placement : {"union", "package"}
         Where inter-op workers go: anywhere in the plan, or worker ``j`` on the
         ``j``-th package used.
     blocktime : str or None
@@ -439,15 +442,15 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
         count that oversubscribes the CPUs, and for what was applied differently
         from the plan (``Binding.notes``).
     """
-    return _apply(spec, threads, topology, tensorflow, openmp, blas, membind, env, inter, blocktime, rank,
-                  strict, (torch, dataloader_workers))
+    return _apply(spec, threads, topology, tensorflow, openmp, blas, membind, export, inter_placement, blocktime,
+                  rank, strict, (torch, dataloader_workers))
 
 
 def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow: Any, openmp: Any,
            blas: Any, membind: Any, env: Any, inter: str, blocktime: str | None, rank: Any,
            strict: bool, torch: tuple[Any, int | None] = ("auto", None)) -> Binding:
     """:func:`apply` without its docstring: plan, snapshot, apply every step or none."""
-    topo = topology if topology is not None else Topology.from_system()
+    topo = Topology.load(topology)  # the forms plan, apply and tune all take
     _threads.require_system(topo)
     _check_modes(tensorflow, openmp, blas, inter, env, torch[0])
     # (a mask PyTorch's libgomp narrowed to its first place at load is widened back)
@@ -530,7 +533,10 @@ def _apply_steps(b: Binding, tensorflow: Any, openmp: Any, blas: Any, want_mem: 
     # 4. OpenMP runtimes already loaded: size and pin from inside a region
     if openmp is True or openmp == "auto":
         _pin_openmp(b)
-    b.notes.extend(w for w in [census().warning()] if w)  # two runtimes in one process
+    if len(b._snapshot.omp_known) > 1:  # two runtimes in one process: say which
+        b.notes.extend(w for w in [census().warning()] if w)
+    if b._snapshot.omp_known:  # settings a loaded runtime reads otherwise than the plan's rules
+        b.notes.extend(meaning_notes(b.plan))
     # 5. BLAS pools (OpenBLAS, MKL, BLIS): counted and limited
     if blas is True or blas == "auto":
         _limit_blas(b)

@@ -123,6 +123,8 @@ def _guess_role(pid: int, tid: int, name: str) -> str:
         return "tf-inter"
     if name.startswith("tf_"):
         return "tf-other"
+    if name == "PTThreadPool":  # another process's: told by name only (in-process, affinity.torch finds them)
+        return "torch-inter"
     return "other"
 
 

@@ -18,8 +18,10 @@ from ..planning.planner import DEFAULT_RUNTIME, Plan
 __all__ = ["plan", "plan_env"]
 
 
-def _here(topology: Topology | None) -> Topology:
-    return Topology.from_system() if topology is None else topology
+def _here(topology: Topology | str | None) -> Topology:
+    """This machine for None; a Topology, ``"system"``, ``"synthetic:..."`` or a file read by
+    :meth:`Topology.load` -- the forms ``plan``, ``apply`` and ``tune`` all take."""
+    return Topology.load(topology)
 
 
 def plan(spec: Any = None, threads: int | None = None, topology: Topology | None = None, *,

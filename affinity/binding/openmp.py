@@ -12,19 +12,13 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..machine import _native
+from .runtimes import family_of
 
 __all__ = ["OpenMPRuntime", "loaded_runtimes"]
-
-_PATTERNS = (
-    ("libiomp5", re.compile(r"/libiomp5[^/]*\.so")),
-    ("libomp", re.compile(r"/libomp(-[0-9a-f]+)?\.so")),
-    ("libgomp", re.compile(r"/libgomp(-[0-9a-f]+)?\.so")),
-)
 
 
 @dataclass(frozen=True)
@@ -81,10 +75,9 @@ def loaded_runtimes() -> list[OpenMPRuntime]:
         path = parts[5].strip()
         if path in seen or path.endswith(" (deleted)"):
             continue
-        for kind, pat in _PATTERNS:
-            if pat.search(path):
-                seen[path] = OpenMPRuntime(os.path.realpath(path), kind)
-                break
+        found = family_of(path)  # the runtimes' file names: binding.runtimes
+        if found is not None:
+            seen[path] = OpenMPRuntime(os.path.realpath(path), found[0])
     # one entry per real file (symlinked names map the same object)
     out: dict[str, OpenMPRuntime] = {}
     for rt in seen.values():

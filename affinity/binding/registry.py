@@ -69,7 +69,20 @@ def active() -> list[Any]:
         return list(_active)
 
 
+def _fresh_locks_in_child() -> None:
+    """After fork(): the child's locks are new ones (another thread of the parent may
+    have held them at the fork, and that thread does not exist in the child)."""
+    global _lock, _serial
+    _lock, _serial = threading.RLock(), threading.RLock()
+
+
+_fork_hook: list[bool] = []  #: registered on first use (nothing is done at import)
+
+
 def add(binding: Any) -> None:
+    if not _fork_hook:
+        os.register_at_fork(after_in_child=_fresh_locks_in_child)
+        _fork_hook.append(True)
     with _lock:
         _active.append(binding)
         _applier[id(binding)] = threading.get_native_id()
@@ -198,14 +211,15 @@ def critical(fn: F) -> F:
 
     @functools.wraps(fn)
     def inner(binding: Any, *a: Any, **k: Any) -> Any:
-        if _process.get(id(binding), os.getpid()) != os.getpid():  # a child forked inside the block
-            binding.active = False  # its masks, policy and environment are its own now: left alone
-            return None
         try:
+            if _process.get(id(binding), os.getpid()) != os.getpid():  # a child forked inside the block
+                binding.active = False  # its masks, policy and environment are its own now: left alone
+                return None
             with _serial, _Deferred():
                 return fn(binding, *a, **k)
         except BaseException:
-            if binding.active:  # interrupted before it began (or it failed): once more, to its end
+            if binding.active and _process.get(id(binding), os.getpid()) == os.getpid():
+                # interrupted before it began (or it failed): once more, to its end
                 with _serial, _Deferred():
                     fn(binding, *a, **k)
             raise

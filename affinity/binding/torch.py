@@ -48,14 +48,14 @@ from ..planning.workers import WorkerLayout, worker_layout
 from . import registry
 from . import threads as _threads
 from .openmp import OpenMPRuntime
-from .runtimes import family_of
+from .runtimes import GNU_PLACEMENT, family_of, meaning_notes
 
 __all__ = ["INTER_NAME", "LoadPin", "TorchAdapter", "attach", "imported", "interop_pool", "load_pin",
            "torch_runtime", "worker_init_fn"]
 
 INTER_NAME = "PTThreadPool"  #: the name (comm) torch gives its inter-op threads
-#: the variables with which libgomp pins the thread that loads it
-LOAD_PIN_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY")
+#: the variables with which libgomp pins the thread that loads it (its placement variables)
+LOAD_PIN_VARIABLES = GNU_PLACEMENT
 #: what a DataLoader worker is told about itself
 WORKER_VARIABLES = ("AFFINITY_WORKER_ID", "AFFINITY_WORKER_CPUS", "AFFINITY_DATALOADER_WORKERS")
 #: the layout of the workers, exported by ``pinned(..., dataloader_workers=K)`` for workers started by spawn
@@ -171,13 +171,16 @@ def interop_pool(known: Iterable[int] = ()) -> tuple[tuple[int, ...], bool]:
 
 
 def size_interop(n: int) -> str | None:
-    """``torch.set_num_interop_threads(n)``; the one-line reason when torch refuses."""
+    """``torch.set_num_interop_threads(n)``; the one-line reason when torch refuses
+    and its pool has another size."""
     torch = _torch()
     try:
         torch.set_num_interop_threads(int(n))
     except RuntimeError as e:
         if REFUSED not in str(e):
             raise
+        if torch.get_num_interop_threads() == int(n):
+            return None  # set before (an earlier binding): already the size wanted
         return (f"PyTorch's inter-op pool keeps {torch.get_num_interop_threads()} threads "
                 f"(set_num_interop_threads({n}) refused: parallel work already started, or it was set "
                 f"before); its existing threads were pinned")
@@ -285,7 +288,7 @@ class TorchAdapter:
         if not self.binding.active or not imported() or not hasattr(sys.modules["torch"], "set_num_threads"):
             return
         try:
-            for n in self.attach_now():
+            for n in self.attach_now() + meaning_notes(self.binding.plan):
                 warnings.warn(f"affinity: {n}", AffinityWarning, stacklevel=3)
         except Exception as e:  # noqa: BLE001 - never break the user's import
             warnings.warn(f"affinity: PyTorch was imported inside the binding but its threads could not be "
@@ -306,6 +309,9 @@ class TorchAdapter:
         if refused:
             notes.append(refused)
         self.inter, _ = interop_pool(known=b.pins)
+        if not self.inter:
+            notes.append(f"PyTorch's inter-op pool ({torch.get_num_interop_threads()} threads) could not be told "
+                         f"apart from other {INTER_NAME} threads: not pinned")
         self.pin_pools()
         self.main_note = self._explain_main(undone)
         self._place_workers()

@@ -26,6 +26,7 @@ from ..planning.ranks import LocalRank, Share, launcher_binding, parse_rank, par
 from ..planning.spec import DEFAULT_SPEC, PLACEMENT_VARIABLES
 from .options import RunOptions
 from .preload import pin_environment
+from .torch_env import torch_environment
 
 __all__ = ["MEM_OPTION", "Context", "Instance", "Launch", "build_launch"]
 
@@ -424,6 +425,7 @@ def _instance_env(i: int, count: int, p: Any, slots: tuple[frozenset[int], ...],
     """The plan's variables, the instance number (several), the preload's (``--pin-threads``)."""
     env = plan_environment(p, blocktime=opts.blocktime)
     check_inherited(environ, env)  # a libgomp variable of the caller's that would defeat the plan
+    env.update(torch_environment(p, environ))  # PyTorch: inter-op size, libgomp's load-time pin undone
     if count > 1:
         env["AFFINITY_INSTANCE"] = str(i)
         env["AFFINITY_NUM_INSTANCES"] = str(count)

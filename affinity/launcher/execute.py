@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 
 from ..binding import numa, threads
 from ..cpulist import format_list
-from ..errors import BindError, MaskNarrowedError, PlanError
+from ..errors import BindError, CannotExecute, MaskNarrowedError, PlanError
 from ..machine import _native
 from ..machine.topology import Topology
 from ..machine.userfiles import why
@@ -35,28 +35,12 @@ from .build import Instance, Launch
 from .numactl import show_text
 from .options import say
 
-__all__ = ["CommandError", "apply_instance", "execute", "show_current"]
+__all__ = ["apply_instance", "execute", "show_current"]
 
 _PR_SET_PDEATHSIG = 1
 #: what the launcher forwards to the instances it started
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _State = tuple[frozenset[int], "tuple[str, frozenset[int]] | None"]
-
-
-class CommandError(Exception):
-    """The command cannot be executed; ``status`` is the shell's exit status for it.
-
-    Parameters
-    ----------
-    status : int
-        ``127``: not found; ``126``: found but not executable.
-    message : str
-        What is wrong, naming the command.
-    """
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
 
 
 def _mempolicy_arg(policy: str, nodes: frozenset[int]) -> str:
@@ -184,13 +168,13 @@ def _resolve_command(argv: Sequence[str], env: Mapping[str, str]) -> str:
     cmd = argv[0]
     if "/" in cmd:
         if not os.path.exists(cmd):
-            raise CommandError(127, f"{cmd}: no such file")
+            raise CannotExecute(127, f"{cmd}: no such file")
         if os.path.isdir(cmd) or not os.access(cmd, os.X_OK):
-            raise CommandError(126, f"{cmd}: not an executable file")
+            raise CannotExecute(126, f"{cmd}: not an executable file")
         return cmd
     found = shutil.which(cmd, path=env.get("PATH", os.defpath))
     if found is None:
-        raise CommandError(127, f"{cmd}: command not found (PATH={env.get('PATH', os.defpath)})")
+        raise CannotExecute(127, f"{cmd}: command not found (PATH={env.get('PATH', os.defpath)})")
     return found
 
 
@@ -215,7 +199,7 @@ def execute(launch: Launch, environ: Mapping[str, str] | None = None) -> int:
 
     Raises
     ------
-    CommandError
+    CannotExecute
         A command is not found (127) or not executable (126).
     PlanError
         Nothing to run.
@@ -263,7 +247,7 @@ def _exec(launch: Launch, env: dict[str, str], exe: str) -> NoReturn:
     try:
         os.execve(exe, list(inst.argv), env)
     except OSError as e:
-        raise CommandError(126 if e.errno != errno.ENOENT else 127,
+        raise CannotExecute(126 if e.errno != errno.ENOENT else 127,
                            f"execve({exe}) failed: {e.strerror}") from e
 
 

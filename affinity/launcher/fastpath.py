@@ -38,8 +38,8 @@ remembers it.
 
 The file is ``$XDG_CACHE_HOME/affinity/launches-<python>`` (default
 ``~/.cache``).  It holds variables that will be exported, so it is used only
-when the directory and the file belong to the user and nobody else may write
-them or a folder above (:mod:`affinity.machine.userfiles`: no symlink followed,
+when the directory and the file belong to the user, nobody else may write them,
+and the folders above are the user's or root's (:mod:`affinity.machine.userfiles`: no symlink followed,
 a FIFO never waited on, the descriptor checked after the open); it is written
 atomically (a new file renamed over the old one) and keeps the 32 newest
 launches, each with a checksum: a malformed or damaged entry is a miss, replaced
@@ -210,12 +210,6 @@ def _checksum(value: tuple) -> int:
     return int.from_bytes(repr(value).encode(), "little") % ((1 << 61) - 1)
 
 
-def _pairs(items: object, first: type, second: tuple[type, ...]) -> bool:
-    """``items`` is a tuple of 2-tuples typed ``(first, one of second)``."""
-    return isinstance(items, tuple) and all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], first)
-                                            and isinstance(p[1], second) for p in items)
-
-
 def _entry(stored: object) -> tuple | None:
     """The launch an entry holds, or None for a malformed one or a failed checksum
     (a miss: the full path runs and :func:`remember` replaces it)."""
@@ -223,11 +217,19 @@ def _entry(stored: object) -> tuple | None:
             and len(stored[0]) == 4 and stored[1] == _checksum(stored[0])):
         return None
     cpus, env_items, argv, limits = stored[0]
-    ok = (isinstance(cpus, tuple) and all(type(c) is int and 0 <= c < 8192 for c in cpus)
-          and _pairs(env_items, str, (str,))
-          and isinstance(argv, tuple) and all(isinstance(w, str) for w in argv)
-          and _pairs(limits, str, (type(None), bytes)))
+    ok = (_all(cpus, lambda c: type(c) is int and 0 <= c < 8192)
+          and _all(env_items, lambda p: _pair(p) and isinstance(p[1], str))
+          and _all(argv, lambda w: isinstance(w, str))
+          and _all(limits, lambda p: _pair(p) and (p[1] is None or isinstance(p[1], bytes))))
     return stored[0] if ok else None
+
+
+def _all(items: object, test: object) -> bool:
+    return isinstance(items, tuple) and all(test(i) for i in items)  # type: ignore[operator]
+
+
+def _pair(p: object) -> bool:
+    return isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)
 
 
 def remember(key: tuple, cpus: frozenset[int], env: dict[str, str], argv: tuple[str, ...]) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..cpulist import IdList
+from ..cpulist import MAX_CPUS, IdList
 from ..errors import SpecError
 from ..planning.envvars import DEFAULT_BLOCKTIME, check_blocktime
 from ..planning.spec import DEFAULT_SPEC
@@ -243,12 +243,16 @@ def _positive(text: str) -> int:
 
 
 def _hexmask(text: str) -> int:
+    if len(text) > MAX_CPUS // 4 + 2:  # int(.., 16) has no size limit: refuse before converting
+        raise argparse.ArgumentTypeError(f"a hex mask of {len(text)} characters: at most {MAX_CPUS} bits")
     try:
         v = int(text, 16)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a hex mask such as 0x1, got {text!r}") from None
     if v < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative hex mask, got {text!r}")
+    if v.bit_length() > MAX_CPUS:
+        raise argparse.ArgumentTypeError(f"hex mask {text[:20]}...: at most {MAX_CPUS} bits")
     return v
 
 

@@ -27,7 +27,9 @@ placement inside it travels in the environment (``KMP_AFFINITY`` with an
 explicit proclist, ``OMP_PLACES``/``OMP_PROC_BIND``, ``GOMP_CPU_AFFINITY``,
 ``OMP_NUM_THREADS``, ``KMP_BLOCKTIME``, ``KMP_WARNINGS``, ``TF_NUM_INTRAOP_THREADS``/
 ``TF_NUM_INTEROP_THREADS``) and, with ``--pin-threads``, in a preloaded library
-that pins threads as they are created (:mod:`~affinity.launcher.preload`).
+that pins threads as they are created (:mod:`~affinity.launcher.preload`); for
+PyTorch, :mod:`~affinity.launcher.torch_env` (its inter-op size, libgomp's
+load-time pin undone after ``import torch``).
 """
 
 from __future__ import annotations
@@ -106,7 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _dry_run(launch, args.json)
     if not topology.is_this_system:
         raise TopologyError("cannot run on a topology that is not this machine", topology.source)
-    from .execute import CommandError, execute, show_current  # lazy: binding layer + compiled core, only to really run
+    from .execute import execute, show_current  # lazy: binding layer + compiled core, only to really run
 
     if args.show:
         mems = ctx.mems_allowed if ctx.mems_allowed is not None else frozenset(
@@ -117,11 +119,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if key is not None and _rememberable(launch):
         inst = launch.instances[0]
         fastpath.remember(key, inst.cpus, dict(inst.env), inst.argv)
-    try:
-        return execute(launch)
-    except CommandError as e:
-        say(f"error: {e}")
-        return e.status
+    return execute(launch)  # CannotExecute: its shell status, by errors.exit_status (tools.cli.main)
 
 
 def _dry_run(launch: Launch, as_json: bool) -> int:

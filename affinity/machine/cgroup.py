@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass
 
 from ..cpulist import parse_list
+from ..errors import SpecError, TopologyError
 
 __all__ = ["CpuQuota", "Mount", "cpu_quota", "cpuset_cpus", "default_thread_count",
            "parse_cgroup_file", "parse_mountinfo"]
@@ -169,18 +170,27 @@ def _quota_at(d: str, version: int) -> CpuQuota | None:
         parts = text.split()
         if not parts or parts[0] == "max":
             return None
-        period = int(parts[1]) if len(parts) > 1 else 100000
-        quota = int(parts[0])
+        period = _number(parts[1], d, "cpu.max") if len(parts) > 1 else 100000
+        quota = _number(parts[0], d, "cpu.max")
     else:
         qt, pt = _read(os.path.join(d, "cpu.cfs_quota_us")), _read(os.path.join(d, "cpu.cfs_period_us"))
         if qt is None or pt is None:
             return None
-        quota, period = int(qt.strip()), int(pt.strip())
+        quota, period = _number(qt.strip(), d, "cpu.cfs_quota_us"), _number(pt.strip(), d, "cpu.cfs_period_us")
         if quota < 0:
             return None
     if quota <= 0 or period <= 0:
         return None
     return CpuQuota(quota, period, d, version)
+
+
+def _number(text: str, d: str, name: str) -> int:
+    """A number of a cgroup file as the kernel writes it (``-1`` allowed), or a
+    one-line TopologyError naming the file (a crafted tree under ``root``)."""
+    digits = text[1:] if text.startswith("-") else text
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 19:
+        raise TopologyError(f"not a number: {text[:40]!r}", os.path.join(d, name))
+    return int(text)
 
 
 def cpuset_cpus(root: str = "/", pid: str = "self") -> frozenset[int] | None:
@@ -191,7 +201,10 @@ def cpuset_cpus(root: str = "/", pid: str = "self") -> frozenset[int] | None:
         for name in names:
             text = _read(os.path.join(d, name))
             if text is not None and text.strip():
-                return parse_list(text)
+                try:
+                    return parse_list(text)  # bounded: ids below 8,192
+                except SpecError as e:
+                    raise TopologyError(str(e), os.path.join(d, name)) from None
         if version == 2:
             continue  # v2: an empty file means "inherit": ask the parent
         break

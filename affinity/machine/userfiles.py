@@ -119,8 +119,8 @@ def private_dir(path: str, *, create: bool) -> str | None:
 def _check_way(parent: str) -> None:
     """The folders above a private folder: a symlink on the way must be this user's
     or root's (another user's ``$XDG_CACHE_HOME -> /etc`` is not followed), and
-    every real folder above owned by this user or root and not open to others
-    unless sticky (another user's home, a world-writable folder)."""
+    every real folder above owned by this user or root -- root's not open to others
+    unless sticky (another user's home, a world-writable ``/srv/x``)."""
     me = os.geteuid()
     cur = "/"
     for name in parent.split("/"):
@@ -140,7 +140,9 @@ def _check_way(parent: str) -> None:
         st = os.stat(real)
         if st.st_uid not in (me, 0):
             raise _unsafe(errno.EPERM, f"{real}: owned by uid {st.st_uid}; a folder of ours is not put there")
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        # root's folders must not be open to others (a folder of ours, such as a home
+        # made group-writable by umask 002, may be: what is below is checked itself)
+        if st.st_uid == 0 and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
             raise _unsafe(errno.EPERM, f"{real}: writable by other users; a folder of ours is not put there")
         if real == "/":
             return

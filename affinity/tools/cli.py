@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AffinityError
+from ..errors import AffinityError, CommandError, UsageError, exit_status
 
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
@@ -71,18 +71,10 @@ def cmd_version(args: argparse.Namespace) -> int:
     return 0
 
 
-class UsageError(Exception):
-    """A command's arguments are wrong in a way argparse could not see: exit 2."""
-
-
-class CommandError(Exception):
-    """A command failed on something the user named (a path...): one line, exit 1."""
-
-
 def _usage(args: argparse.Namespace, message: str) -> int:
     print(f"affinity {args.command}: error: {message}\n(see 'affinity {args.command} --help')",
           file=sys.stderr)
-    return 2
+    return exit_status(UsageError(message))
 
 
 def _write_picture(path: str, *a: object, **k: object) -> None:
@@ -377,22 +369,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.launch_key = launch_key
     try:
         return int(args.func(args) or 0)
-    except UsageError as e:
+    except UsageError as e:  # the one mapping of errors to exit statuses: errors.exit_status
         return _usage(args, str(e))
-    except (AffinityError, CommandError) as e:
+    except AffinityError as e:
         print(f"affinity {args.command}: error: {e}", file=sys.stderr)
-        return 1
+        return exit_status(e)
     except ModuleNotFoundError as e:
         missing = _missing_extra(e)
         if missing is None:
             raise
         print(f"affinity {args.command}: error: {missing}", file=sys.stderr)
-        return 1
+        return exit_status(CommandError(missing))
     except BrokenPipeError:  # `affinity topology | head`
         return 0
-    except KeyboardInterrupt:  # Ctrl-C, also during a long native load: no traceback
+    except KeyboardInterrupt as e:  # Ctrl-C, also during a long native load: no traceback
         print(f"affinity {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return exit_status(e)
 
 
 if __name__ == "__main__":  # pragma: no cover

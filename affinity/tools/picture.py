@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..cpulist import format_list, runs
-from ..errors import AffinityError
+from ..errors import PictureError, PictureUnavailableError
 from ..machine.topology import Core, NumaNode, Topology
 
 __all__ = [
@@ -52,8 +52,6 @@ __all__ = [
     "Label",
     "Layout",
     "PUBox",
-    "PictureError",
-    "PictureUnavailableError",
     "ROLES",
     "Rect",
     "layout",
@@ -62,21 +60,6 @@ __all__ = [
     "render_svg",
     "save",
 ]
-
-
-class PictureError(AffinityError, ValueError):
-    """The arguments of a picture function are unusable.
-
-    Raised for an unknown PU, an empty set, a bad role, a bad ``max_columns`` or
-    ``scale``, an unsupported file extension, ...; a ``ValueError``.
-    """
-
-
-class PictureUnavailableError(AffinityError, ImportError):
-    """PNG output needs Pillow, which is not installed.
-
-    An ``ImportError``; install the ``picture`` extra (or write SVG).
-    """
 
 
 #: role -> (label prefix, colour).  Threads of a role are numbered from 0 in

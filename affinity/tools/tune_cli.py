@@ -1,22 +1,30 @@
 """``affinity tune [options] -- CMD ...``: find the counts and placement that make CMD fastest.
 
 1. CMD runs once as it is (the defaults, the way it runs today; a ``{name}``
-   placeholder of a plain parameter gets its first choice): it must succeed and
-   print the metric, else nothing is searched (exit status 1).
+   placeholder gets its first choice): it must succeed and print the metric, else
+   nothing is searched (exit status 1).
 2. The search (:class:`~affinity.tuning.search.Search`): ``--budget`` trials, each
    CMD run through ``affinity run`` with a candidate placement
    (:mod:`~affinity.tools.tune_runner`), a progress line with the best so far.  The
    study is stored (default ``~/.cache/affinity/tune.db``, ``--storage``) under a
-   name made of the machine, the command, the metric and the space: the same
-   command resumes it; Ctrl-C keeps every finished trial (exit status 130).
+   name made of what can change the answer (:mod:`~affinity.tools.tune_key`: the
+   command and its files' content, the environment, the metric, the machine and the
+   space): the same command resumes it and says so; Ctrl-C, SIGTERM and SIGHUP keep
+   every finished trial and stop the running one with its processes.
 3. The defaults and the best few configurations are re-measured ``--repeats``
-   times, round by round (A B C A B C ...), and compared by their medians and
-   spreads: a speed-up within the spread is "no significant difference".
+   times, round by round (A B C A B C ...); the speed-up is the median of the
+   rounds' speed-ups, with the lowest and highest: not the same in every round is
+   "no significant difference".
 4. A table, the best as an ``affinity run`` line, an environment block and an
    ``affinity.apply`` call (``--json``: all of it as JSON), and ``--plot FILE``.
 
+Instances are copies of CMD (each does the whole work: the value is one copy's)
+unless ``--split`` says the work splits between them, or CMD's files read
+``AFFINITY_NUM_INSTANCES``; only then are they in the default space.
+
 Exit status: 0 done, 1 failure (CMD fails or prints no metric, every trial
-failed, a storage that is not a study), 2 usage, 130 interrupted.
+failed, a storage that is not a study), 2 usage, 130 interrupted (143 SIGTERM,
+129 SIGHUP) -- :func:`affinity.errors.exit_status`.
 
 This module only registers the command (:func:`add_tune_parser`): it imports
 nothing but the standard library, so ``affinity``'s other commands do not pay for
@@ -50,19 +58,27 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "placement (threads, instances, KMP_AFFINITY, KMP_BLOCKTIME, memory policy, "
                     "TF_NUM_INTRAOP/INTEROP_THREADS), read the metric from its output, and report the "
                     "best against the defaults, both re-measured. Exit status: 0 done, 1 failure, "
-                    "2 usage, 130 interrupted (finished trials are kept: run it again to resume).")
+                    "2 usage, 130 interrupted, 143 terminated (finished trials are kept: run it again "
+                    "to resume).")
     p.add_argument("--budget", type=int, default=20, metavar="N", help="trials to run (default 20)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=v1,v2,...",
                    help="a parameter and its choices (repeat the option); known names: intra, inter, omp, "
-                        "blocktime, affinity, granularity, instances, threads, membind; any other name is "
-                        "exported as a variable and replaces {NAME} in CMD. Several full KMP_AFFINITY "
-                        "strings: separate them with ';'. Default: a space built from this machine")
+                        "blocktime, affinity, granularity, instances, threads, membind; env:VAR=... exports "
+                        "the variable VAR; a name written {NAME} in CMD is replaced there; any other name is "
+                        "an error. Several full KMP_AFFINITY strings: separate them with ';'. Default: a "
+                        "space built from this machine")
+    p.add_argument("--split", action="store_true",
+                   help="the work splits between instances (a service under load, or a command that takes "
+                        "its share by AFFINITY_INSTANCE/AFFINITY_NUM_INSTANCES): their metrics add up and "
+                        "'instances' is tuned. Default: instances are copies, each doing the whole work, "
+                        "measured per copy, and not in the default space")
     m = p.add_mutually_exclusive_group()
     m.add_argument("--metric", metavar="REGEX",
                    help="read the value from the last match of REGEX (its first group); default: the "
                         "number with images/sec, examples/sec, samples/sec or tokens/sec, or a JSON "
-                        "line's throughput; summed over instances")
-    m.add_argument("--time", action="store_true", help="minimize the wall time instead (per copy)")
+                        "line's throughput; one copy's (the mean over instances), summed with --split")
+    m.add_argument("--time", action="store_true",
+                   help="minimize the wall time of CMD instead (affinity run's own start-up not counted)")
     p.add_argument("--repeats", type=int, default=3, metavar="R",
                    help="re-measure the defaults and the best configurations R times each at the end "
                         "(default 3)")
@@ -72,7 +88,15 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "that is ~/.cache/affinity/tune.db; 'none': in memory)")
     p.add_argument("--study", metavar="NAME", default=None,
                    help="study name (default: from the machine, the command, the metric and the space)")
+    p.add_argument("--from", dest="from_study", metavar="STUDY", default=None,
+                   help="warm start: try the best configurations of STUDY (in the same storage, made on this "
+                        "machine) first; default: those of the latest study of the same command on this machine")
     p.add_argument("--seed", type=int, default=None, help="seed of the search (default: the study's, else random)")
+    p.add_argument("--no-prune", dest="prune", action="store_false",
+                   help="run every trial to the end; default: multi-fidelity -- a trial whose values printed "
+                        "as it goes are worse than the median of the completed trials at the same point is "
+                        "stopped there (with --time: once it has run twice as long as the best so far); the "
+                        "final table is always measured at full length")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="stop a run after this long (infeasible); default 10x the defaults' time + 30 s")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -2,35 +2,42 @@
 is :func:`affinity.tools.tune_cli.add_tune_parser`, kept apart so that registering the
 command imports nothing heavy (optuna loads only when ``tune`` runs).
 
-See :mod:`affinity.tools.tune_cli` for the steps and the exit statuses.
+See :mod:`affinity.tools.tune_cli` for the steps; errors reach
+:func:`affinity.tools.cli.main`, which gives each its exit status
+(:func:`affinity.errors.exit_status`).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import importlib
 import json
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from ..errors import AffinityError
+from ..errors import Signalled, TrialPruned, TuneError, TuneUsageError, exit_status
 from ..machine.topology import Topology
-from ..tuning.search import Search, TuneResult, check_budget, open_storage
-from ..tuning.space import KNOWN, Space, TuneError, TuneUsageError, default_space, describe, parse_param
+from ..tuning.config import Config
+from ..tuning.search import Search, TrialRecord, TuneResult, check_budget, machine_id
+from ..tuning.space import ENV_PREFIX, KNOWN, Space, default_space, describe, parse_param
+from ..tuning.storage import check_storage, default_storage
 from . import tune_report as report
+from .tune_key import StudyKey, reads_instance_share
 from .tune_metric import compile_metric
-from .tune_report import Progress
-from .tune_runner import CommandRunner, Measurement
+from .tune_report import Progress, fmt
+from .tune_runner import CommandRunner, Measurement, remove_stale_folders
 
-__all__ = ["default_storage", "run"]
+__all__ = ["run"]
 
-
-def default_storage() -> str:
-    """Where studies are kept unless ``--storage`` says otherwise:
-    ``$XDG_CACHE_HOME/affinity/tune.db`` (``~/.cache/affinity/tune.db``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return "sqlite:///" + os.path.join(base, "affinity", "tune.db")
+_KEY_ATTR = "affinity.key"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,85 +51,118 @@ def run(args: argparse.Namespace) -> int:
     Returns
     -------
     int
-        0 done, 1 failure, 2 usage, 130 interrupted.
+        0 done, 130 interrupted (143 terminated, 129 hung up); errors are raised.
     """
-    try:
-        setup = _Setup.of(args)
-    except TuneUsageError as e:
-        return _fail(f"error: {e}", 2)
-    except AffinityError as e:
-        return _fail(f"error: {e}", 1)
-    try:
+    setup = _Setup.of(args)
+    with _signals_interrupt():
         return setup.run()
-    except TuneUsageError as e:
-        return _fail(f"error: {e}", 2)
-    except AffinityError as e:
-        return _fail(f"error: {e}", 1)
 
 
-def _fail(text: str, status: int) -> int:
-    print(f"affinity tune: {text}", file=sys.stderr)
-    return status
+@contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`Signalled`: the running trial (its launcher and
+    instances) is stopped, the study keeps every finished trial, folders are removed."""
+    def raise_it(signum: int, frame: Any) -> None:
+        raise Signalled(signum)
+
+    previous = {s: signal.signal(s, raise_it) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
+@dataclass
 class _Setup:
     """What one ``affinity tune`` needs, checked before anything runs."""
 
-    def __init__(self, args: argparse.Namespace, command: list[str], space: Space, topology: Topology,
-                 storage: str | None):
-        self.args, self.command, self.space, self.topology, self.storage = args, command, space, topology, storage
-        self.direction = "minimize" if args.time else "maximize"
-        self.unit = "seconds" if args.time else "value" if args.metric else "throughput"
+    args: argparse.Namespace
+    command: list[str]
+    space: Space
+    topology: Topology
+    storage: str | None
+    split: bool
+    notes: list[str] = field(default_factory=list)
+    warm_from: str = ""
+
+    @property
+    def direction(self) -> str:
+        return "minimize" if self.args.time else "maximize"
+
+    @property
+    def unit(self) -> str:
+        return "seconds" if self.args.time else "value" if self.args.metric else "throughput"
+
+    @property
+    def quiet(self) -> bool:
+        return bool(self.args.quiet or self.args.json)
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> _Setup:
-        words = list(args.words or [])
-        if words[:1] == ["--"]:
-            words = words[1:]
-        elif words:
-            raise TuneUsageError(f"unexpected {' '.join(words)!r}: the command goes after '--' "
-                                 f"(affinity tune [options] -- CMD ...)")
-        if not words:
-            raise TuneUsageError("no command: give it after '--' (affinity tune [options] -- CMD ...)")
+        words = _command(args.words)
         check_budget(args.budget)
         if args.repeats < 1 or args.top < 1:
             raise TuneUsageError(f"--repeats and --top must be >= 1, got {args.repeats} and {args.top}")
+        if args.timeout is not None and not args.timeout > 0:
+            raise TuneUsageError(f"--timeout must be a number of seconds > 0, got {args.timeout}")
         if args.metric is not None:
             compile_metric(args.metric)
-        if args.plot and os.path.splitext(args.plot)[1].lower() not in (".svg", ".png"):
-            raise TuneUsageError(f"--plot {args.plot!r}: write .svg or .png")
+        _check_plot(args.plot)
         topology = Topology.from_system()
-        params: dict[str, list[Any]] = {}
-        for text in args.param:
-            name, choices = parse_param(text)
-            params[name] = params.get(name, []) + choices
-        space = Space.of(params) if params else default_space(topology)
+        params = _params(args.param, words)
+        notes = []
+        share = reads_instance_share(words)
+        split = bool(args.split or share)
+        if share and not args.split:
+            notes.append(f"{os.path.basename(share)} reads AFFINITY_NUM_INSTANCES: the work splits between "
+                         f"instances (their metrics add up)")
+        if "instances" in params and not split:
+            notes.append("instances are copies of CMD, each doing the whole work: measured per copy "
+                         "(give --split if the work splits between them)")
+        space = Space.of(params) if params else default_space(topology, instances=split)
         storage = None if (args.storage or "").lower() == "none" else args.storage or default_storage()
-        if storage == default_storage():
-            os.makedirs(os.path.dirname(storage[len("sqlite:///"):]), exist_ok=True)
-        open_storage(storage)  # a file that is not a study: said before anything runs
-        return cls(args, words, space, topology, storage)
+        check_storage(storage)  # a file that is not a study: said before anything runs
+        return cls(args, words, space, topology, storage, split, notes)
 
     # ------------------------------------------------------------------ run
     def run(self) -> int:
         args = self.args
-        runner = CommandRunner(self.command, metric=args.metric, use_time=args.time, timeout=args.timeout)
-        plain = {n: self.space.choices(n)[0] for n in self.space.names if n not in KNOWN}
-        first = runner.defaults(plain)
+        remove_stale_folders()
+        runner = CommandRunner(self.command, metric=args.metric, use_time=args.time, timeout=args.timeout,
+                               split=self.split)
+        try:
+            return self._run(runner)
+        except Signalled as e:
+            return exit_status(e)
+        finally:
+            runner.close()
+
+    def _run(self, runner: CommandRunner) -> int:
+        args = self.args
+        first = runner.defaults(self._plain())
         _check_defaults(first, self.command, args)
         if args.timeout is None:
             runner.timeout = 10 * first.seconds + 30
-        key = json.dumps({"command": self.command, "metric": args.metric, "time": args.time})
+        key = StudyKey.of(self.command, runner.environ, self._measure())
+        warm = _Warm(self.storage, key, machine_id(self.topology), args.from_study, self.direction)
         search = Search(self.space, self.topology, direction=self.direction, seed=args.seed,
-                        storage=self.storage, study_name=args.study, key=key)
-        bar = Progress(args.budget, self.direction, enabled=not args.quiet and not args.json,
-                       done=search.done(), label="affinity tune")
+                        storage=self.storage, study_name=args.study, key=key.text(), pruning=args.prune, warm=warm)
+        resumed = self._remember(search, key)
+        self.warm_from = warm.said(search)
+        if self.warm_from and not self.quiet:
+            print(f"affinity tune: {self.warm_from}", file=sys.stderr)
+        bar = Progress(args.budget, self.direction, enabled=not self.quiet, done=search.done(),
+                       label="affinity tune", resumed=resumed)
+        t0 = time.monotonic()
         try:
-            search.run(_objective(runner), args.budget, on_trial=bar.update)
-        except KeyboardInterrupt:
+            search.run(_objective(runner, search, args.prune), args.budget, on_trial=bar.update, reports=True)
+        except KeyboardInterrupt as e:
             bar.close()
-            return self._interrupted(search)
+            self._interrupted(search)
+            return exit_status(e)
         bar.close()
+        searched = time.monotonic() - t0
         records = search.records()
         if not any(r.state == "complete" for r in records):
             bad = next((r for r in records if r.error), None)
@@ -130,23 +170,48 @@ class _Setup:
                             f"{bad.error if bad else '-'}")
         try:
             rows = self._remeasure(runner, search)
-        except KeyboardInterrupt:
-            return self._interrupted(search)
-        return self._finish(search, rows)
+        except KeyboardInterrupt as e:
+            self._interrupted(search)
+            return exit_status(e)
+        return self._finish(search, rows, runner, searched)
 
-    def _interrupted(self, search: Search) -> int:
-        n = sum(r.state == "complete" for r in search.records())
+    def _plain(self) -> dict[str, Any]:
+        """The first choice of each placeholder (the defaults' run)."""
+        return {n: self.space.choices(n)[0] for n in self.space.names
+                if n not in KNOWN and not n.startswith(ENV_PREFIX)}
+
+    def _measure(self) -> str:
+        what = "time" if self.args.time else f"metric {self.args.metric}" if self.args.metric else "throughput"
+        return f"{what}, {'split' if self.split else 'copies'}"
+
+    def _remember(self, search: Search, key: StudyKey) -> str:
+        """Store the key in a new study; say what a resumed one is, or why a study of
+        the same command was not resumed."""
+        attrs = search.study.user_attrs
+        if search.done():
+            return f" (study {search.study_name}: the same command, files, environment and machine)"
+        if _KEY_ATTR not in attrs:
+            search.study.set_user_attr(_KEY_ATTR, key.to_attr())
+        if self.storage is None or self.quiet:
+            return ""
+        for name, stored in _same_command(self.storage, search.study_name, key):
+            why = "; ".join(key.changes(stored)) or "another space or machine"
+            print(f"affinity tune: not resuming study {name} of the same command ({why}): a new study",
+                  file=sys.stderr)
+        return ""
+
+    def _interrupted(self, search: Search) -> None:
+        n = search.done()
         where = f"kept in {self.storage} (study {search.study_name}): run the same command to resume" \
             if self.storage else "not kept (--storage none)"
         print(f"\naffinity tune: interrupted; {n} finished trial{'s' if n != 1 else ''} {where}", file=sys.stderr)
         best = search.best()
         if best is not None:
-            print(f"best so far: {describe(best.config)} = {best.value:.4g}", file=sys.stderr)
-        return 130
+            print(f"best so far: {describe(best.config)} = {fmt(best.value)}", file=sys.stderr)
 
-    def _remeasure(self, runner: CommandRunner, search: Search) -> list[tuple[str, dict | None, list[float]]]:
-        """The defaults and the best ``--top`` configurations, ``--repeats`` rounds, interleaved."""
-        plain = {n: self.space.choices(n)[0] for n in self.space.names if n not in KNOWN}
+    def _remeasure(self, runner: CommandRunner, search: Search) -> list[_Row]:
+        """The defaults and the best ``--top`` configurations, ``--repeats`` rounds,
+        interleaved (A B C A B C ...): each round compares them under the same load."""
         sign = 1 if self.direction == "maximize" else -1
         done = sorted((r for r in search.records() if r.state == "complete"), key=lambda r: -sign * r.value)
         top: list[dict[str, Any]] = []
@@ -155,57 +220,258 @@ class _Setup:
                 top.append(r.config)
             if len(top) >= self.args.top:
                 break
-        rows: list[tuple[str, dict | None, list[float]]] = [("defaults (CMD as it is)", None, [])]
-        rows += [(f"#{i + 1} {describe(c)}", c, []) for i, c in enumerate(top)]
-        quiet = self.args.quiet or self.args.json
+        rows = [_Row("defaults (CMD as it is)", None)] + [_Row(f"#{i + 1} {describe(c)}", c) for i, c in enumerate(top)]
         for rnd in range(self.args.repeats):
-            if not quiet:
+            if not self.quiet:
                 print(f"affinity tune: re-measuring, round {rnd + 1} of {self.args.repeats}", file=sys.stderr)
-            for _, cfg, vals in rows:
-                m = runner.defaults(plain) if cfg is None else runner.trial(cfg)
-                if m.value is not None:
-                    vals.append(m.value)
+            for row in rows:
+                row.add(runner.defaults(self._plain()) if row.config is None else runner.trial(row.config))
         return rows
 
-    def _finish(self, search: Search, rows: list[tuple[str, dict | None, list[float]]]) -> int:
+    def _finish(self, search: Search, rows: list[_Row], runner: CommandRunner, searched: float) -> int:
         args = self.args
         sign = 1 if self.direction == "maximize" else -1
-        measured = [r for r in rows[1:] if r[2]]
-        base = rows[0][2]
+        measured = [r for r in rows[1:] if r.values]
+        base = rows[0].values
         if not measured:
             raise TuneError("the best configurations failed when re-measured; see the trials")
-        label, cfg, vals = max(measured, key=lambda r: sign * report.summarize(r[2])[0])
-        med = report.summarize(vals)[0]
-        cmp = report.compare(base, vals, self.direction) if base else None
-        spread = (_rel(base), _rel(vals)) if base and len(base) > 1 and len(vals) > 1 else None
+        best = max(measured, key=lambda r: sign * report.summarize(r.values)[0])
+        cmp = report.compare(base, best.values, self.direction) if base else None
+        spread = (_rel(base), _rel(best.values)) if len(base) > 1 and len(best.values) > 1 else None
         result = search.result(baseline=report.summarize(base)[0] if base else None, command=self.command,
-                               best=(cfg, med), spread=spread, significant=cmp.significant if cmp else None)
+                               best=(best.config, report.summarize(best.values)[0]), spread=spread,
+                               significant=cmp.significant if cmp else None,
+                               speedup_interval=cmp.interval if cmp else None, notes=self.notes)
         if args.plot:
             report.save_plot(args.plot, result.trials, baseline=result.baseline, direction=self.direction,
                              unit=self.unit, title=f"affinity tune: {' '.join(self.command)[:70]}")
+        facts = {"warm_start": self.warm_from or None, "search_seconds": round(searched, 3),
+                 "trial_seconds": round(_trial_seconds(result.trials), 3),
+                 "exhausted": search.exhausted, "split": self.split,
+                 "pruned": sum(t.state == "pruned" for t in result.trials)}
         if args.json:
-            out = result.to_dict()
-            out["remeasured"] = [{"label": lab, "config": c, "values": v} for lab, c, v in rows]
-            out["verdict"] = cmp.verdict if cmp else None
+            out = {**result.to_dict(), **facts, "verdict": cmp.verdict if cmp else None,
+                   "remeasured": [{"label": r.label, "config": r.config, "values": r.values,
+                                   "per_instance": r.per_instance} for r in rows]}
             print(json.dumps(out, indent=2, default=str))
             return 0
-        print(self._text(result, rows, cmp, search))
+        print(_Text(self, result, rows, cmp, search, facts).render())
         return 0
 
-    def _text(self, result: TuneResult, rows: list[tuple[str, dict | None, list[float]]],
-              cmp: report.Comparison | None, search: Search) -> str:
-        n = len(result.trials)
-        lines = [f"affinity tune: {n} trials of {' '.join(self.command)} on {self.topology.describe()}",
-                 f"study {search.study_name}" + (f" in {self.storage}" if self.storage else " (in memory)"),
-                 "", report.table([(lab, v) for lab, _, v in rows], unit=self.unit, direction=self.direction), ""]
-        if cmp is not None:
-            lines.append(f"best vs defaults: {cmp.verdict}")
+
+@dataclass
+class _Row:
+    """A configuration re-measured (None: the defaults), round by round."""
+
+    label: str
+    config: dict[str, Any] | None
+    values: list[float] = field(default_factory=list)
+    per_instance: list[list[float]] = field(default_factory=list)
+
+    def add(self, m: Measurement) -> None:
+        if m.value is not None:
+            self.values.append(m.value)
+            self.per_instance.append(list(m.per_instance))
+
+
+@dataclass
+class _Text:
+    """The text result of ``affinity tune``."""
+
+    setup: _Setup
+    result: TuneResult
+    rows: list[_Row]
+    cmp: report.Comparison | None
+    search: Search
+    facts: dict[str, Any]
+
+    def render(self) -> str:
+        s, result = self.setup, self.result
+        n = sum(t.state != "interrupted" for t in result.trials)
+        lines = [f"affinity tune: {n} trial{'s' if n != 1 else ''} of {' '.join(s.command)} on "
+                 f"{s.topology.describe()}, searched in {_duration(self.facts['search_seconds'])} "
+                 f"({_duration(self.facts['trial_seconds'])} of runs in all sessions)",
+                 f"study {self.search.study_name}" + (f" in {s.storage}" if s.storage else " (in memory)")]
+        if self.facts["exhausted"]:
+            lines.append(f"the space has {s.space.size} configuration{'s' if s.space.size != 1 else ''}: "
+                         f"all tried, before the budget of {s.args.budget}")
+        if self.facts["pruned"]:
+            lines.append(f"{self.facts['pruned']} trial{'s' if self.facts['pruned'] != 1 else ''} stopped early "
+                         f"(multi-fidelity: worse than the completed ones at the same point)")
+        if s.args.time:
+            lines.append("times are CMD's own, from its start to its end (affinity run's start-up not counted)")
+        lines += [f"note: {note}" for note in result.notes]
+        if s.warm_from:
+            lines.append(s.warm_from)
+        table = report.table([(self._label(r), r.values) for r in self.rows], unit=s.unit, direction=s.direction)
+        lines += ["", table, ""]
+        if self.cmp is not None:
+            lines.append(f"best vs defaults: {self.cmp.verdict}")
+        lines += self._infeasible()
         lines += ["", "best as an affinity run line:", f"  {result.run_line}", "", "environment:"]
         lines += [f"  {line}" for line in result.env_block.splitlines()]
         lines += ["", "in Python:"] + [f"  {line}" for line in result.apply_call.splitlines()]
-        if self.args.plot:
-            lines += ["", f"plot: {self.args.plot}"]
+        if s.args.plot:
+            lines += ["", f"plot: {s.args.plot}"]
         return "\n".join(lines)
+
+    def _label(self, row: _Row) -> str:
+        """The row's label; one that sums or averages instances says so."""
+        k = int(Config.of(row.config).instances) if row.config else 1
+        if k < 2 or not row.per_instance or self.setup.args.time:
+            return row.label
+        last = row.per_instance[-1]
+        each = " + ".join(fmt(v) for v in last) if len(last) <= 4 else f"{len(last)} x {fmt(sum(last) / len(last))}"
+        if self.setup.split:
+            return f"{row.label} ({k} instances sharing the work: {each})"
+        return f"{row.label} ({k} copies: {k} x {fmt(sum(last) / len(last))}, the value is one copy's)"
+
+    def _infeasible(self) -> list[str]:
+        bad = [t for t in self.result.trials if t.state == "infeasible"]
+        if not bad:
+            return []
+        out = ["", f"infeasible trials ({len(bad)}):"]
+        for t in bad[:5]:
+            out.append(f"  {describe(t.config)}: {(t.error or '').splitlines()[0][:160]}")
+        if len(bad) > 5:
+            out.append(f"  ... and {len(bad) - 5} more (--json lists them all)")
+        return out
+
+
+class _Warm:
+    """A warm start (:class:`~affinity.tuning.search.Search`'s ``warm``): the best
+    configurations of an earlier study of the same command on this machine (the same
+    machine fingerprint), or of ``--from STUDY`` -- never another machine's."""
+
+    def __init__(self, storage: str | None, key: StudyKey, machine: str, named: str | None, direction: str):
+        self.storage, self.key, self.machine, self.named, self.direction = storage, key, machine, named, direction
+        self.source: tuple[str, int, list[dict[str, Any]], list[str]] | None = None
+
+    def __call__(self, name: str) -> list[dict[str, Any]]:
+        if self.storage is None:
+            if self.named:
+                raise TuneUsageError(f"--from {self.named}: give the --storage that holds it (not none)")
+            return []
+        from ..tuning._optuna import optuna  # lazy: loaded by the search already; summaries only here
+
+        summaries = {s.study_name: s for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False)}
+        if self.named:
+            src = summaries.get(self.named)
+            if src is None:
+                raise TuneUsageError(f"--from {self.named}: no such study in {self.storage}")
+            if src.user_attrs.get("affinity.machine_id") != self.machine:
+                raise TuneUsageError(f"--from {self.named}: that study was made on another machine "
+                                     f"({src.user_attrs.get('affinity.machine', '?')}); warm starts use this "
+                                     f"machine's results only")
+            names = [self.named]
+        else:
+            names = [n for n, s in summaries.items() if n != name and s.user_attrs.get("affinity.machine_id") ==
+                     self.machine and (s.user_attrs.get(_KEY_ATTR) or {}).get("command") == list(self.key.command)]
+        latest = sorted(names, key=lambda n: summaries[n].datetime_start or datetime.min, reverse=True)
+        for src_name in latest:
+            study = optuna.load_study(study_name=src_name, storage=self.storage)
+            best = self._best(study)
+            if best:
+                stored = summaries[src_name].user_attrs.get(_KEY_ATTR) or {}
+                n = sum(t.state.name == "COMPLETE" for t in study.get_trials(deepcopy=False))
+                self.source = (src_name, n, best, self.key.changes(stored) if stored else [])
+                return best
+        return []
+
+    def _best(self, study: Any) -> list[dict[str, Any]]:
+        if study.direction.name.lower() != self.direction:
+            return []
+        done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE" and t.value is not None]
+        done.sort(key=lambda t: -t.value if self.direction == "maximize" else t.value)
+        out: list[dict[str, Any]] = []
+        for t in done:
+            if dict(t.params) not in out:
+                out.append(dict(t.params))
+            if len(out) == 3:
+                break
+        return out
+
+    def said(self, search: Search) -> str:
+        """What the output says about the warm start ("" when there was none)."""
+        if self.source is None or not search.warm:
+            return ""
+        name, n, _, changes = self.source
+        what = f"; {'; '.join(changes)}" if changes else ""
+        return (f"warm start from study {name} (this machine, {n} trials{what}): its best "
+                f"{len(search.warm)} configuration{'s' if len(search.warm) != 1 else ''} tried first")
+
+
+def _command(words: Sequence[str] | None) -> list[str]:
+    words = list(words or [])
+    if words[:1] == ["--"]:
+        words = words[1:]
+    elif words:
+        raise TuneUsageError(f"unexpected {' '.join(words)!r}: the command goes after '--' "
+                             f"(affinity tune [options] -- CMD ...)")
+    if not words:
+        raise TuneUsageError("no command: give it after '--' (affinity tune [options] -- CMD ...)")
+    return words
+
+
+def _params(texts: Sequence[str], command: Sequence[str]) -> dict[str, list[Any]]:
+    """``--param`` options as a space; a name is one the tuner knows, ``env:NAME``, or
+    a ``{name}`` placeholder of the command -- anything else is a typo, said."""
+    params: dict[str, list[Any]] = {}
+    for text in texts:
+        name, choices = parse_param(text)
+        if name not in KNOWN and not name.startswith(ENV_PREFIX) and not any("{" + name + "}" in w for w in command):
+            close = difflib.get_close_matches(name, list(KNOWN), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise TuneUsageError(f"--param {text!r}: unknown parameter {name!r}; {hint}known: {', '.join(KNOWN)}; "
+                                 f"an environment variable is --param env:{name}=...; a placeholder is {{{name}}} "
+                                 f"in the command")
+        params[name] = params.get(name, []) + choices
+    return params
+
+
+def _check_plot(path: str | None) -> None:
+    """``--plot``'s requirements, before the search: .svg or .png, Pillow for .png, a folder."""
+    if not path:
+        return
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in (".svg", ".png"):
+        raise TuneUsageError(f"--plot {path!r}: write .svg or .png")
+    if ext == ".png" and not _have_pillow():
+        raise TuneUsageError(f"--plot {path!r}: a PNG needs Pillow (pip install 'kmp-affinity[picture]'); "
+                             f"or write .svg")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise TuneUsageError(f"--plot {path!r}: folder {folder} does not exist or is not writable")
+
+
+def _have_pillow() -> bool:
+    try:
+        importlib.import_module("PIL.Image")
+    except ImportError:
+        return False
+    return True
+
+
+def _same_command(storage: str, name: str, key: StudyKey) -> list[tuple[str, dict[str, Any]]]:
+    """Other studies in ``storage`` of the same command words, with their stored keys."""
+    from ..tuning._optuna import optuna  # lazy: optuna is loaded by now; the summaries only here
+
+    out = []
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        stored = summary.user_attrs.get(_KEY_ATTR)
+        if summary.study_name != name and stored and stored.get("command") == list(key.command):
+            out.append((summary.study_name, stored))
+    return out
+
+
+def _trial_seconds(trials: Sequence[TrialRecord]) -> float:
+    return sum(t.seconds or 0.0 for t in trials)
+
+
+def _duration(secs: float) -> str:
+    if secs < 90:
+        return f"{secs:.1f} s"
+    return f"{int(secs // 60)} min {int(secs % 60):02d} s"
 
 
 def _rel(vals: Sequence[float]) -> float:
@@ -213,9 +479,18 @@ def _rel(vals: Sequence[float]) -> float:
     return (hi - lo) / med if med else 0.0
 
 
-def _objective(runner: CommandRunner) -> Any:
-    def objective(config: dict[str, Any]) -> float:
-        m = runner.trial(config)
+def _objective(runner: CommandRunner, search: Search, pruning: bool) -> Any:
+    """A trial: CMD through ``affinity run``; with multi-fidelity, stopped early when the
+    values it prints as it goes are worse than the completed trials' at the same step
+    (``--time``: when it runs twice as long as the best so far)."""
+    def objective(config: dict[str, Any], report: Any) -> float:
+        cutoff = None
+        if pruning and runner.use_time:
+            best = search.best()
+            cutoff = 2 * best.value if best is not None else None
+        m = runner.trial(config, report if pruning and not runner.use_time else None, cutoff)
+        if m.pruned is not None:
+            raise TrialPruned(m.pruned)
         if m.value is None:
             raise RuntimeError(f"{m.error}; output ends: {m.output[-400:]}")
         return m.value

@@ -13,16 +13,16 @@ import json
 import math
 import re
 
-from ..tuning.space import TuneUsageError
+from ..errors import TuneUsageError
 
-__all__ = ["DEFAULT_UNITS", "compile_metric", "parse_metric"]
+__all__ = ["DEFAULT_UNITS", "compile_metric", "parse_metric", "parse_metrics"]
 
 #: the units the default metric recognises
 DEFAULT_UNITS = ("images/sec", "examples/sec", "samples/sec", "tokens/sec")
 _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d*)?|\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _UNIT = r"(?:images|examples|samples|tokens)\s*/\s*s(?:ec(?:ond)?)?\b"
-_BEFORE = re.compile(rf"({_NUM})\s*{_UNIT}", re.IGNORECASE)
-_AFTER = re.compile(rf"{_UNIT}\s*[:=]\s*({_NUM})", re.IGNORECASE)
+_BEFORE = re.compile(rf"(?P<n>{_NUM})\s*(?P<u>{_UNIT})", re.IGNORECASE)
+_AFTER = re.compile(rf"(?P<u>{_UNIT})\s*[:=]\s*(?P<n>{_NUM})", re.IGNORECASE)
 _JSON_KEYS = ("throughput", "images_per_sec")
 
 
@@ -75,25 +75,48 @@ def parse_metric(text: str, pattern: re.Pattern[str] | str | None = None) -> flo
     -------
     float or None
     """
+    values = parse_metrics(text, pattern)
+    return values[-1] if values else None
+
+
+def parse_metrics(text: str, pattern: re.Pattern[str] | str | None = None) -> list[float]:
+    """Every value of the metric in a command's output, in the order printed (what a
+    command prints as it goes: the intermediate values multi-fidelity prunes on; the
+    last is :func:`parse_metric`'s).
+
+    Parameters
+    ----------
+    text : str
+        The output so far.
+    pattern : regex or str, optional
+        As for :func:`parse_metric`.
+
+    Returns
+    -------
+    list of float
+    """
+    found: list[tuple[int, float]] = []
     if pattern is not None:
         rx = compile_metric(pattern) if isinstance(pattern, str) else pattern
-        found = None
         for m in rx.finditer(text):
-            found = _number(m.group(1) if rx.groups else m.group(0))
-            if found is None:
+            v = _number(m.group(1) if rx.groups else m.group(0))
+            if v is None:
                 nums = re.findall(_NUM, m.group(0))
-                found = _number(nums[-1]) if nums else None
-        return found
-    best: tuple[int, float] | None = None
-    for rx in (_BEFORE, _AFTER):
-        for m in rx.finditer(text):
-            v = _number(m.group(1))
-            if v is not None and (best is None or m.start() >= best[0]):
-                best = (m.start(), v)
+                v = _number(nums[-1]) if nums else None
+            if v is not None:
+                found.append((m.start(), v))
+        return [v for _, v in found]
+    after = {m.start("u"): m for m in _AFTER.finditer(text)}  # "images/sec: 330": the number is the unit's
+    for m in [*_BEFORE.finditer(text), *after.values()]:
+        if m.re is _BEFORE and m.start("u") in after:
+            continue  # "10  images/sec: 1053.6": 10 is a step number
+        v = _number(m.group("n"))
+        if v is not None:
+            found.append((m.start(), v))
     pos = 0
     for line in text.splitlines(keepends=True):
         v = _json_value(line)
-        if v is not None and (best is None or pos >= best[0]):
-            best = (pos, v)
+        if v is not None:
+            found.append((pos, v))
         pos += len(line)
-    return best[1] if best else None
+    return [v for _, v in sorted(found, key=lambda f: f[0])]

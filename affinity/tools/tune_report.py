@@ -3,8 +3,10 @@
 * :class:`Progress`: one line per trial (rewritten in place on a terminal) with a
   bar, the best so far and the last trial;
 * :func:`summarize`, :func:`compare`: medians and spreads of repeated
-  measurements, and whether a speed-up is larger than their spread (a difference
-  within the spread is "no significant difference", never a win);
+  measurements, and the speed-up of each round that measured the defaults and a
+  configuration side by side: its median, lowest and highest (a difference that
+  not every round shows is "no significant difference", never a win);
+* :func:`fmt`: values as people read them (``15,210``, not ``1.521e+04``);
 * :func:`table`: defaults vs the re-measured best configurations;
 * :func:`save_plot`: the trials, the best so far and the defaults, as SVG (no
   dependency) or PNG (Pillow, the ``picture`` extra).
@@ -16,19 +18,28 @@ import math
 import os
 import statistics
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from ..tuning.space import TuneError, TuneUsageError, describe
+from ..errors import TuneError, TuneUsageError
+from ..tuning.space import describe
 
-__all__ = ["Comparison", "Progress", "compare", "save_plot", "summarize", "table"]
+__all__ = ["Comparison", "Progress", "compare", "fmt", "save_plot", "summarize", "table"]
 
 
-def _fmt(v: float | None) -> str:
+def fmt(v: float | None) -> str:
+    """A measured value as people read it: ``15,210``, ``330.1``, ``0.0123`` (never
+    ``1.521e+04``)."""
     if v is None:
         return "-"
-    return f"{v:.4g}" if abs(v) < 1e5 else f"{v:.3e}"
+    a = abs(v)
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 0.001 or a == 0:
+        text = f"{v:.4g}"
+        return text if "e" not in text else f"{v:.4f}"
+    return f"{v:.2e}"
 
 
 class Progress:
@@ -48,17 +59,19 @@ class Progress:
         Default ``sys.stderr``.
     label : str
         The line's first word.
+    resumed : str
+        What a resumed study is (said after "resuming, N of M trials already done").
     """
 
     def __init__(self, budget: int, direction: str, *, enabled: bool = True, done: int = 0,
-                 stream: TextIO | None = None, label: str = "tune"):
+                 stream: TextIO | None = None, label: str = "tune", resumed: str = ""):
         self.budget, self.direction, self.enabled = budget, direction, enabled
         self.stream = stream if stream is not None else sys.stderr
         self.label = label
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self._open = False
         if enabled and done:
-            self._say(f"{label}: resuming, {done} of {budget} trials already done")
+            self._say(f"{label}: resuming, {done} of {budget} trials already done{resumed}")
 
     def _say(self, text: str, *, inplace: bool = False) -> None:
         if inplace and self.tty:
@@ -81,10 +94,10 @@ class Progress:
         best = max(ok, key=lambda r: sign * r.value) if ok else None
         width = 20
         filled = min(width, round(width * done / max(self.budget, 1)))
-        last = _fmt(record.value) if record.state == "complete" else record.state
+        last = fmt(record.value) if record.state == "complete" else record.state
         secs = f" in {record.seconds:.1f} s" if record.seconds is not None else ""
         text = (f"{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{self.budget}  "
-                f"best {_fmt(best.value) if best else '-'} ({describe(best.config) if best else '-'})  "
+                f"best {fmt(best.value) if best else '-'} ({describe(best.config) if best else '-'})  "
                 f"last {last}{secs}")
         self._say(text, inplace=True)
 
@@ -106,54 +119,66 @@ def summarize(values: Sequence[float]) -> tuple[float, float, float]:
 
 @dataclass(frozen=True)
 class Comparison:
-    """A configuration's repeats against the defaults' repeats.
+    """A configuration's repeats against the defaults' repeats, measured in the same rounds.
 
     Parameters
     ----------
     ratio : float
         Median speed-up (> 1 better, whatever the direction).
+    interval : tuple of (float, float) or None
+        The lowest and highest speed-up of a round (the defaults and the
+        configuration measured side by side); None with one round.
     significant : bool or None
-        The two spreads do not overlap (None: a single measurement on a side, no spread).
+        The whole interval is on one side of 1 (None: one round, no spread).
     verdict : str
-        ``"1.98x faster"``, ``"no significant difference"``, ``"1.2x slower"`` ...
+        ``"1.52x faster (1.31x - 1.70x in 3 rounds)"``, ``"no significant difference
+        (...)"``, ``"1.2x slower (...)"``.
     """
 
     ratio: float
+    interval: tuple[float, float] | None
     significant: bool | None
     verdict: str
 
 
+#: a difference smaller than this in some round is no difference worth reporting (2 %)
+MIN_GAIN = 0.02
+
+
 def compare(defaults: Sequence[float], other: Sequence[float], direction: str) -> Comparison:
-    """Compare repeats of a configuration with the defaults' repeats.
+    """Compare a configuration with the defaults round by round.
 
     Parameters
     ----------
     defaults, other : sequence of float
-        Repeated measurements.
+        Repeated measurements; ``defaults[i]`` and ``other[i]`` were taken in the same
+        round (interleaved: A B A B ...).  Unequal lengths (a run that failed): the
+        rounds where both were measured.
     direction : {"maximize", "minimize"}
         Which values are better.
 
     Returns
     -------
     Comparison
-        Significant only when every repeat of one side beats every repeat of the
-        other (the spreads do not overlap); otherwise "no significant difference".
+        The median of the per-round speed-ups, their lowest and highest; significant
+        only when every round says the same, by more than :data:`MIN_GAIN` (all
+        faster, or all slower).
     """
-    d_med, d_lo, d_hi = summarize(defaults)
-    o_med, o_lo, o_hi = summarize(other)
-    if direction == "maximize":
-        ratio = o_med / d_med if d_med else math.inf
-        better, worse = o_lo > d_hi, o_hi < d_lo
-    else:
-        ratio = d_med / o_med if o_med else math.inf
-        better, worse = o_hi < d_lo, o_lo > d_hi
-    if len(defaults) < 2 or len(other) < 2:
-        return Comparison(ratio, None, f"{ratio:.2f}x (one measurement: spread unknown)")
-    if better:
-        return Comparison(ratio, True, f"{ratio:.2f}x faster")
-    if worse:
-        return Comparison(ratio, True, f"{1 / ratio:.2f}x slower" if ratio else "slower")
-    return Comparison(ratio, False, f"no significant difference ({ratio:.2f}x, within the spread)")
+    pairs = [(d, o) for d, o in zip(defaults, other) if d and o]
+    if not pairs:
+        return Comparison(math.nan, None, None, "not measured side by side")
+    ratios = sorted((o / d) if direction == "maximize" else (d / o) for d, o in pairs)
+    ratio = statistics.median(ratios)
+    if len(ratios) < 2:
+        return Comparison(ratio, None, None, f"{ratio:.2f}x (one round: spread unknown)")
+    lo, hi = ratios[0], ratios[-1]
+    where = f"{lo:.2f}x - {hi:.2f}x in {len(ratios)} rounds"
+    if lo > 1 + MIN_GAIN:
+        return Comparison(ratio, (lo, hi), True, f"{ratio:.2f}x faster ({where})")
+    if hi < 1 / (1 + MIN_GAIN):
+        return Comparison(ratio, (lo, hi), True,
+                          f"{1 / ratio:.2f}x slower ({1 / hi:.2f}x - {1 / lo:.2f}x in {len(ratios)} rounds)")
+    return Comparison(ratio, (lo, hi), False, f"no significant difference ({ratio:.2f}x; {where})")
 
 
 def table(rows: Sequence[tuple[str, Sequence[float]]], *, unit: str, direction: str) -> str:
@@ -181,9 +206,9 @@ def table(rows: Sequence[tuple[str, Sequence[float]]], *, unit: str, direction: 
             lines.append((label, "failed", "-", "-"))
             continue
         med, lo, hi = summarize(vals)
-        spread = f"{_fmt(lo)} - {_fmt(hi)}" if len(vals) > 1 else "(1 run)"
+        spread = f"{fmt(lo)} - {fmt(hi)}" if len(vals) > 1 else "(1 run)"
         verdict = "1.00" if i == 0 else compare(base, vals, direction).verdict if base else "-"
-        lines.append((label, _fmt(med), spread, verdict))
+        lines.append((label, fmt(med), spread, verdict))
     widths = [max(len(row[j]) for row in lines) for j in range(4)]
     return "\n".join("  ".join(c.ljust(w) if j in (0, 3) else c.rjust(w) for j, (c, w) in
                                enumerate(zip(row, widths))).rstrip() for row in lines)
@@ -293,7 +318,7 @@ def _shapes(records: Sequence[Any], baseline: float | None, direction: str, unit
     out += _legend(y, baseline, any(r.state == "infeasible" for r in records))
     for r in reversed(named):  # the best first
         y += 17
-        out.append(("text", _L, y, f"#{r.number + 1}  {_fmt(r.value)}  {describe(r.config)}", 11, "start", "#222"))
+        out.append(("text", _L, y, f"#{r.number + 1}  {fmt(r.value)}  {describe(r.config)}", 11, "start", "#222"))
     return out, y + 14
 
 

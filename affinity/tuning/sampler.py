@@ -67,6 +67,8 @@ __all__ = ["ENUMERATE", "TopologySampler", "trial_config"]
 ENUMERATE = 20000
 #: user attribute of a trial cut short by Ctrl-C (neither a value nor infeasible)
 INTERRUPTED = "interrupted"
+#: the user attribute of an enqueued trial: its fixed configuration (optuna's public API)
+FIXED = "affinity.fixed"
 _NOISE = 0.05  # expected measurement noise, in log units
 _TAU = 0.07  # prior spread of one parameter value's effect, in log units
 _TAU_COUNT = 0.35  # the same for thread and instance counts, which move speed most
@@ -144,7 +146,7 @@ class TopologySampler(optuna.samplers.BaseSampler):
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         """optuna's hook: the whole configuration of ``trial`` (:meth:`propose`); nothing for
         an enqueued trial, whose parameters are fixed."""
-        if "fixed_params" in trial.system_attrs:  # an enqueued first candidate
+        if FIXED in trial.user_attrs:  # an enqueued first candidate
             return {}
         return self.propose(study.get_trials(deepcopy=False), trial.number, study, trial)
 
@@ -236,7 +238,7 @@ class TopologySampler(optuna.samplers.BaseSampler):
                 continue
             cfg = trial_config(t, self.space)
             if cfg is None and t.state == TrialState.WAITING:
-                fixed = t.system_attrs.get("fixed_params") or {}
+                fixed = t.user_attrs.get(FIXED) or {}
                 cfg = fixed if self.space.contains(fixed) else None
             if cfg is None or t.user_attrs.get(INTERRUPTED):
                 continue
@@ -248,10 +250,14 @@ class TopologySampler(optuna.samplers.BaseSampler):
                 obs.append((key, float(t.value)))
             elif t.state == TrialState.FAIL:
                 obs.append((key, None))
+        return seen, self._no_work_failed(obs)
+
+    def _no_work_failed(self, obs: Obs) -> Obs:
+        """``obs`` with a value of 0 (or below) read as a failure where the others are positive."""
         vals = [v for _, v in obs if v is not None]
         if self.sign > 0 and any(v > 0 for v in vals) and not any(v < 0 for v in vals if v != 0):
-            obs = [(k, None if v is not None and v <= 0 else v) for k, v in obs]
-        return seen, obs
+            return [(k, None if v is not None and v <= 0 else v) for k, v in obs]
+        return obs
 
     def _targets(self, obs: Obs) -> tuple[np.ndarray, np.ndarray]:
         """(y of the trials that ran, their noise variance).

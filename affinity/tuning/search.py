@@ -15,6 +15,8 @@ was interrupted.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -22,28 +24,34 @@ import math
 import numbers
 import os
 import secrets
-import sqlite3
+import signal
+import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import optuna
-from optuna.distributions import CategoricalDistribution
-from optuna.trial import FrozenTrial, TrialState
+from ._optuna import optuna  # first: a one-line error naming the extra when optuna is missing
+from optuna.distributions import CategoricalDistribution  # noqa: E402,I001 - after the check above
+from optuna.trial import FrozenTrial, TrialState  # noqa: E402
 
 from ..cpulist import format_list
 from ..machine.topology import Topology
 from . import forms
 from .priors import Priors
-from .sampler import INTERRUPTED, TopologySampler, trial_config
-from .space import Space, TuneError, TuneUsageError, default_space, describe
+from .sampler import FIXED, INTERRUPTED, TopologySampler, trial_config
+from ..errors import TrialPruned, TuneError, TuneUsageError
+from .space import Space, default_space, describe
+from . import storage as storage_mod
+from .storage import check_storage, rdb_storage
 
-__all__ = ["Search", "TrialRecord", "TuneResult", "check_budget", "open_storage", "tune"]
+__all__ = ["Search", "TrialRecord", "TuneResult", "check_budget", "tune"]
 
 _ATTR = "affinity."  # prefix of the study's user attributes
 _LOG = logging.getLogger("affinity.tuning")
+#: user attribute of a trial asked after the budget was reached by other tuners (not run)
+SURPLUS = "affinity.surplus"
 
 
 # ------------------------------------------------------------------ results
@@ -62,11 +70,13 @@ class TrialRecord:
         What the objective returned; None when infeasible or interrupted.
     seconds : float or None
         How long the call took.
-    state : {"complete", "infeasible", "interrupted"}
+    state : {"complete", "infeasible", "pruned", "interrupted"}
         ``infeasible``: it raised or returned no number (recorded, not retried);
+        ``pruned``: stopped early by multi-fidelity, its intermediate values worse
+        than the completed trials' (counted, never a finalist);
         ``interrupted``: cut short by Ctrl-C (tried again when the study resumes).
     error : str or None
-        Why it is infeasible.
+        Why it is infeasible or was pruned.
     """
 
     number: int
@@ -114,6 +124,9 @@ class TuneResult:
         ``(defaults, best)`` relative spreads of repeated measurements (``affinity tune``).
     significant : bool or None
         Whether the speed-up is larger than the spread of repeats (None: not repeated).
+    speedup_interval : tuple of (float, float) or None
+        The lowest and highest speed-up of the rounds that measured the defaults and
+        the best side by side (``affinity tune``; None: fewer than two rounds).
     """
 
     best: dict[str, Any] | None
@@ -130,6 +143,7 @@ class TuneResult:
     notes: tuple[str, ...] = ()
     spread: tuple[float, float] | None = None
     significant: bool | None = None
+    speedup_interval: tuple[float, float] | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -139,9 +153,10 @@ class TuneResult:
             return None
         return self.best_value / self.baseline if self.direction == "maximize" else self.baseline / self.best_value
 
-    @property
+    @functools.cached_property
     def environment(self) -> dict[str, str]:
-        """The variables the best configuration's (first) instance runs with."""
+        """The variables the best configuration's (first) instance runs with (computed
+        by the launcher once, without running anything)."""
         return forms.environment(self.best, self.topology) if self.best is not None else {}
 
     @property
@@ -167,6 +182,7 @@ class TuneResult:
         """Everything as JSON-ready data (what ``affinity tune --json`` prints)."""
         return {"best": self.best, "best_value": self.best_value, "baseline": self.baseline,
                 "speedup": self.speedup, "significant": self.significant,
+                "speedup_interval": list(self.speedup_interval) if self.speedup_interval else None,
                 "spread": list(self.spread) if self.spread else None, "direction": self.direction,
                 "seed": self.seed, "study_name": self.study_name, "storage": self.storage,
                 "machine": self.topology.describe(), "space": self.space,
@@ -195,63 +211,10 @@ def check_budget(budget: Any) -> int:
     return int(budget)
 
 
-def open_storage(storage: Any) -> Any:
-    """Check a storage before optuna touches it; returns what optuna takes.
-
-    Parameters
-    ----------
-    storage : None, str or optuna storage
-        ``None`` (in memory), ``"sqlite:///FILE"`` or another optuna storage URL, or
-        an optuna storage object.
-
-    Returns
-    -------
-    None, str or optuna storage
-
-    Raises
-    ------
-    TuneUsageError
-        A URL that is not one, a directory, a folder that does not exist.
-    TuneError
-        An existing file that is not an optuna study (not SQLite, or a SQLite
-        database of something else): it is left untouched.
-    """
-    if storage is None or not isinstance(storage, str):
-        return storage
-    if "://" not in storage:
-        raise TuneUsageError(f"storage {storage!r}: expected a URL such as sqlite:///tune.db")
-    if not storage.startswith("sqlite:///"):
-        return storage
-    path = storage[len("sqlite:///"):]
-    if not path or path == ":memory:":
-        return storage
-    if os.path.isdir(path):
-        raise TuneUsageError(f"storage {storage!r}: {path} is a directory, not a database file")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise TuneUsageError(f"storage {storage!r}: folder {folder} does not exist")
-    if os.path.exists(path) and os.path.getsize(path) > 0:
-        _check_study_file(path, storage)
-    return storage
-
-
-def _check_study_file(path: str, url: str) -> None:
-    with open(path, "rb") as fh:
-        head = fh.read(16)
-    if head != b"SQLite format 3\x00":
-        raise TuneError(f"storage {url}: {path} is not a study (not a SQLite database); "
-                        f"it was left untouched: give another file")
-    try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        finally:
-            con.close()
-    except sqlite3.DatabaseError as e:
-        raise TuneError(f"storage {url}: {path} cannot be read as a study ({e}); it was left untouched") from e
-    if tables and not {"studies", "trials"} <= tables:
-        raise TuneError(f"storage {url}: {path} is a SQLite database of something else (tables: "
-                        f"{', '.join(sorted(tables))}), not an optuna study; it was left untouched")
+def machine_id(topology: Topology) -> str:
+    """The machine's fingerprint: its description and the CPUs this process may use."""
+    blob = json.dumps({"machine": topology.describe(), "cpus": format_list(topology.allowed)}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 def _fingerprint(topology: Topology, space: Space, direction: str, extra: str) -> str:
@@ -311,6 +274,13 @@ class Search:
         Default ``affinity-tune-<fingerprint>`` of the machine, space, direction and ``key``.
     key : str
         More to name the study after (the command line's command and metric).
+    pruning : bool
+        Multi-fidelity (:meth:`run` with ``reports=True``): optuna's median pruner.
+    warm : callable, optional
+        A warm start: called with the study's name when the study is new, it returns
+        configurations learned elsewhere (the best of an earlier study of the same
+        command on this machine); those of the space are tried first, before the
+        seeds' rules (:attr:`warm` lists them).
 
     Raises
     ------
@@ -321,31 +291,48 @@ class Search:
     """
 
     def __init__(self, space: Space, topology: Topology, *, direction: str = "maximize", seed: int | None = None,
-                 storage: Any = None, study_name: str | None = None, key: str = ""):
+                 storage: Any = None, study_name: str | None = None, key: str = "", pruning: bool = False,
+                 warm: Callable[[str], Sequence[Mapping[str, Any]]] | None = None):
         if direction not in ("maximize", "minimize"):
             raise TuneUsageError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
         self.space, self.topology, self.direction = space, topology, direction
-        self.storage = open_storage(storage)
+        self.exhausted = False  # set by run(): it stopped because every configuration was tried
+        self.storage = check_storage(storage)
         self.study_name = study_name or f"affinity-tune-{_fingerprint(topology, space, direction, key)}"
-        self.study = self._open()
-        self.seed = self._seed(seed)
-        self.priors = Priors(space, topology)
+        self._rdb, self._lock = self._connect()
+        with self._lock():
+            self.study = self._open()
+            self.seed = self._seed(seed)
+            self.priors = Priors(space, topology)
+            self._dists = {n: CategoricalDistribution(list(c)) for n, c in space.params}
+            self.resumed = bool(self.study.get_trials(deepcopy=False))
+            self._close_stale()
+            self._enqueue_interrupted()
+            self.warm: list[dict[str, Any]] = []
+            if not self.resumed:
+                self.warm = [dict(c) for c in (warm(self.study_name) if warm is not None else ())
+                             if space.contains(c)]
+                for cfg in self.warm + [c for c in self.priors.seeds() if c not in self.warm]:
+                    self.study.enqueue_trial(cfg, user_attrs={FIXED: dict(cfg)})
         self.sampler = TopologySampler(space, self.priors, seed=self.seed, direction=direction)
         self.study.sampler = self.sampler
-        self._dists = {n: CategoricalDistribution(list(c)) for n, c in space.params}
-        self.resumed = bool(self.study.get_trials(deepcopy=False))
-        self._close_stale()
-        if not self.resumed:
-            for cfg in self.priors.seeds():
-                self.study.enqueue_trial(cfg, skip_if_exists=True)
+        if pruning:  # a trial worse than the median of the completed ones at the same step stops there
+            self.study.pruner = optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1)
+
+    def _connect(self) -> tuple[Any, Callable[[], Any]]:
+        """(optuna's RDB storage with heartbeats or None, the lock of its file)."""
+        if not isinstance(self.storage, str):
+            return None, _no_lock
+        try:
+            return rdb_storage(self.storage, optuna)
+        except Exception as e:  # noqa: BLE001 - SQLAlchemy/optuna errors: say which storage
+            raise TuneError(f"storage {self.storage}: cannot open it: {type(e).__name__}: {e}") from e
 
     def _open(self) -> optuna.Study:
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        """Create or load the study (optuna's public API only; nothing logged)."""
+        target = self._rdb if self._rdb is not None else self.storage
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                study = optuna.create_study(storage=self.storage, study_name=self.study_name,
-                                            direction=self.direction, load_if_exists=True)
+            study = self._create_or_load(target)
         except Exception as e:  # noqa: BLE001 - SQLAlchemy/optuna errors: say which storage
             raise TuneError(f"storage {self.storage}: cannot open study {self.study_name!r}: "
                             f"{type(e).__name__}: {e}") from e
@@ -360,6 +347,7 @@ class Search:
         if stored is None:
             study.set_user_attr(_ATTR + "space", self.space.to_dict())
             study.set_user_attr(_ATTR + "machine", self.topology.describe())
+            study.set_user_attr(_ATTR + "machine_id", machine_id(self.topology))
         return study
 
     def _seed(self, seed: int | None) -> int:
@@ -372,10 +360,37 @@ class Search:
             self.study.set_user_attr(_ATTR + "seed", value)
         return value
 
+    def _create_or_load(self, storage: Any) -> optuna.Study:
+        if storage is not None and self.study_name in optuna.get_all_study_names(storage):
+            return optuna.load_study(study_name=self.study_name, storage=storage)
+        try:
+            with _quiet_optuna():
+                return optuna.create_study(storage=storage, study_name=self.study_name, direction=self.direction)
+        except optuna.exceptions.DuplicatedStudyError:  # another tuner made it just now
+            return optuna.load_study(study_name=self.study_name, storage=storage)
+
+    def _enqueue_interrupted(self) -> None:
+        """A trial cut short (Ctrl-C, or a tuner that died) runs again first, as if it had
+        not been interrupted -- unless its configuration was finished or is queued since."""
+        trials = self.study.get_trials(deepcopy=False)
+        done = {self.space.key(r.config) for r in map(lambda t: _record(t, self.space), trials)
+                if r is not None and r.state != "interrupted"}
+        queued = {self.space.key(c) for t in trials if t.state == TrialState.WAITING
+                  for c in [t.user_attrs.get(FIXED) or {}] if self.space.contains(c)}
+        for t in trials:
+            rec = _record(t, self.space)
+            if rec is not None and rec.state == "interrupted" and self.space.key(rec.config) not in done | queued:
+                self.study.enqueue_trial(rec.config, user_attrs={FIXED: dict(rec.config)})
+                queued.add(self.space.key(rec.config))
+
     def _close_stale(self) -> None:
-        """Trials left running by a session that was killed: interrupted, to be run again."""
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            self.study.tell(t.number, state=TrialState.FAIL)
+        """Trials left running by a tuner that died (no heartbeat for the grace period):
+        failed by optuna, then run again as interrupted.  A live tuner's running trial
+        has a fresh heartbeat and is left alone."""
+        if self._rdb is not None:
+            with warnings.catch_warnings():  # optuna calls fail_stale_trials experimental
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(self.study)
 
     # ---------------------------------------------------------------- trials
     def records(self) -> list[TrialRecord]:
@@ -391,8 +406,9 @@ class Search:
         """How many trials count against the budget (completed or infeasible)."""
         return sum(r.state != "interrupted" for r in self.records())
 
-    def run(self, objective: Callable[[dict[str, Any]], Any], budget: int,
-            on_trial: Callable[[TrialRecord, list[TrialRecord]], None] | None = None) -> None:
+    def run(self, objective: Callable[..., Any], budget: int,
+            on_trial: Callable[[TrialRecord, list[TrialRecord]], None] | None = None, *,
+            reports: bool = False) -> None:
         """Call ``objective`` until ``budget`` trials are done (this session and earlier ones
         together), or every configuration of the space is.
 
@@ -405,39 +421,145 @@ class Search:
             The total number of trials.
         on_trial : callable, optional
             Called after each trial with its record and every record so far.
+        reports : bool
+            Multi-fidelity: call ``objective(config, report)``, where ``report(step,
+            value)`` records an intermediate value and returns True when the trial
+            should stop (the study's pruner: worse than the median of completed
+            trials at that step); the objective then raises :class:`TrialPruned`.
 
         Raises
         ------
         KeyboardInterrupt
             After recording the running trial as interrupted.
         """
-        done = self.done()
-        tried = {self.space.key(r.config) for r in self.records() if r.state != "interrupted"}
-        while done < budget and len(tried) < self.space.size:
-            trial = self.study.ask(self._dists)
-            cfg = {n: trial.params[n] for n in self.space.names}
-            t0 = time.perf_counter()
-            try:
-                raw = objective(dict(cfg))
-                value, error = _value(raw)
-            except KeyboardInterrupt:
+        self.exhausted = False
+        gone: set[int] = set()  # running trials waited for in vain (no heartbeat ever recorded)
+        while True:
+            trials = self.study.get_trials(deepcopy=False)
+            full = _counted(trials, len(trials)) >= budget
+            if (full or len(self._tried(trials)) >= self.space.size) and self._wait_for_others(trials, gone):
+                continue  # another tuner's trials ended (or died): count again
+            if full:
+                return
+            if len(self._tried(trials)) >= self.space.size:
+                self.exhausted = True
+                return
+            with _interrupt_deferred() as interrupted:  # asked, then running with a heartbeat, or told
+                trial = self._ask()
+                if _counted(self.study.get_trials(deepcopy=False), trial.number) >= budget:
+                    trial.set_user_attr(SURPLUS, True)  # another tuner took the last trial first
+                    self.study.tell(trial, state=TrialState.FAIL)
+                    return
+                beat = self._heartbeat(trial.number)
+                if interrupted:  # a signal came while asking: the trial is told before it is raised
+                    with beat:
+                        pass
+                    trial.set_user_attr(INTERRUPTED, True)
+                    self.study.tell(trial, state=TrialState.FAIL)
+                    return  # the Ctrl-C is raised as the block ends
+            with beat:
+                self._trial(trial, objective, reports)
+            if on_trial is not None:
+                records = self.records()
+                on_trial(next(r for r in records if r.number == trial.number), records)
+
+    def _ask(self) -> optuna.Trial:
+        with warnings.catch_warnings():  # optuna: heartbeats "are supposed to be used with optimize"
+            warnings.simplefilter("ignore", UserWarning)
+            return self.study.ask(self._dists)
+
+    def _wait_for_others(self, trials: Sequence[FrozenTrial], gone: set[int]) -> bool:
+        """Wait while trials of other tuners run (they may end infeasible, or their tuner
+        may have died: optuna fails those once their heartbeat is older than the grace
+        period); True when one ended.  A trial still running after the grace period and
+        two heartbeats has no heartbeat at all (its tuner died before the first): it is
+        put in ``gone`` and not waited for again."""
+        running = {t.number for t in trials if t.state == TrialState.RUNNING} - gone
+        if not running or self._rdb is None:
+            return False
+        deadline = time.monotonic() + storage_mod.GRACE_S + 2 * storage_mod.HEARTBEAT_S
+        while time.monotonic() < deadline:
+            time.sleep(storage_mod.HEARTBEAT_S)
+            self._close_stale()
+            now = {t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+            if not running <= now:
+                return True
+        gone |= running
+        return True
+
+    def _tried(self, trials: Sequence[FrozenTrial]) -> set[tuple[int, ...]]:
+        """The configurations finished (not interrupted) or running."""
+        out = set()
+        for t in trials:
+            if t.state == TrialState.RUNNING or (t.state.is_finished() and _countable(t)):
+                cfg = trial_config(t, self.space)
+                if cfg is not None:
+                    out.add(self.space.key(cfg))
+        return out
+
+    def _trial(self, trial: optuna.Trial, objective: Callable[..., Any], reports: bool) -> None:
+        """Run one trial and tell optuna how it went (a Ctrl-C while telling waits for the tell)."""
+        cfg = {n: trial.params[n] for n in self.space.names}
+        t0 = time.perf_counter()
+
+        def report(step: int, value: float) -> bool:
+            with _interrupt_deferred():  # a Ctrl-C in the middle of a storage call would leave it broken
+                trial.report(float(value), int(step))
+                return bool(trial.should_prune())
+
+        try:
+            value, error = _value(objective(dict(cfg), report) if reports else objective(dict(cfg)))
+        except TrialPruned as e:
+            with _interrupt_deferred():
+                trial.set_user_attr("seconds", time.perf_counter() - t0)
+                trial.set_user_attr("pruned", str(e)[:500])
+                self.study.tell(trial, state=TrialState.PRUNED)
+            return
+        except KeyboardInterrupt:
+            with _interrupt_deferred():
                 trial.set_user_attr(INTERRUPTED, True)
                 trial.set_user_attr("seconds", time.perf_counter() - t0)
                 self.study.tell(trial, state=TrialState.FAIL)
-                raise
-            except Exception as e:  # noqa: BLE001 - any failure of the objective: infeasible
-                value, error = None, f"{type(e).__name__}: {e}"[:2000]
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure of the objective: infeasible
+            value, error = None, f"{type(e).__name__}: {e}"[:2000]
+        with _interrupt_deferred():
             trial.set_user_attr("seconds", time.perf_counter() - t0)
             if value is None:
                 trial.set_user_attr("error", error)
                 self.study.tell(trial, state=TrialState.FAIL)
             else:
                 self.study.tell(trial, value)
-            done += 1
-            tried.add(self.space.key(cfg))
-            if on_trial is not None:
-                records = self.records()
-                on_trial(records[-1], records)
+
+    def _heartbeat(self, number: int) -> contextlib.AbstractContextManager[None]:
+        """optuna's heartbeat of a running trial: the first recorded now, the next ones from
+        a thread until the returned context ends."""
+        if self._rdb is None:
+            return contextlib.nullcontext()
+        rdb = self._rdb
+        trial_id = rdb.get_trial_id_from_study_id_trial_number(rdb.get_study_id_from_name(self.study_name), number)
+        rdb.record_heartbeat(trial_id)
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(storage_mod.HEARTBEAT_S):
+                try:
+                    rdb.record_heartbeat(trial_id)
+                except Exception:  # noqa: BLE001,S110 - a busy database: the next beat is in time
+                    pass
+
+        thread = threading.Thread(target=beat, name="affinity-tune-heartbeat", daemon=True)
+        thread.start()
+
+        @contextlib.contextmanager
+        def running() -> Iterator[None]:
+            try:
+                yield
+            finally:
+                stop.set()
+                thread.join()
+
+        return running()
 
     def best(self) -> TrialRecord | None:
         """The best completed trial (the first on a tie)."""
@@ -449,14 +571,87 @@ class Search:
 
     def result(self, *, baseline: float | None = None, command: Sequence[str] | None = None,
                notes: Sequence[str] = (), best: tuple[dict[str, Any], float] | None = None,
-               spread: tuple[float, float] | None = None, significant: bool | None = None) -> TuneResult:
+               spread: tuple[float, float] | None = None, significant: bool | None = None,
+               speedup_interval: tuple[float, float] | None = None) -> TuneResult:
         """The :class:`TuneResult` of the trials so far (``best`` overrides the search's own)."""
         rec = self.best()
         cfg, val = best if best is not None else ((rec.config, rec.value) if rec else (None, None))
         storage = self.storage if isinstance(self.storage, str) or self.storage is None else repr(self.storage)
         return TuneResult(cfg, val, tuple(self.records()), baseline, self.direction, self.space.to_dict(),
                           self.seed, self.study_name, storage, self.topology,
-                          tuple(command) if command else None, tuple(notes), spread, significant)
+                          tuple(command) if command else None, tuple(notes), spread, significant, speedup_interval)
+
+
+def _countable(t: FrozenTrial) -> bool:
+    """A finished trial that counts against the budget: complete, or infeasible (not
+    interrupted, not a surplus trial another tuner made redundant)."""
+    if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
+        return True
+    return t.state == TrialState.FAIL and "error" in t.user_attrs
+
+
+def _counted(trials: Sequence[FrozenTrial], below: int) -> int:
+    """Trials numbered below ``below`` that count against the budget: finished ones, and
+    running ones (this tuner's or another's, alive: a dead tuner's were failed when the
+    study was opened)."""
+    return sum(1 for t in trials if t.number < below and (t.state == TrialState.RUNNING or _countable(t)))
+
+
+@contextlib.contextmanager
+def _interrupt_deferred() -> Iterator[list[int]]:
+    """Ctrl-C (SIGINT), SIGTERM and SIGHUP held until the block ends, then delivered to
+    the handlers they had: a trial is never left asked but not running, or run but
+    not told.  The block gets the list of signals held so far (empty: none).
+    Outside the main thread (where no handler can be set) nothing is deferred."""
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    previous = {sig: signal.signal(sig, lambda s, frame: caught.append(s)) for sig in _DEFERRED}
+    try:
+        yield caught
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    for sig in dict.fromkeys(caught):
+        handler = previous[sig]
+        if callable(handler):
+            handler(sig, None)
+        elif handler == signal.SIG_DFL:
+            os.kill(os.getpid(), sig)
+
+
+_DEFERRED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class _ThisThreadsInfo(logging.Filter):
+    """Drops the INFO records of one thread (optuna's "A new study created ...")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.thread = threading.get_ident()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.thread == self.thread and record.levelno <= logging.INFO)
+
+
+@contextlib.contextmanager
+def _quiet_optuna() -> Iterator[None]:
+    """optuna's INFO lines of this thread dropped for the block, and only them: its
+    loggers' levels and handlers, everyone else's records, are left as they are."""
+    quiet = _ThisThreadsInfo()
+    handlers = [h for h in logging.getLogger("optuna").handlers]
+    for h in handlers:
+        h.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            h.removeFilter(quiet)
+
+
+def _no_lock() -> Any:
+    return contextlib.nullcontext()
 
 
 def _value(raw: Any) -> tuple[float | None, str | None]:
@@ -475,7 +670,7 @@ def _value(raw: Any) -> tuple[float | None, str | None]:
 
 
 def _record(t: FrozenTrial, space: Space) -> TrialRecord | None:
-    if t.state not in (TrialState.COMPLETE, TrialState.FAIL):
+    if t.state not in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED):
         return None
     cfg = trial_config(t, space)
     if cfg is None:
@@ -483,6 +678,10 @@ def _record(t: FrozenTrial, space: Space) -> TrialRecord | None:
     secs = t.user_attrs.get("seconds")
     if t.state == TrialState.COMPLETE:
         return TrialRecord(t.number, cfg, float(t.value), secs, "complete")
+    if t.state == TrialState.PRUNED:
+        return TrialRecord(t.number, cfg, None, secs, "pruned", str(t.user_attrs.get("pruned", "pruned")))
+    if t.user_attrs.get(SURPLUS):
+        return None
     if "error" in t.user_attrs:
         return TrialRecord(t.number, cfg, None, secs, "infeasible", str(t.user_attrs["error"]))
     return TrialRecord(t.number, cfg, None, secs, "interrupted")
@@ -493,7 +692,8 @@ def _record(t: FrozenTrial, space: Space) -> TrialRecord | None:
 def tune(objective: Callable[[dict[str, Any]], Any], space: Mapping[str, Sequence[Any]] | None = None, *,
          budget: int = 40, seed: int | None = None, topology: Topology | str | None = None,
          direction: str = "maximize", storage: Any = None, study_name: str | None = None,
-         progress: bool | Callable[[TrialRecord, list[TrialRecord]], None] = False, baseline: Mapping[str, Any] | float | None = None) -> TuneResult:
+         progress: bool | Callable[[TrialRecord, list[TrialRecord]], None] = False,
+         baseline: Mapping[str, Any] | float | None = None, work: str = "copies") -> TuneResult:
     """Find the configuration of ``space`` that makes ``objective`` best, in few calls.
 
     Parameters
@@ -536,6 +736,12 @@ def tune(objective: Callable[[dict[str, Any]], Any], space: Mapping[str, Sequenc
         counted in the budget), or a value already measured.  Gives
         ``result.baseline`` and ``result.speedup``.
 
+    work : {"copies", "split"}
+        What several instances do: ``"copies"`` -- each the whole job (so
+        ``instances`` is not in the default space: copies are not a faster job);
+        ``"split"`` -- the work splits between them (a service under load, ranks that
+        take their share): ``instances`` is in the default space.
+
     Returns
     -------
     TuneResult
@@ -563,7 +769,9 @@ def tune(objective: Callable[[dict[str, Any]], Any], space: Mapping[str, Sequenc
         notes += [note] if note else []
     else:
         topo = Topology.load(topology)
-    sp = default_space(topo) if space is None else Space.of(space)
+    if work not in ("copies", "split"):
+        raise TuneUsageError(f"work must be 'copies' or 'split', got {work!r}")
+    sp = default_space(topo, instances=work == "split") if space is None else Space.of(space)
     who = f"{getattr(objective, '__module__', '')}.{getattr(objective, '__qualname__', type(objective).__name__)}"
     search = Search(sp, topo, direction=direction, seed=seed, storage=storage, study_name=study_name, key=who)
     base, budget_left, note = _baseline(objective, baseline, budget, search)

@@ -18,12 +18,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import AffinityError, SpecError
+from ..errors import SpaceError, SpecError
 from ..machine.topology import Topology
 from ..planning.spec import parse_kmp_affinity
 
-__all__ = ["AFFINITY_TYPES", "ENV_PREFIX", "KNOWN", "MEMBIND", "Space", "SpaceError", "TuneError", "TuneUsageError",
-           "default_space", "describe", "parse_param"]
+__all__ = ["AFFINITY_TYPES", "ENV_PREFIX", "KNOWN", "MEMBIND", "Space", "default_space", "describe", "parse_param"]
 
 #: the names the tuner reads with the topology, and what each means
 KNOWN = {
@@ -44,21 +43,6 @@ COUNTS = ("intra", "inter", "omp", "instances", "threads")
 AFFINITY_TYPES = ("none", "disabled", "compact", "scatter", "balanced")
 MEMBIND = ("none", "local", "interleave")
 _PLAIN = (type(None), bool, int, float, str)
-
-
-class TuneUsageError(AffinityError, ValueError):
-    """The tuner was asked something it cannot do (a bad space, budget, storage URL, option):
-    the command line's exit status 2."""
-
-
-class SpaceError(TuneUsageError):
-    """A space that is empty, has an empty or unknown-typed list of choices, or a choice a
-    known parameter cannot take."""
-
-
-class TuneError(AffinityError):
-    """Tuning failed (every trial failed, a metric never found, a storage that is not a
-    study): the command line's exit status 1."""
 
 
 def describe(config: Mapping[str, Any] | None) -> str:
@@ -222,7 +206,7 @@ def _counts(cores: int, pus: int) -> list[int]:
     return sorted(out)
 
 
-def default_space(topology: Topology, *, instances: bool = True, tensorflow: bool = True) -> Space:
+def default_space(topology: Topology, *, instances: bool = False, tensorflow: bool = True) -> Space:
     """A space built from a machine: counts that divide its cores, PUs and packages.
 
     Parameters
@@ -230,8 +214,10 @@ def default_space(topology: Topology, *, instances: bool = True, tensorflow: boo
     topology : Topology
         The machine (its allowed PUs).
     instances : bool
-        Include ``instances`` (copies on disjoint cores) and ``membind`` (with
-        several NUMA nodes).
+        Include ``instances`` (processes on disjoint cores): only where the work
+        splits between them (``affinity tune --split``, ``tune(work="split")``);
+        copies of a job are not a faster job.  ``membind`` is included with several
+        NUMA nodes either way.
     tensorflow : bool
         Include ``inter`` (TensorFlow's inter-op pool).
 
@@ -259,8 +245,8 @@ def default_space(topology: Topology, *, instances: bool = True, tensorflow: boo
         if len(ks) > 10:  # many divisors: powers of two and the machine's own counts
             ks = {k for k in ks if k & (k - 1) == 0} | {nodes, packages, cores // packages, cores}
         space["instances"] = sorted(k for k in ks if 1 <= k <= cores)
-        if nodes > 1:
-            space["membind"] = ["none", "local", "interleave"]
+    if nodes > 1:
+        space["membind"] = ["none", "local", "interleave"]
     return Space.of(space)
 
 

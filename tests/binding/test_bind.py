@@ -41,7 +41,7 @@ def clean_env(monkeypatch):
 
 def test_env_exported_and_restored_user_values_kept(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "7")
-    with affinity.pinned("explicit,proclist=[1,0]", threads=2, env="keep", **KW) as b:
+    with affinity.pinned("explicit,proclist=[1,0]", threads=2, export="keep", **KW) as b:
         assert b.env_kept == {"OMP_NUM_THREADS": "7"}
         assert os.environ["OMP_NUM_THREADS"] == "7"  # the user's value kept, as asked
         assert os.environ["KMP_AFFINITY"] == "granularity=fine,proclist=[1,0],explicit"
@@ -50,10 +50,10 @@ def test_env_exported_and_restored_user_values_kept(monkeypatch):
         assert os.environ["KMP_BLOCKTIME"] == "1"
     assert os.environ["OMP_NUM_THREADS"] == "7"
     assert not any(k in os.environ for k in EXPORTED_VARIABLES if k != "OMP_NUM_THREADS")
-    with affinity.pinned("explicit,proclist=[1,0]", threads=2, env="override", **KW) as b:
+    with affinity.pinned("explicit,proclist=[1,0]", threads=2, export="override", **KW) as b:
         assert os.environ["OMP_NUM_THREADS"] == "2" and b.env_kept == {}
     assert os.environ["OMP_NUM_THREADS"] == "7"
-    with affinity.pinned("explicit,proclist=[1,0]", env=False, **KW) as b:
+    with affinity.pinned("explicit,proclist=[1,0]", export=False, **KW) as b:
         assert b.env_set == {} and "KMP_AFFINITY" not in os.environ
 
 
@@ -146,7 +146,7 @@ def test_planner_warnings_and_strictness():
     with pytest.raises(UnsupportedError, match="not this system"):
         affinity.apply("compact", topology=Topology.from_synthetic("pack:2 core:2 pu:1"), **KW)
     with pytest.raises(ValueError, match="inter"):
-        affinity.apply("compact", inter="sideways", **KW)
+        affinity.apply("compact", inter_placement="sideways", **KW)
     with pytest.raises(ValueError, match="tensorflow must be one of"):
         affinity.apply("compact", tensorflow="yes")
 

@@ -375,8 +375,8 @@ class Churn:
         r = self.rng
         return {"threads": r.choice([None, 1, 2, 3]), "tensorflow": False,
                 "openmp": r.choice(["auto", "auto", "auto", False]), "blas": self.blas,
-                "membind": r.choice(MEMBIND), "env": r.choice([True, True, "override", False]),
-                "inter": r.choice(["union", "package"]), "rank": r.choice([None] * 6 + ["0/2", "1/2"]),
+                "membind": r.choice(MEMBIND), "export": r.choice([True, True, "override", False]),
+                "inter_placement": r.choice(["union", "package"]), "rank": r.choice([None] * 6 + ["0/2", "1/2"]),
                 "blocktime": r.choice(["1", None, "0", "200"])}
 
     def user_env(self) -> list[tuple[str, str | None]]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import threading
 
 import pytest
@@ -206,3 +207,89 @@ def test_a_child_forked_inside_a_block_is_left_alone():
     before, after, omp, omp_after = eval(in_thread(go))  # noqa: S307 - our own repr
     assert before == after == [CPUS[1]]
     assert omp == omp_after == "1"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_eight_threads_enter_and_leave_in_random_orders(seed):
+    """The issue's stress: 8 threads, each in its own pinned() block; every round they
+    enter in one random order and leave in another (ordered by a turn counter, so
+    every run goes through the same interleaving)."""
+    rng = random.Random(seed)
+    n, rounds = 8, 4
+    orders = [(rng.sample(range(n), n), rng.sample(range(n), n)) for _ in range(rounds)]
+    cond = threading.Condition()
+    turn = [0]
+    env0, masks0 = _env_now(), all_masks()
+    errors: list[BaseException] = []
+
+    def wait_turn(k: int) -> None:
+        with cond:
+            assert cond.wait_for(lambda: turn[0] == k, timeout=30)
+
+    def next_turn() -> None:
+        with cond:
+            turn[0] += 1
+            cond.notify_all()
+
+    def worker(i: int) -> None:
+        try:
+            for r, (enter, leave) in enumerate(orders):
+                base = r * 2 * n
+                wait_turn(base + enter.index(i))
+                b = affinity.apply(SPECS[i % len(SPECS)], threads=1 + i % 2, env="override",
+                                   blocktime=str(i), membind=("auto" if i % 3 == 0 else None), **KW)
+                next_turn()
+                wait_turn(base + n + leave.index(i))
+                b.restore()
+                next_turn()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+            with cond:
+                turn[0] = 10**9
+                cond.notify_all()
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert not errors, errors
+    assert _env_now() == env0 and registry.active() == []
+    now = all_masks()
+    assert {t: m for t, m in now.items() if t in masks0} == {t: m for t, m in masks0.items() if t in now}
+
+
+def test_a_child_forked_while_another_thread_applies_can_apply():
+    """The lock that serializes apply()/restore() is new in a forked child: the
+    thread that held it at the fork does not exist there."""
+    affinity.apply("compact", threads=1, **KW).restore()  # (the fork hook is registered on first use)
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with registry._serial:
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait(10)
+    try:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                affinity.apply("compact", threads=1, **KW).restore()
+                os.write(w, b"ok")
+            finally:
+                os._exit(0)
+        os.close(w)
+
+        ready = select.select([r], [], [], 30)[0]  # a bound for a deadlock, not a timing assertion
+        got = os.read(r, 2) if ready else b""
+        if not ready:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    finally:
+        release.set()
+        t.join(10)
+    assert got == b"ok"

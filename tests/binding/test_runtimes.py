@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from affinity.binding import runtimes
 
 MAPS = """\
@@ -108,3 +110,85 @@ def test_intel_beside_gnu():
         assert fams == [("gnu", "libgomp"), ("intel", "libiomp5")]
     finally:
         p.communicate("\n", timeout=60)
+
+
+APPLY_TWO = r"""
+import ctypes, json, sys, warnings
+import torch
+ctypes.CDLL(sys.argv[1])
+import affinity
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    affinity.apply("compact").restore()
+print(json.dumps([str(x.message) for x in w if x.category is affinity.AffinityWarning]))
+"""
+
+
+def test_apply_warns_when_two_runtimes_are_loaded():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "GOMP_"))}
+    r = subprocess.run([sys.executable, "-c", APPLY_TWO, _system_libgomp()], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    msgs = [m for m in json.loads(r.stdout) if "OpenMP runtimes are loaded" in m]
+    assert len(msgs) == 1 and msgs[0].startswith("affinity: 2 OpenMP runtimes are loaded in one process")
+
+
+MEANING = r"""
+import json, sys, warnings
+order, settings, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if order == "before":
+    import torch
+import affinity
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    b = affinity.apply(settings, threads=n)
+    if order == "after":
+        import torch
+    cpusets = [sorted(s) for s in b.plan.cpusets]
+    b.restore()
+print(json.dumps({"cpusets": cpusets,
+                  "notes": [str(x.message) for x in w if "means something else" in str(x.message)]}))
+"""
+
+
+@pytest.mark.parametrize("order", ["before", "after", "no-torch"])
+def test_settings_libgomp_reads_otherwise_are_warned(order):
+    """OMP_PLACES=threads OMP_PROC_BIND=close with 3 threads on 2 CPUs: Intel's rules
+    give 0 0 1, libgomp's (PyTorch's build) 0 1 0 -- said once torch's libgomp is loaded."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "GOMP_"))}
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    out = {}
+    for n in (3, 2):
+        r = subprocess.run([sys.executable, "-c", MEANING, order, "OMP_PLACES=threads OMP_PROC_BIND=close", str(n)],
+                           capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 0, r.stderr[-3000:]
+        out[n] = json.loads(r.stdout)
+    assert out[3]["cpusets"] == [[cpus[0]], [cpus[0]], [cpus[1]]]
+    if order == "no-torch":
+        assert out[3]["notes"] == []
+    else:
+        (note,) = out[3]["notes"]
+        assert "OMP_PLACES=threads OMP_PROC_BIND=close means something else to the libgomp loaded here" in note
+        assert "torch build" in note and "/torch/lib/libgomp" in note and "\n" not in note
+        assert f"places 3 threads on {{{cpus[0]}}} {{{cpus[1]}}} {{{cpus[0]}}}" in note
+        assert f"intel's rules, followed and pinned here, give {{{cpus[0]}}} {{{cpus[0]}}} {{{cpus[1]}}}" in note
+    assert out[2]["notes"] == []  # one thread per place: both read it alike
+
+
+def test_meaning_notes_for_each_family_against_the_plans_rules():
+    """Pure check on a described machine (sub-NUMA clusters: libomp 19 knows no NUMA
+    layer without hwloc), with the runtimes' census given."""
+    import affinity
+
+    t = affinity.Topology.from_synthetic("pack:2 group:2 [numa] core:2 pu:1")
+    p = affinity.plan("OMP_PLACES=numa_domains OMP_PROC_BIND=close", threads=2, topology=t)
+    llvm = runtimes.LoadedRuntime("/x/libomp.so", "libomp", "llvm", ("0", 1))
+    intel = runtimes.LoadedRuntime("/x/libiomp5.so", "libiomp5", "intel", ("0", 2))
+    (note,) = runtimes.meaning_notes(p, runtimes.Census(None, (llvm, intel)))
+    assert note == ("OMP_PLACES=numa_domains OMP_PROC_BIND=close means something else to the libomp loaded here "
+                    "(/x/libomp.so, llvm's rules): it places 2 threads on {0} {1}, where intel's rules, followed "
+                    "and pinned here, give {0-1} {2-3}")
+    # KMP_AFFINITY alone: libgomp does not read it (and apply() pins its team itself)
+    gomp = runtimes.LoadedRuntime("/x/libgomp.so.1", "libgomp", "gnu", ("0", 3))
+    k = affinity.plan("granularity=fine,scatter", threads=2, topology=t)
+    assert runtimes.meaning_notes(k, runtimes.Census(None, (gomp,))) == []

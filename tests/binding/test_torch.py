@@ -208,20 +208,26 @@ def describe(i):
                        "role": me["role"], "index": me["index"], "requested": me["requested"],
                        "mismatches": rep["mismatches"]})
 
-with affinity.pinned("granularity=fine,compact,1,0", threads=int(sys.argv[2]), dataloader_workers=2) as b:
+manual = sys.argv[3] == "worker_init_fn"
+with affinity.pinned("granularity=fine,compact,1,0", threads=int(sys.argv[2]),
+                     dataloader_workers=None if manual else 2) as b:
     import torch
     from torch.utils.data import DataLoader
+    extra = {"worker_init_fn": affinity.torch.worker_init_fn} if manual else {}
     got = [json.loads(x[0]) for x in DataLoader(list(range(4)), batch_size=1, num_workers=2,
-                                              collate_fn=lambda xs: [describe(x) for x in xs])]
-    layout = os.environ["AFFINITY_DATALOADER_CPUS"]
+                                              collate_fn=lambda xs: [describe(x) for x in xs], **extra)]
+    layout = os.environ.get("AFFINITY_DATALOADER_CPUS")
 print(json.dumps({"workers": got, "layout": layout, "left": "AFFINITY_DATALOADER_CPUS" in os.environ}))
 """
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("order", ["before", "after"])
-def test_dataloader_workers_each_on_their_own_cpus(order, threads):
-    out = run_scenario(order, str(threads), script=DATALOADER)
+@pytest.mark.parametrize("order,threads,how", [("before", 1, "pinned"), ("before", 2, "pinned"),
+                                               ("after", 1, "pinned"), ("after", 2, "pinned"),
+                                               ("after", 2, "worker_init_fn")])
+def test_dataloader_workers_each_on_their_own_cpus(order, threads, how):
+    """Inside ``pinned(..., dataloader_workers=2)`` (automatic), or with
+    ``worker_init_fn=affinity.torch.worker_init_fn`` inside a plain ``pinned()``."""
+    out = run_scenario(order, str(threads), how, script=DATALOADER)
     layout = worker_layout(expected(SPECS["compact"], threads), 2)
     want = [sorted(s) for s in layout.cpusets]
     by_worker: dict[int, dict] = {}
@@ -237,7 +243,7 @@ def test_dataloader_workers_each_on_their_own_cpus(order, threads):
         assert w["role"] == "dataloader-worker" and w["index"] == i and w["mismatches"] == []
     # two workers never share one CPU by inheritance: here they are on different CPUs
     assert by_worker[0]["mask"] != by_worker[1]["mask"]
-    assert out["layout"] == layout.to_env_value() and not out["left"]
+    assert out["layout"] == (layout.to_env_value() if how == "pinned" else None) and not out["left"]
 
 
 def test_the_readme_card_line_for_a_pytorch_user():

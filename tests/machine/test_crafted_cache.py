@@ -55,12 +55,25 @@ def test_a_planted_symlink_to_our_folder_is_not_followed(tmp_path):
 def test_a_folder_above_owned_by_another_user_or_open_to_all(tmp_path):
     base = tmp_path / "other"
     base.mkdir()
-    if not give_away(base):
-        base.chmod(0o777)  # without root: open to everyone (and not sticky) is refused the same way
+    if not give_away(base):  # without root: a folder of our own open to all is ours to use
+        base.chmod(0o777)
+        assert userfiles.private_dir(str(base / "affinity"), create=True)
+        return
     assert run(base).returncode == 0
     assert not (base / "affinity").exists()
-    with pytest.raises(UnsafeFile):
+    with pytest.raises(UnsafeFile, match="owned by uid 65534"):
         userfiles.private_dir(str(base / "affinity"), create=True)
+
+
+def test_a_folder_of_roots_open_to_all_and_not_sticky(tmp_path):
+    base = tmp_path / "srv"
+    base.mkdir()
+    base.chmod(0o777)
+    if os.stat(base).st_uid == 0:  # root's folder anyone may write: another user could plant there
+        with pytest.raises(UnsafeFile, match="writable by other users"):
+            userfiles.private_dir(str(base / "affinity"), create=True)
+        base.chmod(0o1777)  # sticky, like /tmp: what we create there stays ours
+    assert userfiles.private_dir(str(base / "affinity"), create=True)
 
 
 def test_a_symlink_on_the_way_owned_by_another_user(tmp_path):

@@ -166,3 +166,37 @@ def test_api_inputs_are_affinity_errors():
                  lambda: threads.set_process_affinity({1.5}), lambda: threads.set_affinity({True})):
         with pytest.raises(AffinityError):
             call()
+
+
+def _fake_cgroup(tmp_path: Path, files: dict[str, str]) -> str:
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/cgroup").write_text("0::/job\n")
+    (tmp_path / "proc/self/mountinfo").write_text(
+        "30 23 0:27 / /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate\n")
+    d = tmp_path / "sys/fs/cgroup/job"
+    d.mkdir(parents=True)
+    (tmp_path / "sys/fs/cgroup/cgroup.controllers").write_text("cpuset cpu memory\n")
+    for name, text in files.items():
+        (d / name).write_text(text)
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("files", [{"cpu.max": "² 100000\n"}, {"cpu.max": "50000 x\n"},
+                                   {"cpu.max": "9" * 5000 + " 100000\n"}])
+def test_crafted_cgroup_quota(tmp_path, files):
+    from affinity.machine import cgroup
+    with pytest.raises(TopologyError, match="cpu.max: not a number"):
+        cgroup.cpu_quota(root=_fake_cgroup(tmp_path, files))
+
+
+@pytest.mark.parametrize("text", ["0-99999999\n", "٣\n"])
+def test_crafted_cgroup_cpuset(tmp_path, text):
+    from affinity.machine import cgroup
+    with pytest.raises(TopologyError, match="cpuset.cpus"):
+        cgroup.cpuset_cpus(root=_fake_cgroup(tmp_path, {"cpuset.cpus.effective": text}))
+
+
+@pytest.mark.parametrize("mask", ["0x" + "f" * 100000, "0x1" + "0" * 2048])
+def test_a_huge_hex_mask_is_refused(mask):
+    err = one_line_error(cli("run", "--pin-threads", "--pin-skip", mask, "--dry-run", "--", "true"))
+    assert "at most 8192 bits" in err

@@ -19,7 +19,8 @@ import pytest
 from PIL import Image
 
 from affinity.tools import picture
-from affinity.tools.picture import PictureError, PictureUnavailableError, Rect
+from affinity.errors import PictureError, PictureUnavailableError
+from affinity.tools.picture import Rect
 from affinity.machine.topology import Topology
 
 NS = {"s": "http://www.w3.org/2000/svg"}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from affinity.tools.tune_metric import compile_metric, parse_metric
-from affinity.tuning.space import TuneUsageError
+from affinity.tools.tune_metric import compile_metric, parse_metric, parse_metrics
+from affinity.errors import TuneUsageError
 
 
 TF_BENCH = """Step\tImg/sec
@@ -40,3 +40,13 @@ def test_a_metric_pattern():
     assert parse_metric("nothing", r"acc=([\d.]+)") is None
     with pytest.raises(TuneUsageError, match="not a regular expression"):
         compile_metric("([")
+
+
+def test_every_value_in_order_for_pruning():
+    text = ("Step\tImg/sec\n1\timages/sec: 1074.1 +/- 0.0 (jitter = 0.0)\n"
+            "10\timages/sec: 1053.6 +/- 123.5 (jitter = 23.0)\n"
+            "------\ntotal images/sec: 1035.43\n")
+    assert parse_metrics(text) == [1074.1, 1053.6, 1035.43]  # never the step numbers
+    assert parse_metric(text) == 1035.43
+    assert parse_metrics("a 5 images/sec\n{\"throughput\": 7}\nb 9 images/sec\n") == [5.0, 7.0, 9.0]
+    assert parse_metrics("acc=0.5 acc=x acc=0.7", r"acc=([\d.]+)") == [0.5, 0.7]

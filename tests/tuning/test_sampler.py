@@ -187,3 +187,20 @@ def test_deterministic_with_a_seed(surfaces):
     a, b, c = run(5), run(5), run(6)
     assert a == b
     assert a != c
+
+
+def test_a_poor_first_candidate_does_not_send_the_search_away():
+    """One measurement says nothing about which of its labels is to blame: whether the
+    first candidate measures 1 or 1000, the second proposal is the same (the level is
+    the model's intercept, not the labels')."""
+    space = Space.of(SPACE16)
+    pri = Priors(space, Topology.from_synthetic(FLAT16))
+    dists = {n: optuna.distributions.CategoricalDistribution(c) for n, c in SPACE16.items()}
+    first = pri.seeds()[0]
+    nxt = []
+    for value in (1.0, 1000.0):
+        t = optuna.trial.create_trial(params=first, distributions=dists, value=value)
+        t.number = 0
+        nxt.append(TopologySampler(space, pri, seed=0).propose([t], 1))
+    assert nxt[0] == nxt[1]
+    assert nxt[0] != first

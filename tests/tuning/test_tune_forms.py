@@ -90,3 +90,20 @@ def _plain(o):
     for k in ("physcpubind", "cpunodebind", "mem_nodes"):
         d[k] = d[k].text if d[k] is not None else None
     return d
+
+
+def test_a_single_instance_trial_keeps_the_launch_cache_and_times_only_the_command():
+    """No temporary --log-dir for one instance (it would defeat affinity run's launch
+    cache); with --time the command is behind a start stamp, so the launcher's start-up
+    is not charged."""
+    from affinity.tools.tune_runner import CommandRunner
+
+    runner = CommandRunner(["prog", "x"])
+    argv = runner.trial_argv({"threads": 2})
+    assert "--log-dir" not in argv and argv[-2:] == ["prog", "x"]
+    timed = CommandRunner(["prog"], use_time=True)
+    try:
+        argv = timed.trial_argv({"threads": 2})
+        assert argv[argv.index("--") + 1:argv.index("--") + 3] == ["sh", "-c"] and argv[-1] == "prog"
+    finally:
+        timed.close()

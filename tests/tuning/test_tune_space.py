@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from affinity.machine.topology import Topology
-from affinity.tuning.space import Space, SpaceError, TuneUsageError, default_space, parse_param
+from affinity.errors import SpaceError, TuneUsageError
+from affinity.tuning.space import Space, default_space, parse_param
 
 
 def test_a_space_keeps_its_order_and_drops_duplicates():
@@ -59,7 +60,7 @@ def test_known_names_accept_what_the_launcher_takes():
     ("package:1 [numa] core:2 pu:1", [1, 2], [1, 2], [1, 2], False),
 ])
 def test_the_default_space_is_made_of_counts_that_divide_the_machine(desc, threads, inter, instances, membind):
-    sp = default_space(Topology.from_synthetic(desc))
+    sp = default_space(Topology.from_synthetic(desc), instances=True)
     assert sp.choices("threads") == tuple(threads)
     assert sp.choices("inter") == tuple(inter)
     assert sp.choices("instances") == tuple(instances)
@@ -78,3 +79,9 @@ def test_param_words():
     for bad in ("intra", "=1,2", "intra=1,,2", "intra="):
         with pytest.raises(SpaceError, match="--param"):
             parse_param(bad)
+
+
+def test_copies_keep_instances_out_of_the_default_space_but_not_the_memory_policy():
+    sp = default_space(Topology.from_synthetic("package:2 [numa] core:28 pu:2"))
+    assert "instances" not in sp.names and sp.choices("membind") == ("none", "local", "interleave")
+    assert "instances" in default_space(Topology.from_synthetic("package:2 [numa] core:28 pu:2"), instances=True).names

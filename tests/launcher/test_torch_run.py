@@ -1,0 +1,94 @@
+"""``affinity run`` with real PyTorch: torch's pool sizes from the plan (per instance),
+the libgomp load-time pin of the importing thread undone (a forked child gets the
+instance's CPUs, not the first place), libgomp's own team still on the places; a
+sitecustomize of the user's own still runs; a program without torch is untouched."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from affinity.launcher.torch_env import BOOT_DIR, torch_environment
+
+CPUS = sorted(os.sched_getaffinity(0))
+pytestmark = pytest.mark.skipif(len(CPUS) < 2, reason="needs a process mask of at least 2 CPUs")
+
+PROBE = r"""
+import json, multiprocessing as mp, os, sys
+before = sorted(os.sched_getaffinity(0))
+import torch
+after = sorted(os.sched_getaffinity(0))
+ctx = mp.get_context("fork")
+q = ctx.Queue()
+p = ctx.Process(target=lambda: q.put(sorted(os.sched_getaffinity(0))))
+p.start(); child = q.get(); p.join()
+x = torch.randn(300, 300); (x @ x).sum()
+team = {t: sorted(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")}
+print(json.dumps({"before": before, "after": after, "child": child, "team": team, "pid": os.getpid(),
+                  "sizes": [torch.get_num_threads(), torch.get_num_interop_threads()],
+                  "instance": os.environ.get("AFFINITY_INSTANCE"), "user_site": os.environ.get("USER_SITE_RAN")}))
+"""
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "GOMP_", "AFFINITY_", "MKL_"))}
+    env["AFFINITY_LAUNCH_CACHE"] = "0"
+    env.update(extra)
+    return env
+
+
+def _run(args: list[str], env: dict[str, str] | None = None) -> list[dict]:
+    r = subprocess.run([sys.executable, "-m", "affinity", "run", *args], capture_output=True, text=True,
+                       env=env or _env(), timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+
+
+def test_exports():
+    class P:
+        inter_op_threads = 2
+
+    env = torch_environment(P(), {"PYTHONPATH": f"/a{os.pathsep}{BOOT_DIR}"})
+    assert env == {"AFFINITY_TORCH_INTEROP_THREADS": "2", "PYTHONPATH": os.pathsep.join([BOOT_DIR, "/a"])}
+    assert torch_environment(P(), {})["PYTHONPATH"] == BOOT_DIR
+    assert (Path(BOOT_DIR) / "sitecustomize.py").is_file()
+
+
+def test_one_process_pools_sized_and_no_one_cpu_mask_leaks():
+    (out,) = _run(["granularity=fine,compact,1,0", "-t", "2", "--", sys.executable, "-c", PROBE])
+    cpus = CPUS[:2]
+    # libgomp bound the importing thread to the first place; the boot undid it
+    assert out["before"] == cpus and out["after"] == cpus and out["child"] == cpus
+    assert out["sizes"] == [2, 1]
+    # libgomp's own team (created after the import) is still on the exported places
+    others = sorted(m for t, m in out["team"].items() if int(t) != out["pid"] and len(m) == 1)
+    assert [cpus[1]] in others
+
+
+def test_instances_get_their_own_torch_pool_sizes():
+    outs = _run(["--instances", "2", "--", sys.executable, "-c", PROBE])
+    assert sorted(o["instance"] for o in outs) == ["0", "1"]
+    for o in outs:
+        assert o["sizes"] == [1, 1]  # each instance: its one CPU, one inter-op thread
+        assert len(o["after"]) == 1 and o["after"] == o["before"] == o["child"]
+    assert sorted(o["after"][0] for o in outs) == CPUS[:2]
+
+
+def test_the_users_sitecustomize_still_runs(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text("import os\nos.environ['USER_SITE_RAN'] = 'yes'\n")
+    (out,) = _run(["compact", "--", sys.executable, "-c", PROBE], _env(PYTHONPATH=str(tmp_path)))
+    assert out["user_site"] == "yes" and out["sizes"][1] == 1
+
+
+def test_a_program_without_torch_is_untouched():
+    code = "import sys, json; print(json.dumps(['torch' in sys.modules, type(sys.meta_path[0]).__name__]))"
+    r = subprocess.run([sys.executable, "-m", "affinity", "run", "compact", "--", sys.executable, "-c", code],
+                       capture_output=True, text=True, env=_env(), timeout=120)
+    assert r.returncode == 0, r.stderr
+    loaded, first = json.loads(r.stdout)
+    assert loaded is False and first == "_AfterTorch"  # only a finder waiting for `import torch`
