@@ -48,6 +48,17 @@ def who(request, shared):
     return ident
 
 
+#: test modules whose every test starts PyTorch in a fresh process (seconds each, like the
+#: tf-marked ones): marked ``torch``, which ``make check`` leaves out (``make test`` runs them)
+TORCH_MODULES = ("test_torch.py", "test_torch_workload.py", "test_torchrun.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in TORCH_MODULES:
+            item.add_marker(pytest.mark.torch)
+
+
 def pytest_collection_finish(session):
     """No test module may import PyTorch into the test process: its libgomp would load
     here and every later in-process ``apply()`` would attach to PyTorch (tests that need

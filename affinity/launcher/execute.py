@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 
 from ..binding import numa, threads
 from ..cpulist import format_list
-from ..errors import BindError, CannotExecute, MaskNarrowedError, PlanError
+from ..errors import BindError, CannotExecute, CommandError, MaskNarrowedError, PlanError
 from ..machine import _native
 from ..machine.topology import Topology
 from ..machine.userfiles import why
@@ -226,7 +226,7 @@ def _check_log(path: str) -> None:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC, 0o644))
     except OSError as e:
-        raise CommandError(1, f"--log-dir: cannot write {path}: {why(e)}") from None
+        raise CommandError(f"--log-dir: cannot write {path}: {why(e)}") from None
 
 
 def _exec(launch: Launch, env: dict[str, str], exe: str) -> NoReturn:

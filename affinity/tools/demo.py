@@ -7,8 +7,9 @@
    configures its pools once per process), with TensorFlow's defaults and under the
    recommended plan, **interleaved** over several rounds (defaults and pinned
    alternate, so both see the same load); the medians, the spread of each side,
-   the ratio and the tuner's verdict -- "no significant difference" when the spreads
-   overlap; then the thread counts and the last pinned run's bind map;
+   the ratio and the tuner's verdict -- "no significant difference" unless every round
+   agrees (the per-round ratios of affinity.tools.tune_report.compare); then the
+   thread counts and the last pinned run's bind map;
 5. PyTorch's row beside it (:func:`~affinity.tools.workload_torch.demo_rows`).
 
 Each row of that comparison is :func:`affinity.tools.rows.measure_row` (any

@@ -1,6 +1,6 @@
 """A row of ``make demo``'s comparison: one workload with its framework's defaults
 against pinned, measured in interleaved rounds, and said with medians, spreads and
-the tuner's verdict ("no significant difference" within the spread).
+the tuner's verdict ("no significant difference" unless every round agrees).
 
 Shared by every framework's row (TensorFlow's in :mod:`affinity.tools.demo`,
 PyTorch's in :mod:`affinity.tools.workload_torch`): a workload is a callable that

@@ -36,7 +36,7 @@ BINDING_DIR = str(Path(affinity.binding.__file__).parent)
 #: /proc/self/maps: 1,955 of apply()'s 2,287 calls here)
 READS = {"loaded_runtimes", "parse_maps", "family_of"}
 CPUS = sorted(os.sched_getaffinity(0))
-ARGS = dict(threads=2, env="override", blocktime="0", membind="auto", tensorflow=False, openmp=False, blas=False)
+ARGS = dict(threads=2, export="override", blocktime="0", membind="auto", tensorflow=False, openmp=False, blas=False)
 
 
 #: where CPython runs signal handlers in the code traced here: right after a call

@@ -48,7 +48,7 @@ def _expected_env(base: dict[str, str], live: list) -> dict[str, str]:
 
 def _random_apply(rng: random.Random):
     return affinity.apply(rng.choice(SPECS), threads=rng.choice([1, 2]),
-                          env=rng.choice([True, "override"]), blocktime=rng.choice(["0", "200", None]),
+                          export=rng.choice([True, "override", "keep"]), blocktime=rng.choice(["0", "200", None]),
                           membind=rng.choice([None, "auto", "local"]), **KW)
 
 
@@ -95,9 +95,9 @@ def test_out_of_order_in_one_thread_reproduced():
         env0 = _env_now()
         with Parked() as t:
             m0 = frozenset(os.sched_getaffinity(t.tid))
-            b1 = affinity.apply(f"explicit,proclist=[{CPUS[1]}]", threads=1, env="override", **KW)
+            b1 = affinity.apply(f"explicit,proclist=[{CPUS[1]}]", threads=1, export="override", **KW)
             b1._pin({t.tid: frozenset({CPUS[1]})})  # b1 pinned a thread
-            b2 = affinity.apply("compact", threads=2, env="override", blocktime="0", **KW)
+            b2 = affinity.apply("compact", threads=2, export="override", blocktime="0", **KW)
             assert os.environ["OMP_NUM_THREADS"] == "2"
             b1.restore()
             assert os.environ["OMP_NUM_THREADS"] == "2" and b2.active  # b2's values stand while it is active
@@ -236,7 +236,7 @@ def test_eight_threads_enter_and_leave_in_random_orders(seed):
             for r, (enter, leave) in enumerate(orders):
                 base = r * 2 * n
                 wait_turn(base + enter.index(i))
-                b = affinity.apply(SPECS[i % len(SPECS)], threads=1 + i % 2, env="override",
+                b = affinity.apply(SPECS[i % len(SPECS)], threads=1 + i % 2, export="override",
                                    blocktime=str(i), membind=("auto" if i % 3 == 0 else None), **KW)
                 next_turn()
                 wait_turn(base + n + leave.index(i))

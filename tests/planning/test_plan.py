@@ -399,6 +399,7 @@ def test_derived_counts(t2s: Topology) -> None:
     assert [n.os_index for n in core.numa_nodes] == [0, 1]
     none = plan("none", 4, t2s)  # every thread floats over the 8 cores; the pool never outgrows the team
     assert none.intra_op_threads == 4 and none.inter_op_threads == 2
+    assert plan("none", 1, t2s).intra_op_threads == 1  # issue 23: -t 1 is one TensorFlow worker
     assert plan("none", 16, t2s).intra_op_threads == 8
 
 

@@ -33,7 +33,7 @@ def test_plan_leads_with_the_answer_and_keeps_the_verbose_map_behind_v():
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == ("plan: granularity=fine,scatter on 2 packages x 28 cores x 2 PUs "
-                        "(112 PUs, 2 NUMA nodes)")
+                        "(112 PUs, 2 NUMA nodes) (intel's rules)")
     assert lines[1] == "4 threads, scatter at thread granularity (proc_bind intel):"
     assert lines[2:] == ["  thread 0 -> {0}", "  thread 1 -> {28}", "  thread 2 -> {1}", "  thread 3 -> {29}"]
     verbose = run("plan", "granularity=fine,scatter", "-t", "4", "--topology", xeon, "-v").stdout
@@ -42,7 +42,8 @@ def test_plan_leads_with_the_answer_and_keeps_the_verbose_map_behind_v():
 
 def test_singular_and_plural():
     r = run("plan", "compact", "-t", "1", "--topology", SMALL)
-    assert r.stdout.splitlines()[:2] == ["plan: compact on 1 package x 2 cores x 1 PU (2 PUs, 1 NUMA node)",
+    assert r.stdout.splitlines()[:2] == ["plan: compact on 1 package x 2 cores x 1 PU (2 PUs, 1 NUMA node) "
+                                         "(intel's rules)",
                                          "1 thread, compact at core granularity (proc_bind intel):"]
     r = run("run", "-C", "5", "--dry-run", "--", "true")
     assert "--physcpubind 5: CPU 5 does not exist on this machine" in one_line_error(r, 1)

@@ -30,13 +30,14 @@ def test_rounds_are_interleaved_and_overlapping_spreads_are_no_difference():
     assert text[0] == "TensorFlow resnet50:"
     assert text[1] == "  defaults:             361.0 images/sec (spread 290.0-367.0 over 3 runs)"
     assert text[2] == "  pinned:               272.0 images/sec (spread 246.0-297.0 over 3 runs)"
-    assert text[3] == "  pinned / defaults: no significant difference (0.75x, within the spread)"
+    # the tuner's verdict on the rounds' paired ratios (0.75, 0.67, 1.02: no agreement)
+    assert text[3] == "  pinned / defaults: no significant difference (0.75x; 0.67x - 1.02x in 3 rounds)"
     assert row.last == {"images_per_sec": 297, "side": True}
 
 
 @pytest.mark.parametrize("defaults,pinned,verdict", [
-    ([100, 105, 102], [150, 155, 152], "1.49x faster"),
-    ([150, 155, 152], [100, 105, 102], "1.49x slower"),
+    ([100, 105, 102], [150, 155, 152], "1.49x faster (1.48x - 1.50x in 3 rounds)"),
+    ([150, 155, 152], [100, 105, 102], "1.49x slower (1.48x - 1.50x in 3 rounds)"),
 ])
 def test_separated_spreads_are_a_result(defaults, pinned, verdict):
     run, _ = _workload(defaults, pinned)

@@ -71,7 +71,7 @@ class RealGomp:
         return self.trees[name]
 
     def run(self, tree: str, ncpus: int, env: dict[str, str], mask: str | None = None,
-            online: str | None = None, cpuset: str | None = None, timeout: float = 3) -> dict[str, Any]:
+            online: str | None = None, cpuset: str | None = None, timeout: float = 60) -> dict[str, Any]:
         e = {k: v for k, v in os.environ.items()
              if not k.startswith(("OMP_", "GOMP_", "KMP_", "FAKE_")) and k not in ("LD_PRELOAD", "LD_LIBRARY_PATH")}
         e.update({"LD_PRELOAD": f"{self.build_dir}/libgompsys.so {self.build_dir}/libfakeaff.so",
