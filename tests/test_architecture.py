@@ -37,7 +37,7 @@ COMPLEX_ALLOWED = {
     ("affinity.machine.topology", "_from_native"): "#19: machine/ topology readers (owner: machine)",
     ("affinity.machine.topology", "_from_cpuinfo_text"): "#19: machine/ topology readers (owner: machine)",
     ("affinity.launcher.options", "options_from_args"): "#19 item 3: the launcher's options (owner: tune/launcher)",
-    ("affinity.tools.picture", "_legend"): "#19: tools/picture.py is being moved (owner: pictures)",
+    ("affinity.launcher.fastpath", "_entry"): "#19: the launch cache (owner: launcher)",
     ("affinity.tuning.sampler", "_observations"): "#19 item 3: the tuner (owner: tune)",
 }
 #: (module, class) exception classes not yet in affinity/errors.py (issue #19 item 4 moves them)
