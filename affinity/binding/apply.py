@@ -45,6 +45,7 @@ from ..machine.topology import Topology
 from ..planning.envvars import DEFAULT_BLOCKTIME, plan_environment, worker_slots
 from ..planning.memory import MemorySpec, membind_spec
 from ..planning import precedence
+from ..planning.planner import DEFAULT_RUNTIME
 from ..planning.planner import plan as make_plan
 from ..planning.ranks import rank_topology, team_environ
 from ..planning.spec import DEFAULT_SPEC
@@ -55,6 +56,7 @@ from . import tf as _tf
 from . import threads as _threads
 from . import torch as _torch
 from .runtimes import census, meaning_notes
+from .which import resolve_runtime
 from .bindmap import BindMap, report
 
 __all__ = ["Binding", "Pin", "apply", "pinned"]
@@ -361,7 +363,7 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
           openmp: str | bool = "auto", blas: str | bool = "auto", membind: Any = None,
           export: bool | str = True, inter_placement: str = "union", blocktime: str | None = DEFAULT_BLOCKTIME,
           rank: Any = None, strict: bool = False, torch: str | bool = "auto",
-          dataloader_workers: int | None = None) -> Binding:
+          dataloader_workers: int | None = None, runtime: str = DEFAULT_RUNTIME) -> Binding:
     """Plan ``spec`` on this machine and apply it to this process.
 
     Parameters
@@ -418,6 +420,13 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
     dataloader_workers : int, optional
         Place that many DataLoader workers (:func:`affinity.planning.workers.worker_layout`):
         each on CPUs of its own, one intra-op thread each.
+    runtime : str
+        Whose rules the plan follows: ``"intel"`` (default: what apply() has
+        always planned, and what it pins each thread to whatever runtime runs it),
+        ``"llvm"``, ``"gnu"``, ``"gnu-torch"``, or ``"auto"``: the rules of the
+        OpenMP runtime loaded in this process (PyTorch's libgomp -> ``"gnu-torch"``;
+        none -> ``"intel"``; runtimes of different rules together -> PlanError).
+        ``Binding.plan.runtime`` and the bind map name the rules followed.
 
     Returns
     -------
@@ -443,12 +452,13 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
         from the plan (``Binding.notes``).
     """
     return _apply(spec, threads, topology, tensorflow, openmp, blas, membind, export, inter_placement, blocktime,
-                  rank, strict, (torch, dataloader_workers))
+                  rank, strict, (torch, dataloader_workers), resolve_runtime(runtime, caller="apply"))
 
 
 def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow: Any, openmp: Any,
            blas: Any, membind: Any, env: Any, inter: str, blocktime: str | None, rank: Any,
-           strict: bool, torch: tuple[Any, int | None] = ("auto", None)) -> Binding:
+           strict: bool, torch: tuple[Any, int | None] = ("auto", None),
+           runtime: str = DEFAULT_RUNTIME) -> Binding:
     """:func:`apply` without its docstring: plan, snapshot, apply every step or none."""
     topo = Topology.load(topology)  # the forms plan, apply and tune all take
     _threads.require_system(topo)
@@ -460,10 +470,10 @@ def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow
     threads, env_warnings = precedence.team_size(threads, user_env)  # the rule of `affinity run`
     if rank is not None:  # this rank's share of what the process may use
         p = make_plan(spec, threads=threads, topology=rank_topology(topo.with_allowed(process_mask), rank)[0],
-                      strict=strict)
+                      strict=strict, runtime=runtime)
     else:  # the process mask inside the cgroup's cpuset (what `norespect` may reach)
         p = make_plan(spec, threads=threads, topology=topo.with_allowed(_cgroup_cpus(topo, process_mask)),
-                      strict=strict, initial_mask=process_mask)
+                      strict=strict, initial_mask=process_mask, runtime=runtime)
     want_mem = membind_spec(membind, topo, p.union)
     snap = _Snapshot(_threads.get_process_affinity(), process_mask,
                      numa.get_membind() if want_mem is not None else None,

@@ -64,6 +64,7 @@ class BindMap:
     rows: tuple[ThreadRow, ...]
     mems_allowed: str
     runtimes: Any = None  #: the OpenMP runtimes loaded (:class:`~affinity.binding.runtimes.Census`)
+    rules: str | None = None  #: whose rules the binding's plan followed (``Plan.runtime``), if one applies
 
     @property
     def mismatches(self) -> list[ThreadRow]:
@@ -82,6 +83,8 @@ class BindMap:
             if r.note:
                 line += f" NOTE: {r.note}"
             lines.append(line)
+        if self.rules is not None:
+            lines.append(f"affinity: pid {self.pid} binding followed {self.rules}'s rules")
         if self.runtimes is not None and self.runtimes.runtimes:
             lines.append(self.runtimes.text(prefix=f"affinity: pid {self.pid} "))
         return "\n".join(lines)
@@ -90,7 +93,8 @@ class BindMap:
         return {"pid": self.pid, "mems_allowed": self.mems_allowed,
                 "threads": [r.to_dict() for r in self.rows],
                 "mismatches": [r.tid for r in self.mismatches],
-                "openmp_runtimes": None if self.runtimes is None else self.runtimes.to_dict()}
+                "openmp_runtimes": None if self.runtimes is None else self.runtimes.to_dict(),
+                "rules": self.rules}
 
     def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
@@ -225,7 +229,7 @@ def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
                               mempolicy_self if tid == caller else None, getattr(pin, "note", None)))
     if bindings:
         rows = _explain_late_openmp(rows, pid, bindings[-1])
-    return BindMap(pid, tuple(rows), mems, _census(pid))
+    return BindMap(pid, tuple(rows), mems, _census(pid), bindings[-1].plan.runtime if bindings else None)
 
 
 def _census(pid: int) -> Any:

@@ -14,6 +14,7 @@ from typing import Any
 from ..machine.topology import Topology
 from ..planning import planner
 from ..planning.planner import DEFAULT_RUNTIME, Plan
+from .which import resolve_runtime
 
 __all__ = ["plan", "plan_env"]
 
@@ -30,10 +31,13 @@ def plan(spec: Any = None, threads: int | None = None, topology: Topology | None
     """:func:`affinity.planning.planner.plan` with ``topology`` defaulting to this machine's.
 
     Parameters and errors are those of :func:`affinity.planning.planner.plan`;
-    ``topology=None`` plans for the machine this process runs on.
+    ``topology=None`` plans for the machine this process runs on;
+    ``runtime="auto"`` follows the rules of the OpenMP runtime loaded in this process
+    (:func:`affinity.binding.which.resolve_runtime`; Intel's when none is), and
+    ``Plan.runtime`` names the rules it resolved to.
     """
     return planner.plan(spec, threads, _here(topology), strict=strict, env=env, initial_mask=initial_mask,
-                        runtime=runtime)
+                        runtime=resolve_runtime(runtime, caller="plan"))
 
 
 def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,
@@ -41,6 +45,8 @@ def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,
     """:func:`affinity.planning.planner.plan_env` with ``topology`` defaulting to this machine's.
 
     Parameters and errors are those of :func:`affinity.planning.planner.plan_env`;
-    ``topology=None`` plans for the machine this process runs on.
+    ``topology=None`` plans for the machine this process runs on; ``runtime="auto"``
+    as for :func:`plan`.
     """
-    return planner.plan_env(env, topology=_here(topology), initial_mask=initial_mask, runtime=runtime)
+    return planner.plan_env(env, topology=_here(topology), initial_mask=initial_mask,
+                            runtime=resolve_runtime(runtime, caller="plan_env"))

@@ -124,6 +124,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except SpecError as e:
         return _usage(args, str(e))
     topo = _load_topology(args)
+    if args.runtime == "auto":  # this process's loaded runtime: usually none -> the default
+        from ..binding.which import resolve_runtime  # lazy: only for --runtime auto
+
+        args.runtime = resolve_runtime("auto", caller="affinity plan --runtime")
+        print(f"plan: --runtime auto: {args.runtime} (the OpenMP runtime loaded in this affinity process; "
+              f"Intel's rules when none is)", file=sys.stderr)
     p = plan(args.spec, threads=args.threads, topology=topo, strict=not args.lenient, env=env,
              initial_mask=mask, runtime=args.runtime)
     if args.compare:
@@ -285,7 +291,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="read malformed settings as the runtime does (warn, fall back) instead of failing")
     p.add_argument("--runtime", default="intel", metavar="NAME",
                    help="whose rules: intel (default, libiomp5), gnu (GCC 12 libgomp), gnu-torch "
-                        "(PyTorch's bundled libgomp), ...")
+                        "(PyTorch's bundled libgomp), llvm, or auto (the runtime loaded in this process: "
+                        "none, so intel)")
     p.add_argument("--compare", default=None, metavar="NAME",
                    help="also plan under this runtime's rules and print both side by side, per thread")
     p.add_argument("--translate", action="store_true",
