@@ -249,7 +249,7 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
     for i, share in enumerate(shares):
         cpus = share.cpus if share is not None else work.allowed
         threads = _thread_count(i, _cores_in(topology, cpus), opts, ctx, env_threads, sharing, notes)
-        p = _make_plan(opts.spec, threads, topology, cpus, ctx)
+        p = _make_plan(opts.spec, threads, topology, cpus, ctx, opts.runtime)
         warnings.extend(f"planner: {w}" for w in getattr(p, "warnings", ()))
         slots = tuple(p.cpusets)  # thread i of the team on the plan's set i
         warnings.extend(f"instance {i}: {w}" for w in precedence.oversubscription(
@@ -409,19 +409,19 @@ def _thread_count(i: int, cores: int, opts: RunOptions, ctx: Context, env_thread
 
 
 def _make_plan(spec: str | None, threads: int, topology: Topology, cpus: frozenset[int],
-               ctx: Context) -> Any:
+               ctx: Context, runtime: str = "intel") -> Any:
     """SPEC, else the environment's placement variables, else the default spec, for a
     process whose mask is ``cpus`` inside the cgroup's cpuset (what ``norespect`` may
     reach: beyond it the runtime aborts)."""
     cgroup = (ctx.cgroup_cpus or topology.cpuset) & topology.cpuset
     machine = topology.with_allowed(cgroup if cpus <= cgroup else cpus)
     if spec is not None:
-        return plan(spec, threads, machine, strict=True, initial_mask=cpus)
+        return plan(spec, threads, machine, strict=True, initial_mask=cpus, runtime=runtime)
     if any(v in ctx.environ for v in PLACEMENT_VARIABLES):
         env = {k: v for k, v in ctx.environ.items() if k.startswith(("KMP_", "OMP_"))}
         env["OMP_NUM_THREADS"] = str(threads)
-        return plan_env(env, topology=machine, initial_mask=cpus)
-    return plan(DEFAULT_SPEC, threads, machine, strict=True, initial_mask=cpus)
+        return plan_env(env, topology=machine, initial_mask=cpus, runtime=runtime)
+    return plan(DEFAULT_SPEC, threads, machine, strict=True, initial_mask=cpus, runtime=runtime)
 
 
 def _instance_env(i: int, count: int, p: Any, slots: tuple[frozenset[int], ...], opts: RunOptions,

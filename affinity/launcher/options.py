@@ -82,6 +82,7 @@ class RunOptions:
     ranks: str | None = None
     verbose: bool = False
     blocktime: str | None = DEFAULT_BLOCKTIME  #: None: export no KMP_BLOCKTIME
+    runtime: str = "intel"  #: whose rules the plan follows; "auto": the command's (resolved by cmd_run)
 
     def to_words(self, environ: Mapping[str, str] | None = None) -> list[str]:
         """The ``affinity run`` words that parse back to these options: the inverse of
@@ -113,7 +114,8 @@ def _value_words(o: RunOptions) -> list[str]:
              (_MEMPOLICY_FLAG.get(o.mempolicy or ""), o.mem_nodes and o.mem_nodes.text),
              ("--pin-skip", hex(o.pin_skip) if o.pin_skip else None),
              ("--instances", o.instances if o.instances != 1 else None),
-             ("--cores-per-instance", o.cores_per_instance), ("--log-dir", o.log_dir), ("--ranks", o.ranks)]
+             ("--cores-per-instance", o.cores_per_instance), ("--log-dir", o.log_dir), ("--ranks", o.ranks),
+             ("--runtime", o.runtime if o.runtime != "intel" else None)]
     return [w for flag, v in pairs if flag and v is not None for w in (flag, str(v))]
 
 
@@ -223,6 +225,9 @@ def run_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "with --dry-run or --hardware")
     g.add_argument("-v", "--verbose", action="store_true",
                    help="say what is applied, and have --pin-threads report every pin")
+    g.add_argument("--runtime", default="intel", metavar="NAME",
+                   help="whose rules the plan follows: intel (default), llvm, gnu, gnu-torch, or auto (the "
+                        "OpenMP runtime the command's executable links, read from its ELF file; else intel)")
     p.add_argument("words", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.set_defaults(_run_parser=p)
     return p
@@ -341,4 +346,4 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
                       pin_children=args.pin_children,
                       instances=args.instances, cores_per_instance=args.cores_per_instance,
                       log_dir=args.log_dir, ranks=args.ranks, verbose=args.verbose,
-                      blocktime=blocktime)
+                      blocktime=blocktime, runtime=args.runtime)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 from typing import Any
 
 from ..errors import TopologyError
@@ -88,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     SystemExit
         A usage error (status 2).
     """
-    opts = options_from_args(args)
+    opts = _resolve_runtime(options_from_args(args))
     topology = Topology.load(args.topology) if args.topology else Topology.from_system()
     if args.hardware:
         from .numactl import hardware_text  # lazy: only for --hardware
@@ -116,10 +117,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(show_current(launch, topology, mems))
         return 0
     key = getattr(args, "launch_key", None)  # set by the program's entry (affinity.tools.cli.main)
-    if key is not None and _rememberable(launch):
+    # (--runtime auto depends on the executable's contents, which the key does not hold)
+    if key is not None and _rememberable(launch) and args.runtime != "auto":
         inst = launch.instances[0]
         fastpath.remember(key, inst.cpus, dict(inst.env), inst.argv)
     return execute(launch)  # CannotExecute: its shell status, by errors.exit_status (tools.cli.main)
+
+
+def _resolve_runtime(opts: Any) -> Any:
+    """``--runtime auto``: the rules of the OpenMP runtime the command's executable
+    links (:mod:`.elfneeds`), else the default (Intel's); ``-v`` says which and why."""
+    if opts.runtime != "auto" or not opts.command:
+        return opts if opts.runtime != "auto" else replace(opts, runtime="intel")
+    from .elfneeds import command_runtime  # lazy: only for --runtime auto
+
+    found = command_runtime(opts.command[0])
+    runtime = found.runtime or "intel"
+    if opts.verbose:
+        say(f"--runtime auto: {runtime}'s rules ({found.why}" + ("" if found.runtime else "; the default") + ")")
+    return replace(opts, runtime=runtime)
 
 
 def _dry_run(launch: Launch, as_json: bool) -> int:
