@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..cpulist import IdList, format_list, parse_list
 from ..errors import PlanError
@@ -22,11 +22,13 @@ from ..planning.envvars import plan_environment
 from ..planning.gnu.exports import check_inherited
 from ..planning.memory import check_nodes
 from ..planning.planner import plan, plan_env
-from ..planning.ranks import LocalRank, Share, launcher_binding, parse_rank, partition, place_rank
 from ..planning.spec import DEFAULT_SPEC, PLACEMENT_VARIABLES
 from .options import RunOptions
 from .preload import pin_environment
 from .torch_env import torch_environment
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..planning.ranks import LocalRank, Share
 
 __all__ = ["MEM_OPTION", "Context", "Instance", "Launch", "build_launch"]
 
@@ -316,6 +318,8 @@ def _rank_share(opts: RunOptions, topology: Topology, ctx: Context, selected: fr
     that bound the rank itself is followed, and that is said (``notices``)."""
     if opts.ranks is None:
         return None, None
+    from ..planning.ranks import launcher_binding, parse_rank, place_rank  # lazy: only --ranks pays its import
+
     rank = parse_rank(opts.ranks, ctx.environ)
     binding = launcher_binding(ctx.environ, rank) if opts.ranks == "auto" else None
     whole = (ctx.cgroup_cpus or topology.cpuset) & topology.cpuset
@@ -340,6 +344,8 @@ def _instance_shares(opts: RunOptions, work: Topology, rank_share: Share | None)
         raise PlanError(f"--instances must be >= 1, got {opts.instances}")
     if opts.instances == 1 and opts.cores_per_instance is None:
         return [rank_share]
+    from ..planning.ranks import partition  # lazy: only several instances pay its import
+
     try:
         return list(partition(work, opts.instances, opts.cores_per_instance))
     except PlanError as e:
