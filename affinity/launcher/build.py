@@ -22,7 +22,8 @@ from ..planning.envvars import plan_environment
 from ..planning.gnu.exports import check_inherited
 from ..planning.memory import check_nodes
 from ..planning.planner import plan, plan_env
-from ..planning.ranks import LocalRank, Share, launcher_binding, parse_rank, partition, place_rank
+from ..planning.ranks import (LocalRank, Share, launcher_binding, parse_rank, partition, place_rank,
+                              team_environ)
 from ..planning.spec import DEFAULT_SPEC, PLACEMENT_VARIABLES
 from .options import RunOptions
 from .preload import pin_environment
@@ -241,7 +242,9 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
     shares = _instance_shares(opts, work, rank_share)
     mem_nodes = _explicit_mem_nodes(opts, topology, nodes)
     sharing = opts.instances * (rank.size if rank else 1)
-    env_threads = _env_threads(ctx.environ, warnings)
+    team_env, said = team_environ(ctx.environ, rank) if rank is not None else (ctx.environ, [])
+    notes.extend(said)  # torchrun's OMP_NUM_THREADS=1 is no team size for a share
+    env_threads = _env_threads(team_env, warnings)
     instances = []
     for i, share in enumerate(shares):
         cpus = share.cpus if share is not None else work.allowed
@@ -325,9 +328,10 @@ def _rank_share(opts: RunOptions, topology: Topology, ctx: Context, selected: fr
         hint = ""
         if ctx.cgroup_cpus and selected < (ctx.cgroup_cpus & topology.cpuset):
             hint = (f"; this process may use only {format_list(selected)} of the cgroup's "
-                    f"{format_list(ctx.cgroup_cpus)}: if the launcher bound the ranks itself "
-                    f"(Open MPI does by default), start it with --bind-to none "
-                    f"(srun: --cpu-bind=none) or pass --norespect")
+                    f"{format_list(ctx.cgroup_cpus)}: if something bound the ranks without a variable "
+                    f"saying so (torchrun --numa-binding, taskset, an MPI launcher affinity does not "
+                    f"read), start them unbound (mpirun --bind-to none, srun --cpu-bind=none) or pass "
+                    f"--norespect")
         raise PlanError(f"--ranks: {rank.size} ranks on this node ({rank.source}): {e}{hint}") from e
     (notices if binding is not None else notes).append(how)
     return rank, share
