@@ -31,7 +31,8 @@ sysdeps:
 	@# installing Open MPI here leaves `mpirun` as it was), a one-node Slurm (slurmctld, slurmd,
 	@# srun/sbatch, munge; configured and started by the tests themselves, not as services).
 	@# LLVM's libomp: the exports are read back under every OpenMP runtime (~1 MB).
-	@# Nothing to do when present (a few ms); ~35 s and ~60 MB to install on Debian 12.
+	@# Nothing to do when present (0.1 s); measured on Debian 12: 33 s, 8 MB of packages, 30 MB on disk
+	@# (MPI, Slurm, munge).
 	@missing=""; \
 	command -v numactl >/dev/null || missing="$$missing numactl"; \
 	command -v mpirun.mpich >/dev/null || missing="$$missing mpich"; \

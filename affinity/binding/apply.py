@@ -46,7 +46,7 @@ from ..planning.envvars import DEFAULT_BLOCKTIME, plan_environment, worker_slots
 from ..planning.memory import MemorySpec, membind_spec
 from ..planning import precedence
 from ..planning.planner import plan as make_plan
-from ..planning.ranks import rank_topology
+from ..planning.ranks import rank_topology, team_environ
 from ..planning.spec import DEFAULT_SPEC
 from . import blas as _blas
 from . import numa, registry
@@ -456,7 +456,8 @@ def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow
     # (a mask PyTorch's libgomp narrowed to its first place at load is widened back)
     process_mask = _torch.mask_before_load_pin(_native.get_thread_cpubind(os.getpid()))
     asked = threads
-    threads, env_warnings = precedence.team_size(threads, _user_environ())  # the rule of `affinity run`
+    user_env, rank_said = team_environ(_user_environ(), rank) if rank is not None else (_user_environ(), [])
+    threads, env_warnings = precedence.team_size(threads, user_env)  # the rule of `affinity run`
     if rank is not None:  # this rank's share of what the process may use
         p = make_plan(spec, threads=threads, topology=rank_topology(topo.with_allowed(process_mask), rank)[0],
                       strict=strict)
@@ -471,7 +472,7 @@ def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow
     b._snapshot = snap
     b._seen = set(snap.masks)
     b.notes.extend(f"planner: {w}" for w in p.warnings)  # the runtime's own warnings
-    b.notes.extend(env_warnings)
+    b.notes.extend(env_warnings + rank_said)
     b.notes.extend(precedence.oversubscription(p.threads, p.union, "threads" if asked is not None
                                                else "OMP_NUM_THREADS"))
     env_before = dict(os.environ)

@@ -37,6 +37,7 @@ import importlib.util
 import os
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -155,19 +156,38 @@ def interop_pool(known: Iterable[int] = ()) -> tuple[tuple[int, ...], bool]:
     """The inter-op pool's threads, creating the pool if it does not exist:
     ``(tids, created_now)``.  Created now: the ``PTThreadPool`` threads that
     appeared while it was created.  Existing: the ``PTThreadPool`` threads not in
-    ``known``, as many as torch says the pool has (else none: not identified)."""
+    ``known``.  Either way as many as torch says the pool has (else none: not
+    identified)."""
     torch = _torch()
     before = _threads.task_names()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # TorchScript's deprecation notice
         _launcher()(torch.zeros(1))
-    after = _threads.task_names()
-    new = tuple(sorted(t for t, n in after.items() if t not in before and n == INTER_NAME))
-    if new:
-        return new, True
     skip = set(known)
-    old = tuple(sorted(t for t, n in after.items() if n == INTER_NAME and t not in skip))
-    return (old if len(old) == torch.get_num_interop_threads() else ()), False
+    existed = any(n == INTER_NAME and t not in skip for t, n in before.items())
+    if existed:
+        return _named_pool(lambda t: t in before and t not in skip, torch.get_num_interop_threads()), False
+    return _named_pool(lambda t: t not in before, torch.get_num_interop_threads()), True
+
+
+#: how long a pool's threads may take to name themselves (each names itself when it
+#: first runs, which may be after the pool was created and ``at::launch`` returned)
+NAMING_WAIT_S = 2.0
+
+
+def _named_pool(candidate: Callable[[int], bool], size: int) -> tuple[int, ...]:
+    """The ``size`` candidate threads named ``PTThreadPool``.  A pool thread that has
+    not run yet still carries its creator's name, so the count is polled (bounded by
+    :data:`NAMING_WAIT_S`) until it is whole; a pool still short after that is not
+    identified (empty)."""
+    deadline = time.monotonic() + NAMING_WAIT_S
+    while True:
+        found = tuple(sorted(t for t, n in _threads.task_names().items() if n == INTER_NAME and candidate(t)))
+        if len(found) == size:
+            return found
+        if time.monotonic() >= deadline:
+            return ()
+        time.sleep(0.005)
 
 
 def size_interop(n: int) -> str | None:

@@ -243,7 +243,9 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
     shares = _instance_shares(opts, work, rank_share)
     mem_nodes = _explicit_mem_nodes(opts, topology, nodes)
     sharing = opts.instances * (rank.size if rank else 1)
-    env_threads = _env_threads(ctx.environ, warnings)
+    team_env, said = _team_environ(ctx.environ, rank)
+    notes.extend(said)  # torchrun's OMP_NUM_THREADS=1 is no team size for a share
+    env_threads = _env_threads(team_env, warnings)
     instances = []
     for i, share in enumerate(shares):
         cpus = share.cpus if share is not None else work.allowed
@@ -329,12 +331,23 @@ def _rank_share(opts: RunOptions, topology: Topology, ctx: Context, selected: fr
         hint = ""
         if ctx.cgroup_cpus and selected < (ctx.cgroup_cpus & topology.cpuset):
             hint = (f"; this process may use only {format_list(selected)} of the cgroup's "
-                    f"{format_list(ctx.cgroup_cpus)}: if the launcher bound the ranks itself "
-                    f"(Open MPI does by default), start it with --bind-to none "
-                    f"(srun: --cpu-bind=none) or pass --norespect")
+                    f"{format_list(ctx.cgroup_cpus)}: if something bound the ranks without a variable "
+                    f"saying so (torchrun --numa-binding, taskset, an MPI launcher affinity does not "
+                    f"read), start them unbound (mpirun --bind-to none, srun --cpu-bind=none) or pass "
+                    f"--norespect")
         raise PlanError(f"--ranks: {rank.size} ranks on this node ({rank.source}): {e}{hint}") from e
     (notices if binding is not None else notes).append(how)
     return rank, share
+
+
+def _team_environ(environ: Mapping[str, str], rank: LocalRank | None) -> tuple[Mapping[str, str], list[str]]:
+    """The environment the team size is read from: a rank's
+    (:func:`~affinity.planning.ranks.team_environ`), else the launcher's as is."""
+    if rank is None:
+        return environ, []
+    from ..planning.ranks import team_environ  # lazy: only --ranks pays its import
+
+    return team_environ(environ, rank)
 
 
 # 3. instances

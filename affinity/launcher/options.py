@@ -209,7 +209,8 @@ def run_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument("--log-dir", metavar="DIR", help="write each instance's output to DIR/instance-I.log")
     g.add_argument("--ranks", metavar="auto|R/N", type=_ranks,
                    help="take local rank R's disjoint share of the node, R and N from Open MPI, "
-                        "MPICH/Intel MPI, MVAPICH2, torchrun or Slurm variables ('auto')")
+                        "MPICH/Intel MPI, MVAPICH2, torchrun or Slurm variables ('auto'); a rank its "
+                        "launcher bound (srun, Open MPI, Hydra -bind-to) plans inside that mask, and says so")
     g = p.add_argument_group("inspection")
     g.add_argument("-s", "--show", action="store_true",
                    help="show the CPU and memory policy the options give (numactl --show) and exit")

@@ -28,9 +28,9 @@ from ..cpulist import format_list
 from ..errors import PlanError
 from ..machine.topology import Topology
 
-__all__ = ["BINDING_VARIABLES", "JOB_VARIABLES", "LAUNCHER_VARIABLES", "LauncherBinding", "LocalRank", "Share",
+__all__ = ["BINDING_VARIABLES", "JOB_VARIABLES", "LAUNCHER_DEFAULTS", "LAUNCHER_VARIABLES", "LauncherBinding", "LocalRank", "Share",
            "SlurmStep", "job_of", "launcher_binding", "local_rank", "parse_rank", "partition", "place_rank",
-           "rank_share", "rank_topology", "slurm_allocation", "slurm_step"]
+           "rank_share", "rank_topology", "slurm_allocation", "slurm_step", "team_environ"]
 
 #: (launcher, local-rank variable, local-size variable), in the order they are
 #: tried: MPI launchers first (an mpirun inside a Slurm allocation inherits the
@@ -114,6 +114,31 @@ def _int(environ: Mapping[str, str], var: str) -> int:
     if not v.isdigit():
         raise PlanError(f"{var}={environ[var]!r} is not a non-negative integer")
     return int(v)
+
+
+#: (launcher, variable, value): what a launcher sets in every rank by itself when the
+#: user set nothing -- torchrun's ``OMP_NUM_THREADS=1`` for more than one worker per
+#: node, its guard against workers crowding each other's CPUs.  On disjoint shares
+#: nothing is crowded: the team is sized from the share (a thread count given
+#: explicitly still wins; a user's other value is the user's).
+LAUNCHER_DEFAULTS: tuple[tuple[str, str, str], ...] = (
+    ("torchrun", "OMP_NUM_THREADS", "1"),
+)
+
+
+def team_environ(environ: Mapping[str, str], rank: str | LocalRank) -> tuple[dict[str, str], list[str]]:
+    """``environ`` without the values ``rank``'s launcher set by itself
+    (:data:`LAUNCHER_DEFAULTS`), and a sentence for each: the environment the team
+    size is read from (:func:`affinity.planning.precedence.team_size`) for a rank
+    (``"auto"``, ``"R/N"`` or a :class:`LocalRank`; by hand: nothing is dropped)."""
+    r = rank if isinstance(rank, LocalRank) else parse_rank(rank, environ)
+    out, said = dict(environ), []
+    for launcher, var, value in LAUNCHER_DEFAULTS:
+        if r.launcher == launcher and r.size > 1 and environ.get(var, "").strip() == value:
+            del out[var]
+            said.append(f"{var}={value} is what {launcher} sets for every worker when nothing is set, not a "
+                        f"team size: the team is sized from this rank's share (give a thread count to choose one)")
+    return out, said
 
 
 #: (launcher, variables): what one job's processes on a node share, per launcher (Open

@@ -18,13 +18,12 @@ and last CPU from the kernel (:func:`~affinity.binding.bindmap.report`).
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..binding.bindmap import ThreadRow, report
 from ..cpulist import format_list
 from ..errors import PlanError
 from ..launcher.build import Context, Instance, build_launch
@@ -32,6 +31,9 @@ from ..launcher.options import RunOptions
 from ..machine.topology import Topology
 from ..planning.ranks import (LAUNCHER_VARIABLES, LocalRank, job_of, launcher_binding, local_rank,
                               slurm_allocation)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..binding.bindmap import ThreadRow
 
 __all__ = ["RankPlan", "RankThreads", "add_plan_args", "add_show_args", "cmd_plan_ranks", "cmd_show_ranks",
            "find_jobs", "plan_ranks"]
@@ -146,7 +148,17 @@ def _plan_table(plans: list[RankPlan], header: str, topology: Topology) -> str:
 
 
 def cmd_plan_ranks(args: argparse.Namespace, topology: Topology, write_picture: Any) -> int:
-    """``affinity plan [SPEC] --ranks N|auto``: the table (or JSON), and the picture."""
+    """``affinity plan [SPEC] --ranks N|auto``: the table (or JSON), and the picture; 2
+    with options that do not apply to ranks (``--mask``, ``--env``, ...)."""
+    import json  # lazy: only --json prints JSON (this module is loaded with every command's parser)
+
+    other = [name for name, given in (("--mask", args.mask is not None), ("--env", bool(args.env)),
+                                      ("--lenient", args.lenient), ("--translate", args.translate),
+                                      ("-v", args.verbose)) if given]
+    if other:  # each rank's mask and settings come from its share, as affinity run's
+        print(f"affinity plan: error: --ranks does not go with {', '.join(other)} (see 'affinity plan --help')",
+              file=sys.stderr)
+        return 2
     ctx = Context.of_this_process() if topology.is_this_system else Context(dict(os.environ))
     plans, header = plan_ranks(topology, args.ranks, args.spec, args.threads, ctx)
     if args.json:
@@ -188,6 +200,8 @@ def _environ(pid: int) -> dict[str, str] | None:
 def find_jobs(pid: int | None = None) -> dict[str, list[RankThreads]]:
     """The ranks of every job on this node (or of the job of ``pid``), by job, each
     rank's processes with their threads as the kernel reports them."""
+    from ..binding.bindmap import report  # lazy: the binding layer only for show --ranks
+
     jobs: dict[str, list[RankThreads]] = {}
     me = os.getpid()
     pids = sorted(int(d) for d in os.listdir("/proc") if d.isdigit())
@@ -246,6 +260,8 @@ def _show_table(job: str, ranks: list[RankThreads]) -> str:
 def cmd_show_ranks(args: argparse.Namespace, write_picture: Any) -> int:
     """``affinity show --ranks [PID]``: a table per job; exit 1 when ranks overlap
     or none is found."""
+    import json  # lazy: only --json prints JSON (this module is loaded with every command's parser)
+
     jobs = find_jobs(args.pid)
     if not jobs:
         print("affinity show --ranks: no process of this user carries launcher rank variables "

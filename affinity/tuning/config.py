@@ -2,7 +2,7 @@
 
 The objective of :func:`affinity.tune` receives a plain ``dict`` (name -> value, the
 names of its space); the tuner's own modules read it once, here, as a frozen
-:class:`Config` whose fields are the nine names the tuner interprets (:data:`KNOWN
+:class:`Config` whose fields are the names the tuner interprets (:data:`KNOWN
 <affinity.tuning.space.KNOWN>`) and whose :attr:`~Config.env` and
 :attr:`~Config.placeholders` hold the rest.
 
@@ -47,6 +47,11 @@ class Config:
         Processes started on disjoint shares.
     membind : {"none", "local", "interleave"}
         The memory policy.
+    torch_threads, interop, dataloader_workers : int or None
+        PyTorch's intra-op team (``OMP_NUM_THREADS``, which it reads), inter-op pool
+        (``AFFINITY_TORCH_INTEROP_THREADS``, set by ``affinity run``'s PyTorch
+        start-up hook) and DataLoader workers (``AFFINITY_DATALOADER_WORKERS``, for
+        the program to pass as ``num_workers``).
     env : tuple of (str, str)
         Environment variables set in front of the command (``env:NAME`` parameters).
     placeholders : tuple of (str, object)
@@ -62,6 +67,9 @@ class Config:
     granularity: str | None = None
     instances: int = 1
     membind: str = "none"
+    torch_threads: int | None = None
+    interop: int | None = None
+    dataloader_workers: int | None = None
     env: tuple[tuple[str, str], ...] = ()
     placeholders: tuple[tuple[str, Any], ...] = ()
 
@@ -86,8 +94,8 @@ class Config:
 
     @property
     def team(self) -> int | None:
-        """The team the plan places: ``threads``, else ``omp``, else ``intra``."""
-        for n in (self.threads, self.omp, self.intra):
+        """The team the plan places: ``threads``, else ``omp``, else ``torch_threads``, else ``intra``."""
+        for n in (self.threads, self.omp, self.torch_threads, self.intra):
             if n is not None:
                 return int(n)
         return None
@@ -120,6 +128,12 @@ class Config:
             env["TF_NUM_INTRAOP_THREADS"] = str(self.intra)
         if self.inter is not None:
             env["TF_NUM_INTEROP_THREADS"] = str(self.inter)
+        if self.torch_threads is not None and int(self.torch_threads) != self.team:
+            env["OMP_NUM_THREADS"] = str(self.torch_threads)
+        if self.interop is not None:
+            env["AFFINITY_TORCH_INTEROP_THREADS"] = str(self.interop)
+        if self.dataloader_workers is not None:
+            env["AFFINITY_DATALOADER_WORKERS"] = str(self.dataloader_workers)
         env.update(self.env)
         return env
 

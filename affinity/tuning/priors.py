@@ -284,17 +284,19 @@ class Priors:
         share = self.machine.share(k)
         if share is None:
             return None
-        _, cores, _, pkgs, _ = share
+        _, cores, pus, pkgs, _ = share
         names = self.space.names
         cfg: dict[str, Any] = {}
         for name in names:
             ch = self.space.choices(name)
             if name == "instances":
                 cfg[name] = k
-            elif name in ("intra", "threads", "omp"):
+            elif name in ("intra", "threads", "omp", "torch_threads"):
                 cfg[name] = _snap(ch, cores)
-            elif name == "inter":
+            elif name in ("inter", "interop"):
                 cfg[name] = _snap(ch, pkgs)
+            elif name == "dataloader_workers":  # the SMT siblings compute leaves free, 1 to 4
+                cfg[name] = _snap(ch, max(1, min(pus - cores, 4)))
             elif name == "blocktime":
                 cfg[name] = 1 if 1 in ch else 0 if 0 in ch else _snap(ch, 1)
             else:
@@ -302,7 +304,8 @@ class Priors:
         if "omp" in names and "intra" in names:
             cfg["omp"] = _snap(self.space.choices("omp"), cfg["intra"])
         for name in names:  # the rest: the prior's choice, one parameter after the other
-            if name not in ("instances", "intra", "threads", "omp", "inter", "blocktime"):
+            if name not in ("instances", "intra", "threads", "omp", "inter", "blocktime", "torch_threads",
+                            "interop", "dataloader_workers"):
                 cfg[name] = max(self.space.choices(name), key=lambda v: self.score({**cfg, name: v}))
         return cfg
 

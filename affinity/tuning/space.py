@@ -1,6 +1,6 @@
 """The space a tuner searches: parameter name -> the choices it may take.
 
-Nine names mean something to the tuner (:data:`KNOWN`); their choices are
+Twelve names mean something to the tuner (:data:`KNOWN`); their choices are
 checked here, and :mod:`~affinity.tuning.priors` reads them with the machine.
 Any other name is tuned as a plain choice (values optuna can store: ``None``,
 ``bool``, ``int``, ``float``, ``str``).
@@ -35,11 +35,16 @@ KNOWN = {
     "instances": "copies of the program on disjoint cores",
     "threads": "threads per instance (affinity run -t)",
     "membind": "memory policy: none, local or interleave",
+    "torch_threads": "PyTorch intra-op team (torch.set_num_threads; OMP_NUM_THREADS under affinity run)",
+    "interop": "PyTorch inter-op pool (torch.set_num_interop_threads; AFFINITY_TORCH_INTEROP_THREADS under "
+               "affinity run)",
+    "dataloader_workers": "PyTorch DataLoader worker processes, 0 = load in the main process "
+                          "(AFFINITY_DATALOADER_WORKERS; placed by pinned(dataloader_workers=K))",
 }
 #: the prefix of a parameter that is an environment variable of the command (``env:NAME``)
 ENV_PREFIX = "env:"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-COUNTS = ("intra", "inter", "omp", "instances", "threads")
+COUNTS = ("intra", "inter", "omp", "instances", "threads", "torch_threads", "interop")
 AFFINITY_TYPES = ("none", "disabled", "compact", "scatter", "balanced")
 MEMBIND = ("none", "local", "interleave")
 _PLAIN = (type(None), bool, int, float, str)
@@ -57,6 +62,10 @@ def _check_choice(name: str, v: Any) -> Any:
     if name in COUNTS:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise SpaceError(f"space: {name!r} takes positive integers, got {v!r}")
+        return v
+    if name == "dataloader_workers":
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise SpaceError(f"space: 'dataloader_workers' takes integers >= 0, got {v!r}")
         return v
     if name == "blocktime":
         if isinstance(v, str) and v.strip().lower() == "infinite":

@@ -21,7 +21,7 @@ from affinity.planning.ranks import partition
 from helpers.cgroups import run_in
 from helpers.launch import clean_env, probe_result, write_probe
 from helpers.pinprog import LINE, PROGRAM
-from helpers.ranks_probe import check_disjoint_placed, local_rank_of, probe_command, read_reports
+from helpers.ranks_probe import check_disjoint_placed, local_rank_of, probe_command, read_reports, step_cpus
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = (ROOT / "docs" / "recipes.md").read_text()
@@ -189,8 +189,9 @@ def test_mpi_and_srun_ranks(slurm, omp_lib, tmp_path):
         shares = check_disjoint_placed(read_reports(out, 2), CPUS)
         if "--cpu-bind=cores" in line:  # srun's own binding, followed and said
             assert "planning inside that mask" in r.stderr, r.stderr
-        else:
-            assert shares == [s.cpus for s in partition(NODE, 2)], line
+        else:  # cut between the ranks: the node (MPI), the step's CPUs (srun)
+            assert shares == [s.cpus for s in partition(NODE.with_allowed(step_cpus(read_reports(out, 2), CPUS)),
+                                                        2)], line
         if "granularity=fine,compact,1,0" in line:
             assert all(rep.env["KMP_AFFINITY"].startswith("granularity=fine") for rep in read_reports(out, 2))
 

@@ -13,10 +13,10 @@ import pytest
 
 from affinity.cpulist import format_list
 from affinity.machine.topology import Topology
-from affinity.planning.ranks import partition
+from affinity.planning.ranks import local_rank, partition
 
 from helpers.launch import clean_env
-from helpers.ranks_probe import check_disjoint_placed, local_rank_of, probe_command, read_reports
+from helpers.ranks_probe import check_disjoint_placed, local_rank_of, probe_command, read_reports, step_cpus
 
 AFFINITY_RUN = (sys.executable, "-m", "affinity", "run")
 NODE = Topology.from_system()
@@ -36,8 +36,10 @@ def test_srun_ranks_auto_gives_each_task_a_disjoint_share_with_its_plan(slurm, o
              *probe_command(tmp_path, out, "plain", omp_lib))
     reports = read_reports(out, 2)
     shares = check_disjoint_placed(reports, CPUS)
-    # srun bound nothing: the tasks cut the node the way the pure partition says
-    assert shares == [s.cpus for s in partition(NODE, 2)]
+    if slurm.cgroup:  # task/cgroup put the step in a cpuset of its own
+        assert all("/job_" in rep.extra["cpuset_path"] and "/step_0" in rep.extra["cpuset_path"] for rep in reports)
+    # srun bound nothing: the tasks cut the step's CPUs the way the pure partition says
+    assert shares == [s.cpus for s in partition(NODE.with_allowed(step_cpus(reports, CPUS)), 2)]
     for rep in reports:
         i = local_rank_of(rep)
         assert rep.env["SLURM_CPU_BIND_TYPE"] == "none"
@@ -76,12 +78,38 @@ def test_srun_binding_is_followed_never_fought_and_said(slurm, omp_lib, tmp_path
         assert shares == [s.cpus for s in reversed(partition(NODE.with_allowed(shares[0] | shares[1]), 2))]
 
 
-def test_apply_rank_auto_inside_srun_tasks(slurm, omp_lib, tmp_path):
+@pytest.mark.skipif(len(NODE.packages) != 1, reason="one socket: srun gives both tasks the whole node")
+@pytest.mark.parametrize("bind", ["sockets", "rank"])
+def test_srun_binding_without_a_mask_of_its_own(slurm, omp_lib, tmp_path, bind):
+    """--cpu-bind=sockets: srun lists the same mask for both tasks, which cut it between
+    them; --cpu-bind=rank: srun lists no mask, each task's own is planned inside."""
     out = tmp_path / "out"
-    srun(slurm, "-n", "2", "--cpu-bind=none", *probe_command(tmp_path, out, "apply", omp_lib))
+    r = srun(slurm, "-n", "2", f"--cpu-bind={bind}", *AFFINITY_RUN, "--ranks", "auto", "--",
+             *probe_command(tmp_path, out, "plain", omp_lib))
+    reports = read_reports(out, 2)
+    shares = check_disjoint_placed(reports, CPUS)
+    step = step_cpus(reports, CPUS)
+    if bind == "sockets":
+        assert all(srun_mask(rep.env, i) == step for rep in reports for i in (0, 1))  # one mask, twice
+        assert shares == [s.cpus for s in partition(NODE.with_allowed(step), 2)]
+        assert "as it bound local ranks 0-1: this rank takes share 1 of 2 of that mask" in r.stderr, r.stderr
+    else:
+        assert {rep.env["SLURM_CPU_BIND_TYPE"] for rep in reports} == {"rank"}
+        assert "(SLURM_CPU_BIND=quiet,rank): planning inside that mask" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("bind", ["none", "map_cpu:{rev}"])
+def test_apply_rank_auto_inside_srun_tasks(slurm, omp_lib, tmp_path, bind):
+    out = tmp_path / "out"
+    rev = [min(c.cpuset) for c in reversed(NODE.cores[:2])]
+    srun(slurm, "-n", "2", f"--cpu-bind={bind.format(rev=','.join(map(str, rev)))}",
+         *probe_command(tmp_path, out, "apply", omp_lib))
     reports = sorted(read_reports(out, 2), key=local_rank_of)
     plans = [frozenset().union(*map(frozenset, rep.extra["plan"])) for rep in reports]
-    assert plans == [s.cpus for s in partition(NODE, 2)]
+    if bind == "none":  # the step's CPUs cut between the tasks
+        assert plans == [s.cpus for s in partition(NODE.with_allowed(step_cpus(reports, CPUS)), 2)]
+    else:  # srun's binding followed: task i plans on the CPU srun gave it
+        assert plans == [frozenset({c}) for c in rev]
     for rep, plan in zip(reports, plans):
         # apply() pinned the threads it knows (main, OpenMP team) inside its share; none strays
         assert all(m <= plan for m in rep.threads.values()), (plan, rep.threads)
@@ -113,6 +141,26 @@ def test_slurm_variables_read_as_srun_writes_them(slurm, tmp_path):
         assert bind_list[local_id] == g["mask"], g["raw"]
 
 
+def test_slurm_variables_of_a_step_across_nodes(slurm, tmp_path):
+    """Partition ``multi``: the real node and emulated ones (helpers.slurm); 7 tasks on 4
+    nodes, block distribution: srun writes SLURM_STEP_TASKS_PER_NODE=2(x3),1."""
+    (tmp_path / "vars.py").write_text(VARS)
+    r = slurm.client("srun", "-p", "multi", "-N", "4", "-n", "7", "--cpu-bind=none", sys.executable,
+                     str(tmp_path / "vars.py"), str(tmp_path), env=clean_env())
+    assert r.returncode == 0, r.stderr + slurm.logs()
+    got = [json.loads(f.read_text()) for f in tmp_path.glob("task-*.json")]
+    assert len(got) == 7
+    assert {g["raw"]["SLURM_STEP_TASKS_PER_NODE"] for g in got} == {"2(x3),1"}
+    per_node: dict[int, list[int]] = {}
+    for g in got:
+        local_id, node_id, per, _, _, _ = g["step"]
+        assert per == [2, 2, 2, 1]
+        per_node.setdefault(node_id, []).append(local_id)
+        rank = local_rank(g["raw"])  # the rank and size --ranks auto takes: this node's
+        assert (rank.rank, rank.size) == (local_id, per[node_id]) and rank.launcher == "Slurm srun"
+    assert {n: sorted(ids) for n, ids in per_node.items()} == {0: [0, 1], 1: [0, 1], 2: [0, 1], 3: [0]}
+
+
 JOB = """#!/bin/bash
 #SBATCH --ntasks=2
 #SBATCH --job-name=affinity-engines
@@ -133,7 +181,7 @@ def test_sbatch_job_script_runs_both_steps(slurm, omp_lib, tmp_path):
     assert r.returncode == 0, f"{r.stdout}{r.stderr}\n--- job output\n{log}\n{slurm.logs()}"
     assert r.stdout.startswith("Submitted batch job")
     free = check_disjoint_placed(read_reports(none, 2), CPUS)
-    assert free == [s.cpus for s in partition(NODE, 2)]
+    assert free == [s.cpus for s in partition(NODE.with_allowed(step_cpus(read_reports(none, 2), CPUS)), 2)]
     bound_shares = check_disjoint_placed(read_reports(bound, 2), CPUS)
     assert all(len(s) < len(CPUS) for s in bound_shares)
     assert "planning inside that mask" in log  # the bound step said it followed srun

@@ -7,17 +7,22 @@ does."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
 
+from affinity.launcher.build import Context, build_launch
+from affinity.launcher.options import RunOptions
 from affinity.machine.topology import Topology
 from affinity.planning.ranks import partition
 
 from helpers.launch import clean_env
-from helpers.ranks_probe import check_disjoint_placed, local_rank_of, probe_command, read_reports
+from helpers.ranks_probe import local_rank_of, probe_command, read_reports
 
+# torch is never imported here (tests/conftest.py keeps it out of the test process): the
+# workers and the helper scripts import it
 
 NODE = Topology.from_system()
 CPUS = NODE.allowed
@@ -25,8 +30,8 @@ TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 pytestmark = pytest.mark.skipif(len(NODE.cores) < 2, reason="two ranks need two cores")
 
 
-def torchrun(*args: str) -> subprocess.CompletedProcess:
-    r = subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=240, env=clean_env())
+def torchrun(*args: str, **env: str) -> subprocess.CompletedProcess:
+    r = subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=240, env=clean_env(**env))
     assert r.returncode == 0, f"torchrun {' '.join(args)}: rc={r.returncode}\n{r.stdout}\n{r.stderr}"
     return r
 
@@ -37,18 +42,8 @@ def check_torch_ranks(reports) -> None:
         assert rep.extra["world"] == [int(rep.env["RANK"]), 2]
 
 
-def test_torchrun_with_affinity_run_as_the_entry(tmp_path):
-    out = tmp_path / "out"
-    r = torchrun("-m", "affinity", "run", "--ranks", "auto", "-v", "--", *probe_command(tmp_path, out, "torch", None))
-    reports = sorted(read_reports(out, 2), key=local_rank_of)
-    shares = check_disjoint_placed(reports, CPUS)
-    assert shares == [s.cpus for s in partition(NODE, 2)]
-    check_torch_ranks(reports)
-    for i, (rep, share) in enumerate(zip(reports, partition(NODE, 2))):
-        assert f"rank {i} of 2 on this node (torchrun (LOCAL_RANK={i}, LOCAL_WORLD_SIZE=2))" in r.stderr
-        # torch's intra-op pool is sized from the share (affinity run's OMP_NUM_THREADS wins
-        # over the 1 torchrun sets for every worker)
-        assert rep.extra["torch_threads"] == len(share.cores) == int(rep.env["OMP_NUM_THREADS"])
+# affinity run --ranks auto as torchrun's entry: the recipe of docs/recipes.md,
+# tests/engines/test_recipes.py::test_torchrun
 
 
 def test_torchrun_with_apply_rank_auto_in_the_script(tmp_path):
@@ -61,50 +56,75 @@ def test_torchrun_with_apply_rank_auto_in_the_script(tmp_path):
     for rep, plan, share in zip(reports, plans, partition(NODE, 2)):
         # every thread of the rank -- main, gloo's, torch's pool -- inside its share
         assert all(m <= plan for m in rep.threads.values()), (plan, rep.threads)
-        assert rep.extra["torch_threads"] <= len(share.cores)
+        # torch's intra-op pool sized from the share by apply() (affinity.binding.torch), not
+        # from the OMP_NUM_THREADS=1 torchrun sets for every worker, which apply() says it set aside
+        assert rep.env["OMP_NUM_THREADS"] == "1"
+        assert any(n.startswith("OMP_NUM_THREADS=1 is what torchrun sets for every worker") for n in rep.extra["notes"])
+        assert rep.extra["torch_threads"] == len(rep.extra["plan"]) == len(share.cores)
 
 
-NUMA_BINDING_BARE = r"""
-from torch.numa.binding import AffinityMode, NumaOptions, _maybe_wrap_command_args_with_numa_binding
-try:
-    _maybe_wrap_command_args_with_numa_binding(("true",), gpu_index=0,
-                                               numa_options=NumaOptions(affinity_mode=AffinityMode.NODE))
-except Exception as e:
-    print(type(e).__name__, e)
-"""
+def test_a_torchrun_worker_is_sized_from_its_share_not_from_torchruns_default():
+    """On a node larger than this one: what affinity run and apply() give a torchrun worker."""
+    xeon = Topology.load("synthetic:pack:2 [numa] core:28 pu:2(indexes=2*56:1*2)")
+    worker = {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}  # as torchrun sets them
+    ln = build_launch(RunOptions(command=("python",), ranks="auto"), xeon, Context(worker))
+    assert ln.instances[0].threads == 28 and ln.instances[0].env["OMP_NUM_THREADS"] == "28"
+    assert any("is what torchrun sets for every worker" in n for n in ln.notes)
+    # a user's own value, an explicit count, a single worker: theirs
+    for env, opts in (({**worker, "OMP_NUM_THREADS": "4"}, {}), (worker, {"threads": 1}),
+                      ({**worker, "LOCAL_WORLD_SIZE": "1", "LOCAL_RANK": "0"}, {})):
+        want = opts.get("threads") or int(env["OMP_NUM_THREADS"])
+        assert build_launch(RunOptions(command=("python",), ranks="auto", **opts), xeon,
+                            Context(env)).instances[0].threads == want
 
-# torchrun with torch's GPU lookups answered by hand: two GPUs, both on NUMA node 0
+
+# torchrun, in one process (one torch import): first torch's own choice for GPU 0 as it is,
+# then with torch's GPU lookups answered by hand (two GPUs, both on NUMA node 0) its choice
+# in 'node' mode, printed; then torchrun itself, launched with that answer
 WITH_GPUS_ON_NODE_0 = r"""
-import sys
+import json, sys
+import torch
 import torch.numa.binding as b
+try:
+    b._maybe_wrap_command_args_with_numa_binding(("true",), gpu_index=0,
+                                                 numa_options=b.NumaOptions(affinity_mode=b.AffinityMode.NODE))
+    bare = None
+except Exception as e:
+    bare = f"{type(e).__name__}: {e}"
 b._get_gpu_count = lambda: 2
 b._get_numa_node_index_for_gpu_index = lambda *, gpu_index: 0
-from torch.distributed.run import main
-main(sys.argv[1:])
+node = [sorted(b._node_get_logical_cpus_to_bind_to(gpu_index=g)) for g in (0, 1)]
+print("torch-numa:", json.dumps({"torch": torch.__version__, "bare": bare, "node": node}), flush=True)
+if len(sys.argv) > 1:
+    from torch.distributed.run import main
+    main(sys.argv[1:])
 """
 
 
 def test_torchrun_numa_binding_needs_a_gpu_and_overlaps_where_it_runs(tmp_path):
-    # as it is: the binding asks CUDA where GPU 0 is, and the CPU build has no CUDA
-    r = subprocess.run([sys.executable, "-c", NUMA_BINDING_BARE], capture_output=True, text=True, timeout=120)
-    assert "Torch not compiled with CUDA enabled" in r.stdout, r.stdout + r.stderr
-    # where it runs (the GPUs' nodes given): 'node' puts every rank on the whole node,
-    # 'exclusive' splits the node's cores between its GPUs' ranks
-    if len(NODE.numa_nodes) > 1:
-        pytest.skip("the comparison below is for a one-node machine")
     launcher = tmp_path / "torchrun_gpus_on_node0.py"
     launcher.write_text(WITH_GPUS_ON_NODE_0)
-    got = {}
-    for mode in ("node", "exclusive"):
-        out = tmp_path / mode
-        argv = [sys.executable, str(launcher), "--standalone", "--nproc-per-node", "2", "--numa-binding", mode,
-                *probe_command(tmp_path, out, "torch", None)[1:]]
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=clean_env())
-        assert r.returncode == 0, r.stderr
-        reports = sorted(read_reports(out, 2), key=local_rank_of)
-        check_torch_ranks(reports)
-        got[mode] = [rep.cpus for rep in reports]
-        for rep in reports:  # numactl --physcpubind: every thread on the rank's mask
-            assert all(m == rep.cpus for m in rep.threads.values())
-    assert got["node"] == [CPUS, CPUS]  # both ranks on every CPU: they overlap
-    assert got["exclusive"] == [s.cpus for s in partition(NODE, 2)]  # on one node: affinity's shares
+    one_node = len(NODE.numa_nodes) == 1  # the launch below compares on a one-node machine
+    out = tmp_path / "exclusive"
+    argv = [sys.executable, str(launcher)]
+    if one_node:
+        argv += ["--standalone", "--nproc-per-node", "2", "--numa-binding", "exclusive",
+                 *probe_command(tmp_path, out, "torch", None)[1:]]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=clean_env())
+    assert r.returncode == 0, r.stderr
+    got = json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith("torch-numa: "))[12:])
+    # as it is: the binding asks CUDA where GPU 0 is, and the CPU build (torch 2.13.0+cpu,
+    # what make installs) has no CUDA
+    assert got["torch"].endswith("+cpu"), got["torch"]
+    assert got["bare"] == "AssertionError: Torch not compiled with CUDA enabled"
+    if not one_node:
+        pytest.skip("the comparison below is for a one-node machine")
+    # where it runs (the GPUs' node given): 'node' gives both ranks every CPU of the node
+    assert [frozenset(n) for n in got["node"]] == [CPUS, CPUS]
+    # ... and 'exclusive', really launched, splits the node's cores between the ranks
+    reports = sorted(read_reports(out, 2), key=local_rank_of)
+    check_torch_ranks(reports)
+    for rep in reports:  # numactl --physcpubind: every thread on the rank's mask
+        assert all(m == rep.cpus for m in rep.threads.values())
+    # on one node this is affinity's partition
+    assert [rep.cpus for rep in reports] == [s.cpus for s in partition(NODE, 2)]

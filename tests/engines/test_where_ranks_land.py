@@ -5,17 +5,22 @@ against what the ranks then really get, under sbatch and srun), and ``affinity s
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from affinity.cpulist import format_list, parse_list
+from affinity.launcher.build import Context
 from affinity.machine.topology import Topology
 from affinity.planning.ranks import partition
+from affinity.tools.cli import main
+from affinity.tools.ranks_report import plan_ranks
 
 from helpers.launch import clean_env
 from helpers.ranks_probe import check_disjoint_placed, probe_command, read_reports
@@ -32,24 +37,43 @@ def affinity(*args: str, env: dict | None = None) -> subprocess.CompletedProcess
     return subprocess.run([*AFFINITY, *args], capture_output=True, text=True, timeout=120, env=env or clean_env())
 
 
-def test_plan_ranks_is_what_affinity_run_will_do():
-    r = affinity("plan", "granularity=fine,compact,1,0", "--ranks", "4", "--topology", XEON, "--json")
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout)
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    """The command line in this process (the pure commands: cheap), its status and output."""
+    status = main(list(args))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_plan_ranks_is_what_affinity_run_will_do(tmp_path, capsys, monkeypatch):
+    for k in set(os.environ) - set(clean_env()):  # no launcher of the test run's own
+        monkeypatch.delenv(k)
+    status, out, err = cli(capsys, "plan", "granularity=fine,compact,1,0", "--ranks", "4", "--topology", XEON, "--json")
+    assert status == 0, err
+    got = json.loads(out)
     assert got["source"] == "--ranks 4" and [g["rank"] for g in got["ranks"]] == [0, 1, 2, 3]
     for g in got["ranks"]:
-        run = affinity("run", "granularity=fine,compact,1,0", "--ranks", f"{g['rank']}/4", "--dry-run", "--json",
-                       "--topology", XEON, "--", "true")
-        inst = json.loads(run.stdout)["instances"][0]
+        _, run, _ = cli(capsys, "run", "granularity=fine,compact,1,0", "--ranks", f"{g['rank']}/4", "--dry-run",
+                        "--json", "--topology", XEON, "--", "true")
+        inst = json.loads(run)["instances"][0]
         assert (g["cpus"], g["threads"], g["slots"], g["mempolicy"], g["mem_nodes"]) == \
             (inst["cpus"], inst["threads"], inst["slots"], inst["mempolicy"], inst["mem_nodes"])
     assert [g["cpus"] for g in got["ranks"]] == [format_list(s.cpus) for s in
                                                   partition(Topology.load(XEON), 4)]
-    text = affinity("plan", "--ranks", "4", "--topology", XEON).stdout
+    text = affinity("plan", "--ranks", "4", "--topology", XEON).stdout  # the installed command, once
     assert text.splitlines()[0] == "4 local ranks on 2 packages x 4 cores x 2 PUs (16 PUs, 2 NUMA nodes) (--ranks 4):"
     assert text.splitlines()[2].split() == ["0", "0-1,8-9", "2", "2", "bind", "0", "{0}", "{1}"]
-    bad = affinity("plan", "--ranks", "auto", "--topology", XEON)
-    assert bad.returncode == 1 and "neither launcher variables nor a Slurm allocation" in bad.stderr
+    # the picture: each PU carries the number of the rank whose share it is
+    status, _, err = cli(capsys, "plan", "--ranks", "4", "--topology", XEON, "--picture", "/dev/null/x.svg")
+    assert status == 1 and "cannot write the picture" in err
+    svg = tmp_path / "ranks.svg"
+    assert cli(capsys, "plan", "--ranks", "4", "--topology", XEON, "--picture", str(svg))[0] == 0
+    drawn = {int(el.get("data-os-index")): el.get("data-threads") for el in ET.parse(svg).iter()
+             if el.get("data-os-index") and el.get("data-threads") is not None}
+    assert drawn == {c: str(i) for i, s in enumerate(partition(Topology.load(XEON), 4)) for c in s.cpus}
+    status, _, err = cli(capsys, "plan", "--ranks", "4", "--mask", "0-3", "--topology", XEON)
+    assert status == 2 and "--ranks does not go with --mask" in err
+    status, _, err = cli(capsys, "plan", "--ranks", "auto", "--topology", XEON)
+    assert status == 1 and "neither launcher variables nor a Slurm allocation" in err
 
 
 PLAN_THEN_RUN = """#!/bin/bash
@@ -164,7 +188,7 @@ def test_show_ranks_says_when_ranks_overlap(tmp_path):
     finally:
         end_job(job, tmp_path)
     assert r.returncode == 1
-    assert f"OVERLAP: ranks 0 (pid " in r.stdout and f"share cpus {format_list(CPUS)}" in r.stdout, r.stdout
+    assert "OVERLAP: ranks 0 (pid " in r.stdout and f"share cpus {format_list(CPUS)}" in r.stdout, r.stdout
 
 
 @two_cores
@@ -179,3 +203,23 @@ def test_show_ranks_of_a_live_srun_step(slurm, tmp_path):
     got = json.loads(r.stdout)
     check_show(got, masks)
     assert list(got)[0].startswith("Slurm srun SLURM_JOB_ID=")
+
+
+def test_plan_ranks_auto_from_each_source():
+    xeon = Topology.load(XEON)
+    # a batch script on node 1 of a 2-node allocation of 4 tasks per node
+    alloc = {"SLURM_JOB_ID": "7", "SLURM_TASKS_PER_NODE": "4(x2)", "SLURM_NODEID": "1",
+             "SLURM_CPU_BIND": "quiet,none"}
+    plans, header = plan_ranks(xeon, "auto", ctx=Context(alloc))
+    assert [p.instance.cpus for p in plans] == [s.cpus for s in partition(xeon, 4)]
+    assert header.startswith("Slurm job 7 (SLURM_TASKS_PER_NODE=4(x2), SLURM_NODEID=1)")
+    # inside an Open MPI rank it bound to one core: only that rank can be known
+    core = xeon.cores[5].cpuset
+    ompi = {"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            "OMPI_MCA_orte_bound_at_launch": "1"}
+    plans, header = plan_ranks(xeon.with_allowed(core), "auto", ctx=Context(ompi, cgroup_cpus=xeon.cpuset))
+    assert [(p.rank, p.instance.cpus) for p in plans] == [(1, core)]
+    assert header.endswith("Open MPI bound this rank and lists no other rank's mask: this rank only")
+    # inside a torchrun worker: every worker's share
+    plans, _ = plan_ranks(xeon, "auto", ctx=Context({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}))
+    assert [p.instance.cpus for p in plans] == [s.cpus for s in partition(xeon, 2)]

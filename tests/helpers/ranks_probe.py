@@ -37,6 +37,7 @@ if "apply" in mode:
     import affinity
     b = affinity.apply(rank="auto", tensorflow=False, blas=False)
     extra["plan"] = [sorted(s) for s in b.plan.cpusets]
+    extra["notes"] = list(b.notes)
 keep = None
 if "torch" in mode:
     import torch, torch.distributed as dist
@@ -60,6 +61,15 @@ for tid in os.listdir("/proc/self/task"):
             threads[tid] = next(l.split(":", 1)[1].strip() for l in fh if l.startswith("Cpus_allowed_list"))
     except (OSError, StopIteration):
         pass
+cpuset = cpuset_path = None  # the cgroup v1 cpuset: what Slurm's task/cgroup gave the step
+try:
+    for line in open("/proc/self/cgroup"):
+        _, ctrls, path = line.rstrip("\n").split(":", 2)
+        if "cpuset" in ctrls.split(","):
+            cpuset_path = path
+            cpuset = open(f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus").read().strip()
+except OSError:
+    pass
 with open("/proc/self/status") as fh:
     st = dict(l.rstrip("\n").split(":\t", 1) for l in fh if ":\t" in l)
 env = {k: v for k, v in os.environ.items() if k.startswith(tuple(sys.argv[4].split(",")))}
@@ -68,7 +78,8 @@ if "torch" in mode:
     dist.destroy_process_group()
 with open(os.path.join(out, f"rank-{os.getpid()}.json"), "w") as fh:
     json.dump({"pid": os.getpid(), "cpus": st["Cpus_allowed_list"], "mems": st["Mems_allowed_list"],
-               "omp": omp, "threads": threads, "env": env, **extra}, fh)
+               "omp": omp, "threads": threads, "env": env, "cpuset": cpuset,
+               "cpuset_path": cpuset_path, **extra}, fh)
 '''
 
 
@@ -123,6 +134,15 @@ def read_reports(outdir: Path, count: int) -> list[RankReport]:
                                   {int(t): parse_list(m) for t, m in d.pop("threads").items()},
                                   d.pop("env"), d))
     return reports
+
+
+def step_cpus(reports: list[RankReport], default: frozenset[int]) -> frozenset[int]:
+    """The CPUs the job step may use: its cgroup cpuset where task/cgroup made one
+    (every rank of a step has the same), else ``default``."""
+    sets = {r.extra.get("cpuset") for r in reports}
+    assert len(sets) == 1, f"the ranks are in different cpusets: {sets}"
+    text = sets.pop()
+    return parse_list(text) & default if text else default
 
 
 def local_rank_of(r: RankReport) -> int:

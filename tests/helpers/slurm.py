@@ -16,10 +16,19 @@ What works in which container is decided by probing, once, and recorded on the
   a scope), which containers do not run.  Without one: ``task/affinity`` alone
   and ``proctrack/linuxproc`` (process tracking by parent PID).
 * ``task/affinity`` works everywhere ``sched_setaffinity`` does.
+
+Besides the real node (partition ``test``, the default), :data:`EMULATED` more
+``slurmd`` run on this machine under names of their own (``<host>-e1``...), each
+with the same CPUs, ports and spool of its own (Debian's Slurm is built with
+multiple-slurmd support): with the real node they make partition ``multi``, where a
+step spans several "nodes" and srun writes the per-node variables as a cluster gets
+them (``SLURM_STEP_TASKS_PER_NODE=2(x3),1``, ``SLURM_NODEID``).  They share the
+real node's CPUs, so only the real node's partition says anything about placement.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -30,10 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
-CLIENTS = ("srun", "sbatch", "sinfo", "squeue", "scontrol")
+CLIENTS = ("srun", "sbatch", "sinfo", "squeue", "scancel")
 #: how long the daemons may take to come up, and a job to finish (generous: a loaded
 #: machine only waits longer; no test asserts on time)
 START_LIMIT = 60.0
+_PR_SET_PDEATHSIG = 1
+#: slurmd run under names of their own besides the real node's (partition ``multi``)
+EMULATED = 3
 
 
 def missing_tools() -> list[str]:
@@ -60,10 +72,16 @@ def cgroup_v1_cpuset() -> tuple[bool, str]:
     return True, "cgroup v1 cpuset hierarchy, writable"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free now (held open together so that they differ)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def node_line() -> str:
@@ -78,6 +96,7 @@ def node_line() -> str:
 class Slurm:
     root: Path
     node: str  #: NodeName (this host's name)
+    emulated: tuple[str, ...]  #: the other slurmd's node names (partition ``multi``)
     cpus: int  #: CPUs= of the node line
     cgroup: bool  #: task/cgroup and proctrack/cgroup in use
     why: str  #: why (not)
@@ -90,7 +109,8 @@ class Slurm:
 
     def logs(self) -> str:
         parts = []
-        for name in ("munged.log", "slurmctld.log", "slurmd.log", *(f"{d}.out" for d in DAEMONS)):
+        for name in ("munged.log", "slurmctld.log", *(f"slurmd-{n}.log" for n in (self.node, *self.emulated)),
+                     *(f"{d}.out" for d in self.procs)):
             p = self.root / name
             if p.exists():
                 parts.append(f"--- {p}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-40:]))
@@ -101,25 +121,38 @@ class Slurm:
         return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout,
                               env={**base, **self.env})
 
-    def node_state(self) -> str:
-        r = self.client("sinfo", "-h", "-N", "-n", self.node, "-o", "%t", timeout=30)
-        return r.stdout.strip() if r.returncode == 0 else f"(sinfo failed: {r.stderr.strip()})"
+    def node_states(self) -> dict[str, str]:
+        r = self.client("sinfo", "-h", "-N", "-o", "%N %t", timeout=30)
+        if r.returncode != 0:
+            return {"(sinfo)": f"failed: {r.stderr.strip()}"}
+        return dict(line.split() for line in r.stdout.splitlines() if line.strip())
 
     def wait_idle(self, limit: float = START_LIMIT) -> None:
         end = time.monotonic() + limit
-        state = ""
+        states: dict[str, str] = {}
         while time.monotonic() < end:
             for name, p in self.procs.items():
                 if p.poll() is not None:
                     raise RuntimeError(f"{name} exited with status {p.returncode}\n{self.logs()}")
-            state = self.node_state()
-            if state == "idle":
+            states = self.node_states()
+            if all(states.get(n) == "idle" for n in (self.node, *self.emulated)):
                 return
             time.sleep(0.1)
-        raise RuntimeError(f"the Slurm node {self.node} is not idle after {limit:.0f} s "
-                           f"(sinfo says {state!r})\n{self.logs()}")
+        raise RuntimeError(f"the Slurm nodes are not idle after {limit:.0f} s (sinfo says {states})\n"
+                           f"{self.logs()}")
 
     def stop(self) -> None:
+        """Cancel what is left (a test that timed out leaves its job behind, and its
+        slurmstepd would outlive slurmd), wait until the queue is empty, end the daemons."""
+        ctld = self.procs.get("slurmctld")
+        if ctld is not None and ctld.poll() is None:
+            self.client("scancel", "--full", "-u", "root", timeout=30)
+            end = time.monotonic() + 30
+            while time.monotonic() < end:
+                q = self.client("squeue", "-h", "-o", "%i", timeout=30)
+                if q.returncode != 0 or not q.stdout.strip():
+                    break
+                time.sleep(0.1)
         for name in reversed(list(self.procs)):
             p = self.procs[name]
             if p.poll() is None:
@@ -132,7 +165,11 @@ class Slurm:
         self.procs.clear()
 
 
-def _slurm_conf(root: Path, node: str, line: str, ports: tuple[int, int], cgroup: bool) -> str:
+def _slurm_conf(root: Path, node: str, line: str, ports: list[int], cgroup: bool,
+                emulated: tuple[str, ...]) -> str:
+    nodes = [f"{line} NodeAddr=127.0.0.1 Port={ports[1]} State=UNKNOWN"]
+    nodes += [f"{line.replace(f'NodeName={node}', f'NodeName={e}', 1)} NodeAddr=127.0.0.1 Port={port} State=UNKNOWN"
+              for e, port in zip(emulated, ports[2:])]
     return "\n".join([
         "# written by tests/helpers/slurm.py: a one-node cluster for the engine tests",
         "ClusterName=affinitytest",
@@ -140,16 +177,15 @@ def _slurm_conf(root: Path, node: str, line: str, ports: tuple[int, int], cgroup
         "SlurmUser=root",
         "SlurmdUser=root",
         f"SlurmctldPort={ports[0]}",
-        f"SlurmdPort={ports[1]}",
         "AuthType=auth/munge",
         "CredType=cred/munge",
         f"AuthInfo=socket={root}/munge.socket",
         f"StateSaveLocation={root}/state",
-        f"SlurmdSpoolDir={root}/spool",
+        f"SlurmdSpoolDir={root}/spool-%n",
         f"SlurmctldPidFile={root}/slurmctld.pid",
-        f"SlurmdPidFile={root}/slurmd.pid",
+        f"SlurmdPidFile={root}/slurmd-%n.pid",
         f"SlurmctldLogFile={root}/slurmctld.log",
-        f"SlurmdLogFile={root}/slurmd.log",
+        f"SlurmdLogFile={root}/slurmd-%n.log",
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
         "MailProg=/bin/true",
@@ -169,8 +205,9 @@ def _slurm_conf(root: Path, node: str, line: str, ports: tuple[int, int], cgroup
         # job ids of their own (the control port's): two clusters on one machine (two test
         # runs) never share a step's cgroup, slurm_<node>/uid_0/job_<id>
         f"FirstJobId={ports[0] * 1000}",
-        f"{line} NodeAddr=127.0.0.1 State=UNKNOWN",
+        *nodes,
         f"PartitionName=test Nodes={node} Default=YES MaxTime=10 State=UP",
+        f"PartitionName=multi Nodes={','.join((node, *emulated))} MaxTime=10 State=UP",
         "",
     ])
 
@@ -178,6 +215,12 @@ def _slurm_conf(root: Path, node: str, line: str, ports: tuple[int, int], cgroup
 def _cgroup_conf() -> str:
     # cores only: memory limits would move the job into this container's memory cgroup
     return "CgroupPlugin=cgroup/v1\nConstrainCores=yes\nConstrainRAMSpace=no\n"
+
+
+def _die_with_us() -> None:
+    """``preexec_fn`` of a daemon: the kernel sends it SIGTERM when the test process dies,
+    even by SIGKILL (a test run killed on a timeout never reaches the fixture's end)."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
 
 
 def _start_daemons(s: Slurm) -> None:
@@ -189,11 +232,12 @@ def _start_daemons(s: Slurm) -> None:
                     f"--key-file={r}/munge.key", f"--pid-file={r}/munged.pid",
                     f"--log-file={r}/munged.log", f"--seed-file={r}/munge.seed"]),
         ("slurmctld", [_exe("slurmctld"), "-D", "-i"]),
-        ("slurmd", [_exe("slurmd"), "-D", "-N", s.node]),
+        *((f"slurmd-{n}", [_exe("slurmd"), "-D", "-N", n]) for n in (s.node, *s.emulated)),
     ):
         out[name] = open(r / f"{name}.out", "wb")  # noqa: SIM115
         s.procs[name] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out[name],
-                                         stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                         stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                         preexec_fn=_die_with_us)
         out[name].close()
         if name == "munged":
             _wait_for_socket(s, r / "munge.socket")
@@ -219,14 +263,16 @@ def start(root: Path, attempts: int = 3) -> Slurm:
     error = ""
     for attempt in range(attempts):
         d = root / f"slurm-{attempt}"
-        for sub in ("state", "spool"):
+        emulated = tuple(f"{node}-e{i}" for i in range(1, EMULATED + 1))
+        for sub in ("state", *(f"spool-{n}" for n in (node, *emulated))):
             (d / sub).mkdir(parents=True)
         key = d / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
-        (d / "slurm.conf").write_text(_slurm_conf(d, node, line, (_free_port(), _free_port()), cgroup))
+        ports = _free_ports(2 + EMULATED)
+        (d / "slurm.conf").write_text(_slurm_conf(d, node, line, ports, cgroup, emulated))
         (d / "cgroup.conf").write_text(_cgroup_conf())
-        s = Slurm(d, node, cpus, cgroup, why)
+        s = Slurm(d, node, emulated, cpus, cgroup, why)
         try:
             _start_daemons(s)
             s.wait_idle()

@@ -104,10 +104,13 @@ def test_ranks_from_launcher_variables_and_with_instances():
     assert ln.rank.rank == 2 and any("rank 2 of 4" in n for n in ln.notes)
     ln = launch(ranks="1/2", instances=2)
     assert [i.cpus for i in ln.instances] == [cpus((28, 41), (84, 97)), cpus((42, 55), (98, 111))]
-    # a launcher that already bound each rank to one CPU: the error says what to do
+    # each rank bound to one CPU without a variable saying so: the error says what to do
     bound = XEON.with_allowed({5})
-    with pytest.raises(PlanError, match="Open MPI does by default.*--bind-to none"):
+    with pytest.raises(PlanError, match="without a variable saying so.*--bind-to none"):
         launch(bound, Context(environ=ctx.environ, cgroup_cpus=XEON.cpuset), ranks="auto")
+    # ... and Open MPI's own word that it bound the rank: followed (tests/engines/test_mpi.py)
+    said = Context(environ={**ctx.environ, "OMPI_MCA_orte_bound_at_launch": "1"}, cgroup_cpus=XEON.cpuset)
+    assert launch(bound, said, ranks="auto").instances[0].cpus == {5}
 
 
 def test_thread_counts_from_quota_environment_and_option():

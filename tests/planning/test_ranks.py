@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from affinity.errors import PlanError
-from affinity.planning.ranks import (LauncherBinding, LocalRank, launcher_binding, local_rank, parse_rank,
-                                     partition, place_rank, rank_share, rank_topology, slurm_step)
+from affinity.planning.ranks import (LauncherBinding, LocalRank, job_of, launcher_binding, local_rank, parse_rank,
+                                     partition, place_rank, rank_share, rank_topology, slurm_allocation, slurm_step,
+                                     team_environ)
 from affinity.machine.topology import Topology
 
 from helpers import golden_dir
@@ -353,3 +354,35 @@ def test_rank_topology_follows_a_launchers_binding():
     assert sub.allowed == share.cpus == {1} and r.launcher == "Slurm srun"
     sub, _, _ = rank_topology(t, "auto", SRUN_NONE)
     assert sub.allowed == {1}
+
+
+def test_job_of_names_the_job_a_rank_belongs_to():
+    ompi = {"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": "7"}
+    r, job = job_of(ompi, 100)
+    assert r.rank == 1 and job == "Open MPI OMPI_MCA_ess_base_jobid=7"
+    srun = {**SRUN_AUTO, "SLURM_JOB_ID": "12", "SLURM_STEP_ID": "0"}
+    assert job_of(srun, 5)[1] == "Slurm srun SLURM_JOB_ID=12, SLURM_STEP_ID=0"
+    torch = {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "abc"}
+    assert job_of(torch, 5)[1] == "torchrun TORCHELASTIC_RUN_ID=abc"
+    # Hydra starts a node's ranks from one proxy: the parent names the job
+    hydra = {"MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"}
+    assert job_of(hydra, 4242)[1] == "MPICH/Intel MPI (Hydra) ranks of parent process 4242"
+    assert job_of({"PATH": "/bin"}, 1) is None
+
+
+def test_slurm_allocation_outside_a_step():
+    batch = {"SLURM_JOB_ID": "9", "SLURM_TASKS_PER_NODE": "4(x2),1", "SLURM_NODEID": "2", "SLURM_LOCALID": "0"}
+    assert slurm_allocation(batch) == (1, "Slurm job 9 (SLURM_TASKS_PER_NODE=4(x2),1, SLURM_NODEID=2)")
+    assert slurm_allocation({"SLURM_TASKS_PER_NODE": "2"}) is None  # no job
+    with pytest.raises(PlanError, match="SLURM_NODEID=3 but SLURM_TASKS_PER_NODE='4\\(x2\\),1' lists 3 nodes"):
+        slurm_allocation({**batch, "SLURM_NODEID": "3"})
+
+
+def test_team_environ_sets_aside_only_what_the_launcher_set_by_itself():
+    worker = {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "OMP_NUM_THREADS": "1", "PATH": "/bin"}
+    env, said = team_environ(worker, "auto")
+    assert "OMP_NUM_THREADS" not in env and env["PATH"] == "/bin" and len(said) == 1
+    assert team_environ({**worker, "OMP_NUM_THREADS": "3"}, "auto") == ({**worker, "OMP_NUM_THREADS": "3"}, [])
+    assert team_environ(worker, "0/2")[1] == []  # a rank given by hand: no launcher set anything
+    mpi = {"MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2", "OMP_NUM_THREADS": "1"}
+    assert team_environ(mpi, "auto") == (mpi, [])
