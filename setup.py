@@ -36,9 +36,15 @@ class build_ext_with_preload(build_ext):
                                         extra_postargs=["-O2", "-Wall", "-fPIC", "-fvisibility=hidden"])
         self.compiler.link_shared_object(objects, regular, libraries=["dl", "pthread"])
 
+    def run(self):
+        # setuptools clears ``inplace`` while it builds (it copies the result into the
+        # source tree afterwards): remember it for _in_source_tree
+        self._source_tree = bool(self.inplace or getattr(self, "editable_mode", False))
+        super().run()
+
     def _in_source_tree(self) -> bool:
         """In-place and editable builds leave the extension in the source tree."""
-        return bool(self.inplace or getattr(self, "editable_mode", False))
+        return bool(getattr(self, "_source_tree", False) or self.inplace or getattr(self, "editable_mode", False))
 
     def _no_build_machine_rpaths(self):
         """Nothing built here may look for libraries in the build machine's

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..cpulist import IdList, format_list, parse_list
 from ..errors import PlanError
@@ -22,12 +22,13 @@ from ..planning.envvars import plan_environment
 from ..planning.gnu.exports import check_inherited
 from ..planning.memory import check_nodes
 from ..planning.planner import plan, plan_env
-from ..planning.ranks import (LocalRank, Share, launcher_binding, parse_rank, partition, place_rank,
-                              team_environ)
 from ..planning.spec import DEFAULT_SPEC, PLACEMENT_VARIABLES
 from .options import RunOptions
 from .preload import pin_environment
 from .torch_env import torch_environment
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..planning.ranks import LocalRank, Share
 
 __all__ = ["MEM_OPTION", "Context", "Instance", "Launch", "build_launch"]
 
@@ -242,7 +243,7 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
     shares = _instance_shares(opts, work, rank_share)
     mem_nodes = _explicit_mem_nodes(opts, topology, nodes)
     sharing = opts.instances * (rank.size if rank else 1)
-    team_env, said = team_environ(ctx.environ, rank) if rank is not None else (ctx.environ, [])
+    team_env, said = _team_environ(ctx.environ, rank)
     notes.extend(said)  # torchrun's OMP_NUM_THREADS=1 is no team size for a share
     env_threads = _env_threads(team_env, warnings)
     instances = []
@@ -319,6 +320,8 @@ def _rank_share(opts: RunOptions, topology: Topology, ctx: Context, selected: fr
     that bound the rank itself is followed, and that is said (``notices``)."""
     if opts.ranks is None:
         return None, None
+    from ..planning.ranks import launcher_binding, parse_rank, place_rank  # lazy: only --ranks pays its import
+
     rank = parse_rank(opts.ranks, ctx.environ)
     binding = launcher_binding(ctx.environ, rank) if opts.ranks == "auto" else None
     whole = (ctx.cgroup_cpus or topology.cpuset) & topology.cpuset
@@ -337,6 +340,16 @@ def _rank_share(opts: RunOptions, topology: Topology, ctx: Context, selected: fr
     return rank, share
 
 
+def _team_environ(environ: Mapping[str, str], rank: LocalRank | None) -> tuple[Mapping[str, str], list[str]]:
+    """The environment the team size is read from: a rank's
+    (:func:`~affinity.planning.ranks.team_environ`), else the launcher's as is."""
+    if rank is None:
+        return environ, []
+    from ..planning.ranks import team_environ  # lazy: only --ranks pays its import
+
+    return team_environ(environ, rank)
+
+
 # 3. instances
 
 def _instance_shares(opts: RunOptions, work: Topology, rank_share: Share | None) -> list[Share | None]:
@@ -344,6 +357,8 @@ def _instance_shares(opts: RunOptions, work: Topology, rank_share: Share | None)
         raise PlanError(f"--instances must be >= 1, got {opts.instances}")
     if opts.instances == 1 and opts.cores_per_instance is None:
         return [rank_share]
+    from ..planning.ranks import partition  # lazy: only several instances pay its import
+
     try:
         return list(partition(work, opts.instances, opts.cores_per_instance))
     except PlanError as e:

@@ -14,26 +14,26 @@ imports it only when a command really runs (not for ``--dry-run``).
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
-import shlex
-import shutil
 import signal
-import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from ..binding import numa, threads
+from ..binding import threads
 from ..cpulist import format_list
 from ..errors import BindError, CannotExecute, CommandError, MaskNarrowedError, PlanError
 from ..machine import _native
 from ..machine.topology import Topology
 from ..machine.userfiles import why
 from .build import Instance, Launch
+from .fastpath import which
 from .numactl import show_text
 from .options import say
+
+if TYPE_CHECKING:  # pragma: no cover
+    import subprocess
 
 __all__ = ["apply_instance", "execute", "show_current"]
 
@@ -41,6 +41,13 @@ _PR_SET_PDEATHSIG = 1
 #: what the launcher forwards to the instances it started
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _State = tuple[frozenset[int], "tuple[str, frozenset[int]] | None"]
+
+
+def _numa() -> Any:
+    """:mod:`affinity.binding.numa`, for a memory policy the system refused (its test and message)."""
+    from ..binding import numa  # lazy: only a refused memory policy needs it; a plain launch does not pay its import
+
+    return numa
 
 
 def _mempolicy_arg(policy: str, nodes: frozenset[int]) -> str:
@@ -77,20 +84,20 @@ def apply_instance(inst: Instance, *, membind_optional: bool = False) -> list[st
         try:
             _native.set_mempolicy(inst.mempolicy, inst.mem_nodes)
         except BindError as e:
-            if not numa.is_refused(e):
+            if not _numa().is_refused(e):
                 raise
             if membind_optional or not inst.mem_required:
                 warnings.append(f"memory policy {_mempolicy_arg(inst.mempolicy, inst.mem_nodes)} not "
-                                f"applied: {numa.refused(e, 'running without it')}")
+                                f"applied: {_numa().refused(e, 'running without it')}")
             else:
-                raise numa.refused(e, "start the container with --cap-add SYS_NICE, or pass "
+                raise _numa().refused(e, "start the container with --cap-add SYS_NICE, or pass "
                                       "--membind-optional to run without memory binding; nothing was "
                                       "started") from e
         else:
             try:
                 pol, nodes = _native.get_mempolicy()
             except BindError as e:  # set but not readable (a seccomp filter): trust the kernel
-                if not numa.is_refused(e):
+                if not _numa().is_refused(e):
                     raise
                 pol, nodes = inst.mempolicy, inst.mem_nodes
             want_nodes = inst.mem_nodes if inst.mempolicy != "local" else frozenset()
@@ -142,7 +149,7 @@ def _save_state() -> _State:
     try:
         policy = _native.get_mempolicy()
     except BindError as e:
-        if not numa.is_refused(e):
+        if not _numa().is_refused(e):
             raise
         policy = None
     return threads.get_affinity(), policy
@@ -158,7 +165,7 @@ def _restore_state(state: _State) -> None:
         _native.set_mempolicy(pol if pol in ("default", "local", "bind", "interleave", "preferred")
                               else "default", nodes)
     except BindError as e:
-        if not numa.is_refused(e):
+        if not _numa().is_refused(e):
             raise  # it could not be changed in the first place when refused
 
 
@@ -172,7 +179,7 @@ def _resolve_command(argv: Sequence[str], env: Mapping[str, str]) -> str:
         if os.path.isdir(cmd) or not os.access(cmd, os.X_OK):
             raise CannotExecute(126, f"{cmd}: not an executable file")
         return cmd
-    found = shutil.which(cmd, path=env.get("PATH", os.defpath))
+    found = which(cmd, env.get("PATH", os.defpath))  # shutil.which's answer, without importing shutil (bz2, lzma)
     if found is None:
         raise CannotExecute(127, f"{cmd}: command not found (PATH={env.get('PATH', os.defpath)})")
     return found
@@ -234,6 +241,8 @@ def _exec(launch: Launch, env: dict[str, str], exe: str) -> NoReturn:
     inst = launch.instances[0]
     _apply_and_warn(launch, inst)
     if launch.verbose:
+        import shlex  # lazy: only --verbose quotes the command
+
         say(f"pid {os.getpid()}: {inst.describe()}; exec {shlex.join(inst.argv)}")
     if inst.log:
         fd = os.open(inst.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -256,6 +265,8 @@ def _die_with_launcher(launcher: int) -> Callable[[], None]:
     dies, even by SIGKILL (which cannot be forwarded), so no instance is orphaned.
     Set between fork and exec; a launcher already gone by then is caught by the
     parent-PID check."""
+    import ctypes  # lazy: only several instances need prctl; one is exec'd
+
     prctl = ctypes.CDLL(None, use_errno=True).prctl
 
     def pre() -> None:
@@ -302,6 +313,8 @@ def _start_instances(launch: Launch, envs: list[dict[str, str]], exes: list[str]
                      saved: _State) -> tuple[list[subprocess.Popen], dict[int, Any]]:
     """Start every instance from this thread set to its mask and policy, then forward
     the usual signals to them; on any failure the ones started are ended."""
+    import subprocess  # lazy: only several instances are started; one is exec'd
+
     procs: list[subprocess.Popen] = []
 
     def forward(signum: int, _frame: Any) -> None:

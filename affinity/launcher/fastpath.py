@@ -58,7 +58,7 @@ import sys
 
 from ..machine import userfiles  # os, stat and errno only: the fast path stays light
 
-__all__ = ["exec_remembered", "inputs", "remember", "start"]
+__all__ = ["exec_remembered", "inputs", "remember", "start", "which"]
 
 #: the format of an entry; a change makes every stored launch a miss (3: checksummed)
 FORMAT = 3
@@ -258,9 +258,11 @@ def remember(key: tuple, cpus: frozenset[int], env: dict[str, str], argv: tuple[
             pass
 
 
-def _which(cmd: str, path: str) -> str | None:
-    """``execute``'s command lookup (``shutil.which`` on POSIX) for the case where it
-    succeeds; None sends the launch to the full path, which says what is wrong."""
+def which(cmd: str, path: str) -> str | None:
+    """``shutil.which(cmd, path=path)`` on POSIX, without importing :mod:`shutil`
+    (which loads bz2, lzma and zlib): the launcher's command lookup, here and in
+    :mod:`~affinity.launcher.execute`.  None: not found (the fast path then takes the
+    full path, which says what is wrong)."""
     def runnable(f: str) -> bool:
         return os.path.exists(f) and os.access(f, os.F_OK | os.X_OK) and not os.path.isdir(f)
 
@@ -306,7 +308,7 @@ def exec_remembered(words: list[str]) -> tuple | None:
         return key
     env = dict(os.environ)
     env.update(env_items)
-    exe = _which(argv[0], env.get("PATH", os.defpath))
+    exe = which(argv[0], env.get("PATH", os.defpath))
     if exe is None:
         return key
     before = os.sched_getaffinity(0)

@@ -17,7 +17,13 @@ generic optimizer as a hedge: the priors steer, they do not decide.
    locality, spinning, core kinds; with squares of the counts, so a best in the middle
    can be learned).  How much to believe the prior, how far the features reach and how
    much single parameter values matter are chosen by the evidence of the measurements.  A measurement moves every configuration that shares a label *or*
-   a layout property with it.
+   a layout property with it.  What the model gets wrong reaches the neighbours: its
+   leave-one-out residuals are spread by a kernel over the parameters (a Gaussian
+   process on the residuals, one parameter away half as much), with an amplitude of
+   the residuals' typical size beyond the noise times the share of the measurements the
+   model does not explain out of sample -- nothing where the model predicts, and where a
+   prior is wrong (a configuration it ranks low measures high) the configurations next
+   to it are expected higher and less certain, so the search goes there.
 3. **Failures are not values.**  A configuration that fails (or measures 0 where the
    others measure more) does not enter the model as a terrible value dragging its
    labels down; it makes a failure more likely near it (a kernel over the parameters:
@@ -377,8 +383,9 @@ class TopologySampler(optuna.samplers.BaseSampler):
         if post is None:  # nothing measured yet: the prior, and the chance to run
             return cphi[:, 1:1 + self._ncomp].sum(axis=1) + np.log(np.maximum(run, 1e-3))
         mean, cov, best, _ = post
-        mu = cphi @ mean
-        sd = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", cphi, cov, cphi), 1e-12))
+        dmu, dvar = self._residual_reach(pool, obs, post)
+        mu = cphi @ mean + dmu
+        sd = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", cphi, cov, cphi) + dvar, 1e-12))
         ys = iter(self._targets(obs)[0].tolist())
         twin_y: dict[int, float] = {}
         for k, v in obs:
@@ -391,6 +398,40 @@ class TopologySampler(optuna.samplers.BaseSampler):
             sd[known] = _NOISE
         z = (mu - best - _XI) / sd
         return ((mu - best - _XI) * _ncdf(z) + sd * _npdf(z)) * run
+
+    def _residual_reach(self, pool: _Pool, obs: Obs,
+                        post: tuple[np.ndarray, np.ndarray, float, float]) -> tuple[np.ndarray, np.ndarray]:
+        """(shift of the mean, added variance) of each candidate from what the model got
+        wrong: its leave-one-out residuals, spread to nearby configurations by a kernel over
+        the parameters (a twin 1, one parameter away 1/2, two 1/4, ...; a Gaussian process on
+        the residuals).  Its amplitude is the residuals' own spread beyond the noise, so it
+        is nothing where the model predicts out of sample, and where a prior is wrong the
+        neighbours of a configuration that beat its prediction are expected to beat theirs."""
+        zero = np.zeros(pool.keys.shape[0])
+        ran = [k for k, v in obs if v is not None]
+        if len(ran) < _EVIDENCE_AFTER:
+            return zero, zero
+        mean, cov, _, r2 = post
+        y, var = self._targets(obs)
+        ks = np.array(ran, dtype=int)
+        phi = self._design(ks)
+        lev = np.einsum("ij,jk,ik->i", phi, cov, phi) / var
+        loo = (y - phi @ mean) / np.maximum(1.0 - lev, 1e-6)
+        amp = (float(np.median(loo ** 2)) - _NOISE ** 2) * min(1.0, max(0.0, 1.0 - r2))
+        if amp <= 1e-6:
+            return zero, zero
+        tw = np.array([self._twin_id(k) for k in ran])
+
+        def kernel(a: np.ndarray, at: np.ndarray) -> np.ndarray:
+            d = (a[:, None, :] != ks[None, :, :]).sum(axis=2).astype(float)
+            d[at[:, None] == tw[None, :]] = 0.0
+            return amp * 0.5 ** d
+
+        kk = kernel(ks, tw) + np.diag(var)
+        kp = kernel(pool.keys, pool.twins)
+        resid = y - phi @ mean
+        sol = np.linalg.solve(kk, np.concatenate([resid[:, None], kp.T], axis=1))
+        return kp @ sol[:, 0], np.maximum(amp - np.einsum("ij,ji->i", kp, sol[:, 1:]), 0.0)
 
     def _fail_chance(self, pool: _Pool, obs: Obs) -> np.ndarray:
         """How likely each candidate is to fail: failures near it (one parameter away

@@ -204,3 +204,38 @@ def test_a_poor_first_candidate_does_not_send_the_search_away():
         nxt.append(TopologySampler(space, pri, seed=0).propose([t], 1))
     assert nxt[0] == nxt[1]
     assert nxt[0] != first
+
+
+def _reach(space, topo, values):
+    """The sampler's residual reach over the untried configurations after ``values``
+    (a list of (configuration, value)): (pool keys, shift of the mean, added variance,
+    the key measured furthest above the model's prediction)."""
+    s = TopologySampler(space, Priors(space, Topology.from_synthetic(topo)), seed=0)
+    obs = [(space.key(c), v) for c, v in values]
+    seen = {k for k, _ in obs}
+    pool = s._candidates([], seen, np.random.default_rng(0))
+    post = s._posterior(obs)
+    dmu, dvar = s._residual_reach(pool, obs, post)
+    resid = s._targets(obs)[0] - s._design(np.array([k for k, _ in obs])) @ post[0]
+    return pool.keys, dmu, dvar, np.array(obs[int(np.argmax(resid))][0])
+
+
+def test_what_the_model_gets_wrong_reaches_the_neighbours():
+    """Where the measurements contradict the model (here: a hash of the configuration),
+    the configurations next to one that beat its prediction are expected higher than
+    those far from it, and are less certain; where the model predicts the measurements
+    out of sample (here: the prior's own score), nothing is added."""
+    space = Space.of(SPACE16)
+    configs = list(space.configs())
+    rng = np.random.default_rng(1)
+    picked = [configs[int(i)] for i in rng.choice(len(configs), size=12, replace=False)]
+    noise = [(c, float(np.exp(rng.normal(0.0, 1.0)))) for c in picked]
+    keys, dmu, dvar, top = _reach(space, FLAT16, noise)
+    assert (dvar > 0).any() and np.abs(dmu).max() > 0.01
+    dist = (keys != top[None, :]).sum(axis=1)
+    assert dmu[dist == 1].mean() > dmu[dist >= 3].mean()
+
+    pri = Priors(space, Topology.from_synthetic(FLAT16))
+    fitted = [(c, float(np.exp(sum(pri.components(c))))) for c in picked]
+    _, dmu, dvar, _ = _reach(space, FLAT16, fitted)
+    assert np.abs(dmu).max() < 1e-9 and np.abs(dvar).max() < 1e-9
