@@ -106,3 +106,30 @@ def test_apply_defaults_to_intel_rules_even_in_a_torch_process():
     code = APPLY_TORCH.replace('runtime=sys.argv[2])', ')')
     out = _run(code, "3", "unused")
     assert out["rules"] == "intel" and out["map_rules"] == "intel"
+
+
+TWO = r"""
+import ctypes, json, sys
+import torch
+ctypes.CDLL(sys.argv[1])
+import affinity
+from affinity.errors import PlanError
+out = {}
+for call in ("plan", "apply"):
+    try:
+        getattr(affinity, call)("OMP_PLACES=threads", threads=2, runtime="auto")
+        out[call] = None
+    except PlanError as e:
+        out[call] = str(e)
+out["named"] = affinity.plan("OMP_PLACES=threads", threads=2, runtime="gnu").runtime
+print(json.dumps(out))
+"""
+
+
+def test_auto_refuses_two_runtimes_of_different_rules_and_names_them():
+    out = _run(TWO, str(iomp5_dir() / "libiomp5.so"))
+    for call in ("plan", "apply"):
+        assert out[call] is not None, call
+        assert out[call].startswith(f"{call}(runtime='auto')")
+        assert "torch/lib/libgomp.so.1 (gnu-torch)" in out[call] and "libiomp5.so (intel)" in out[call]
+    assert out["named"] == "gnu"  # a name still plans
