@@ -229,7 +229,9 @@ def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
                               mempolicy_self if tid == caller else None, getattr(pin, "note", None)))
     if bindings:
         rows = _explain_late_openmp(rows, pid, bindings[-1])
-    return BindMap(pid, tuple(rows), mems, _census(pid), bindings[-1].plan.runtime if bindings else None)
+    # whose rules: the newest binding that planned (a DataLoader worker's binding carries no plan)
+    rules = next((b.plan.runtime for b in reversed(bindings) if getattr(b, "plan", None) is not None), None)
+    return BindMap(pid, tuple(rows), mems, _census(pid), rules)
 
 
 def _census(pid: int) -> Any:

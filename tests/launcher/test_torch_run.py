@@ -29,9 +29,12 @@ p = ctx.Process(target=lambda: q.put(sorted(os.sched_getaffinity(0))))
 p.start(); child = q.get(); p.join()
 x = torch.randn(300, 300); (x @ x).sum()
 team = {t: sorted(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")}
-print(json.dumps({"before": before, "after": after, "child": child, "team": team, "pid": os.getpid(),
-                  "sizes": [torch.get_num_threads(), torch.get_num_interop_threads()],
-                  "instance": os.environ.get("AFFINITY_INSTANCE"), "user_site": os.environ.get("USER_SITE_RAN")}))
+# one write(2) for the whole line: two instances share the pipe, and print() may write the
+# text and its newline apart (the lines interleaved)
+os.write(1, (json.dumps({"before": before, "after": after, "child": child, "team": team, "pid": os.getpid(),
+                         "sizes": [torch.get_num_threads(), torch.get_num_interop_threads()],
+                         "instance": os.environ.get("AFFINITY_INSTANCE"),
+                         "user_site": os.environ.get("USER_SITE_RAN")}) + "\n").encode())
 """
 
 
