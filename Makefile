@@ -2,9 +2,10 @@
 #   make demo   -- create .venv, install affinity with its extras (TensorFlow, PyTorch, the
 #                  tuner), run the main job
 #   make test   -- same set-up, then the whole test suite
-#   make check  -- the fast tier for everyday work (the goal: under 2 minutes on a 2-CPU machine): every
-#                  test but those marked slow (real runtimes, wheels, the tuner's real workload)
-#                  or tf / torch (each starts TensorFlow / PyTorch); `make test` runs them all
+#   make check  -- the fast tier for everyday work (1 min 39 s on a quiet 2-CPU machine): every
+#                  test but those marked slow (real runtimes, wheels, the tuner's end-to-end runs),
+#                  tf / torch (each starts TensorFlow / PyTorch) or engines (real Slurm, MPI and
+#                  torchrun jobs); `make test` runs them all
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -78,7 +79,7 @@ test: $(STAMP) oracle
 	$(PY) tools/sanitize.py -q -m "not slow" -k "not nobody"
 
 check: $(STAMP)
-	$(PY) -m pytest -q -m "not slow and not tf and not torch"
+	$(PY) -m pytest -q -m "not slow and not tf and not torch and not engines"
 
 # The C core (extension + preload library) under AddressSanitizer and UBSan, driven by
 # the tests that call it; fails on any report of any process (docs/hardening.md).
