@@ -126,7 +126,9 @@ def apply_call(config: Mapping[str, Any] | Config) -> str:
     str
         ``import affinity`` and the call; with several instances the call takes
         ``rank="auto"`` (each process its share, under a launcher that sets local
-        ranks); the TensorFlow pool sizes when ``intra``/``inter`` are tuned.
+        ranks); the TensorFlow pool sizes when ``intra``/``inter`` are tuned;
+        ``dataloader_workers=K`` (and the DataLoader's ``num_workers``) when the
+        DataLoader's workers are tuned.
     """
     cfg = Config.of(config)
     args = [repr(cfg.spec or DEFAULT_SPEC)]
@@ -136,10 +138,14 @@ def apply_call(config: Mapping[str, Any] | Config) -> str:
         args.append(f"blocktime={str(cfg.blocktime)!r}")
     if cfg.membind == "interleave":
         args.append("membind='interleave:all'")
+    if cfg.dataloader_workers is not None:
+        args.append(f"dataloader_workers={int(cfg.dataloader_workers)}")
     k = int(cfg.instances)
     if k > 1:
         args.append("rank='auto'")
     lines = ["import affinity", f"binding = affinity.apply({', '.join(args)})"]
+    if cfg.dataloader_workers is not None:
+        lines.append(f"# and DataLoader(..., num_workers={int(cfg.dataloader_workers)}): apply() has placed them")
     if k > 1:
         lines.insert(1, f"# {k} instances: start {k} processes (e.g. mpirun -n {k}, torchrun), each takes "
                         f"its share; or use the affinity run line")

@@ -107,3 +107,20 @@ def test_a_single_instance_trial_keeps_the_launch_cache_and_times_only_the_comma
         assert argv[argv.index("--") + 1:argv.index("--") + 3] == ["sh", "-c"] and argv[-1] == "prog"
     finally:
         timed.close()
+
+
+def test_apply_form_places_tuned_dataloader_workers():
+    """The apply() form passes a tuned ``dataloader_workers`` as apply()'s own keyword (and
+    only when it is tuned), and names the DataLoader's num_workers to match."""
+    import ast
+    import inspect
+
+    import affinity
+
+    text = forms.apply_call({"threads": 2, "dataloader_workers": 3})
+    call = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "apply")
+    kw = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+    assert kw == {"threads": 2, "dataloader_workers": 3}
+    assert set(kw) <= set(inspect.signature(affinity.apply).parameters)
+    assert "num_workers=3" in text
+    assert "dataloader_workers" not in forms.apply_call({"threads": 2})
