@@ -184,6 +184,7 @@ class TopologySampler(optuna.samplers.BaseSampler):
             A configuration of the space none of ``trials`` holds.
         """
         seen, obs = self._observations(trials, number)
+        bounds = self._bounds(trials, number)
         # seeded by the place in evaluation order (not the trial number, which an
         # interrupted trial shifts): a resumed study continues as an uninterrupted one
         rng = np.random.default_rng([self.seed, len(obs)])
@@ -193,7 +194,7 @@ class TopologySampler(optuna.samplers.BaseSampler):
             best = max(done, key=lambda o: self.sign * o[1])[0] if done else next(iter(seen))
             return self.space.config(best)
         near = self._neighbourhood(pool, obs)
-        post = self._posterior(obs)
+        post = self._posterior(obs, bounds)
         if rng.uniform() < self.hedge_rate(obs, post[3] if post else 1.0) and near is None:
             return self._hedge(pool, seen, rng, study, trial)
         acq = self._acquisition(pool, obs, post)
@@ -265,6 +266,21 @@ class TopologySampler(optuna.samplers.BaseSampler):
             return [(k, None if v is not None and v <= 0 else v) for k, v in obs]
         return obs
 
+    def _bounds(self, trials: Sequence[FrozenTrial], number: int) -> Obs:
+        """[(key, last intermediate value)] of the pruned trials: what they measured
+        before multi-fidelity stopped them.  A throughput printed as a run goes rises
+        through its warm-up, so this is a lower bound of what the whole run would have
+        measured (:meth:`_posterior` uses it as one)."""
+        out: Obs = []
+        for t in trials:
+            if t.number == number or t.state != TrialState.PRUNED or not t.intermediate_values:
+                continue
+            cfg = trial_config(t, self.space)
+            last = t.intermediate_values[max(t.intermediate_values)]
+            if cfg is not None and last is not None and math.isfinite(last):
+                out.append((self.space.key(cfg), float(last)))
+        return out
+
     def _targets(self, obs: Obs) -> tuple[np.ndarray, np.ndarray]:
         """(y of the trials that ran, their noise variance).
 
@@ -328,9 +344,15 @@ class TopologySampler(optuna.samplers.BaseSampler):
             self._scale = (f.mean(axis=0), np.where(sd > 1e-9, sd, 1.0))
         return self._scale
 
-    def _posterior(self, obs: Obs) -> tuple[np.ndarray, np.ndarray, float, float] | None:
+    def _posterior(self, obs: Obs, bounds: Obs = ()) -> tuple[np.ndarray, np.ndarray, float, float] | None:
         """(mean, covariance of the weights, best y, leave-one-out R² of the fit) given the
         trials that ran; None before any.
+
+        A pruned trial's ``bounds`` (its value is at least its last intermediate value)
+        is a censored measurement: where the model predicts less than the bound, it
+        counts as a measurement of the bound; where it predicts more, as a measurement
+        of what it predicts (it tells nothing against it).  The fit and its leave-one-out
+        R² are those of the trials that ran; the weights are refitted with the bounds.
 
         How much to believe the prior, and how far the topology features may reach, are
         chosen by the evidence (the marginal likelihood of the measurements) among
@@ -357,6 +379,17 @@ class TopologySampler(optuna.samplers.BaseSampler):
         loo = (y - phi @ mean) / np.maximum(1.0 - lev, 1e-6)
         spread = float(((y - y.mean()) ** 2).sum())
         r2 = 1.0 - float((loo ** 2).sum()) / spread if spread > 1e-12 else 1.0
+        vals = [v for _, v in ran]
+        if bounds and all(v > 0 for v in vals) and all(b > 0 for _, b in bounds):
+            bphi = self._design(np.array([k for k, _ in bounds], dtype=int))
+            at = self.sign * np.log([b for _, b in bounds])
+            pred = bphi @ mean
+            yb = np.maximum(at, pred) if self.sign > 0 else np.minimum(at, pred)  # value >= bound
+            yb = np.maximum(yb, float(y.min()))  # as low as the worst that ran, at most (cf. _targets)
+            phi2, y2 = np.vstack([phi, bphi]), np.concatenate([y, yb])
+            var2 = np.concatenate([var, np.full(len(yb), _NOISE ** 2)])
+            cov = np.linalg.inv(np.diag(1.0 / best_s0) + (phi2.T / var2) @ phi2)
+            mean = cov @ (best_m0 / best_s0 + (phi2.T / var2) @ y2)
         return mean, cov, float(np.max(y)), r2
 
     def _prior_weights(self, belief: float, reach: float, labels: float = 1.0) -> tuple[np.ndarray, np.ndarray]:

@@ -239,3 +239,44 @@ def test_what_the_model_gets_wrong_reaches_the_neighbours():
     fitted = [(c, float(np.exp(sum(pri.components(c))))) for c in picked]
     _, dmu, dvar, _ = _reach(space, FLAT16, fitted)
     assert np.abs(dmu).max() < 1e-9 and np.abs(dvar).max() < 1e-9
+
+
+def _pruned_setup(last):
+    space = Space.of({"threads": [1, 2, 4], "affinity": ["none", "compact", "scatter"], "batch": [8, 16, 32]})
+    sampler = TopologySampler(space, Priors(space, Topology.from_synthetic("package:1 [numa] core:4 pu:1")), seed=0)
+    done = [({"threads": 1, "affinity": "none", "batch": 8}, 10.0), ({"threads": 2, "affinity": "compact", "batch": 16}, 12.0),
+            ({"threads": 4, "affinity": "scatter", "batch": 32}, 11.0), ({"threads": 1, "affinity": "compact", "batch": 32}, 10.5)]
+    trials = [optuna.trial.create_trial(params=c, distributions=sampler._dists, value=v) for c, v in done]
+    pruned = {"threads": 4, "affinity": "none", "batch": 16}
+    trials.append(optuna.trial.create_trial(params=pruned, distributions=sampler._dists,
+                                            state=optuna.trial.TrialState.PRUNED,
+                                            intermediate_values={0: 1.0, 1: 3.0, 2: last}))
+    for i, t in enumerate(trials):
+        t.number = i
+    return sampler, trials, space.key(pruned)
+
+
+def _predicted(sampler, trials, key, use_bounds=True):
+    _, obs = sampler._observations(trials, len(trials))
+    bounds = sampler._bounds(trials, len(trials)) if use_bounds else []
+    mean, _, _, _ = sampler._posterior(obs, bounds)
+    return float(sampler._design(np.array([key]))[0] @ mean)
+
+
+def test_a_pruned_trial_gives_its_last_value_as_a_lower_bound():
+    """A pruned trial stopped at 40 (its last intermediate value; the earlier ones were 1
+    and 3) tells the model its configuration measures at least that: the prediction there
+    rises to about log 40, where without the pruned trial it is about the others' 11."""
+    sampler, trials, key = _pruned_setup(40.0)
+    assert sampler._bounds(trials, len(trials)) == [(key, 40.0)]
+    without = _predicted(sampler, trials, key, use_bounds=False)
+    with_bound = _predicted(sampler, trials, key)
+    assert without < math.log(20.0)
+    assert with_bound > math.log(30.0) and with_bound > without + 0.5
+
+
+def test_a_pruned_trial_below_the_prediction_pulls_nothing_down():
+    """A bound below what the model predicts says nothing against the prediction."""
+    sampler, trials, key = _pruned_setup(2.0)
+    assert _predicted(sampler, trials, key) == pytest.approx(_predicted(sampler, trials, key, use_bounds=False),
+                                                             abs=0.05)
