@@ -23,7 +23,10 @@ Run it as ``.venv/bin/python -m pytest bench/bench_tune.py -q`` (asserts the iss
 targets, see the tests), or as a script, for other seeds::
 
     .venv/bin/python bench/bench_tune.py --seeds 10 --first-seed 300
-    .venv/bin/python bench/bench_tune.py --write   # seeds 0-9 and 200-209 -> surfaces/RESULTS.md
+    .venv/bin/python bench/bench_tune.py --write   # seeds 0-9, 200-209, 300-309 -> RESULTS.md files
+
+``--write`` writes ``surfaces/RESULTS.md`` and puts the same text in the tuner's section
+of ``bench/RESULTS.md`` and ``docs/results.md`` (as ``bench/report.py`` would).
 
 About 70 s per set of 10 seeds on one CPU for the 23 surfaces (cheapest faithful
 settings: the searchers are the real ones with their defaults, on tables instead of
@@ -45,7 +48,9 @@ sys.path.insert(0, str(HERE / "surfaces"))
 import harness  # noqa: E402
 
 SEEDS = range(10)
-FRESH = range(200, 210)  #: seeds never used while the sampler was written (0-9 and 100-109 were)
+#: seeds never used while the sampler was written (0-9 and 100-109 were); 300-309 were first
+#: run after the sampler of stop 18
+FRESH = (range(200, 210), range(300, 310))
 _results: dict[str, dict] = {}
 
 
@@ -68,16 +73,29 @@ def _worst(r: dict, m: str) -> int:
     return max(r["counts"][m])
 
 
-#: where "never above TPE" is missed on seeds 0-9 (bench/surfaces/RESULTS.md says by how
-#: much): a 24-configuration recording on this 2-CPU VM whose three best configurations
-#: are oversubscribed; TPE's and random search's median there is 3 (a uniform search
-#: expects about 6), and the tuner's first two trials are the priors' seeds
-MISSED = ("recorded_2cpu_torch_cnn",)
+#: where the issue's target (at most half of plain TPE's median, never above it) is missed on
+#: at least one of the three seed sets (0-9, 200-209, 300-309), and why (bench/RESULTS.md has
+#: the numbers)
+MISSED = {
+    "recorded_2cpu_torch_cnn": "above TPE on all three seed sets: the re-recorded split job (wall time, 7 "
+                               "interleaved rounds) has the tuner's first candidate as the same launch as the "
+                               "best (compact and none place one thread per one-core share alike), recorded "
+                               "4.9 % slower by noise; the other hits are oversubscribed, which the priors "
+                               "penalise; TPE's median is 3-5 where a uniform search expects about 4-5",
+    "recorded_2cpu_tf_matmul": "above half on seeds 0-9 and 300-309: one run per configuration, and a single "
+                               "configuration within 3 % (which one is decided by the noise); it also sums the "
+                               "copies' images/sec (recorded before issue 21 point 0) and was not re-recorded",
+    "stress_anti_prior": "above half on all three seed sets (0.54-0.65)",
+    "stress_omp_not_intra": "above half on seeds 200-209 (0.64)",
+    "stress_plain": "above half on seeds 200-209 (0.58)",
+}
+#: of those, where the median is above plain TPE's on seeds 0-9 (the test below skips them)
+ABOVE_TPE = ("recorded_2cpu_torch_cnn",)
 
 
-@pytest.mark.parametrize("name", [n for n in harness.ALL if n not in MISSED])
+@pytest.mark.parametrize("name", [n for n in harness.ALL if n not in ABOVE_TPE])
 def test_never_worse_than_plain_tpe(name):
-    """The median over 10 seeds is at most plain TPE's (every surface but :data:`MISSED`)."""
+    """The median over 10 seeds is at most plain TPE's (every surface but :data:`ABOVE_TPE`)."""
     r = measure(name)
     assert _med(r, "affinity") <= _med(r, "tpe"), \
         f"{name}: affinity {r['counts']['affinity']} vs TPE {r['counts']['tpe']}"
@@ -137,6 +155,20 @@ def verdict(names=harness.ALL, seeds=SEEDS) -> str:
     return text
 
 
+#: what a replaced surface measured before it was replaced, and why (kept, not rerun)
+REPLACED = [
+    "`recorded_2cpu_torch_cnn` was re-recorded (stop 19). The old recording (2026-11-24 07:16 UTC, 414 s) "
+    "summed the images/sec of the instances, so two copies of the job counted as twice the speed (issue 21, "
+    "point 0), and took the median of 3 runs per configuration run config after config, whose spread within "
+    "one configuration was often 2x (e.g. 36, 16, 368 images/sec): which configuration came within 3 % of the "
+    "best was decided by that noise. On it this tuner needed 6 / 6 evaluations (median / worst) against plain "
+    "TPE's 3 / 15 on seeds 0-9 (2.0x), 6 / 6 against 7.5 / 17 on seeds 200-209 (0.8x) and 6 / 7 against "
+    "9 / 16 on seeds 300-309 (0.67x). The new one splits one job between the instances and records the wall "
+    "time of the whole job, interleaved round by round (its file gives the spread per configuration and the "
+    "load).",
+]
+
+
 def report(names=harness.ALL, seeds=SEEDS, fresh=FRESH) -> str:
     lines = ["# Tuner: sample efficiency", "",
              f"Evaluations until one comes within 3 % of the surface's best, over seeds {seeds.start}-"
@@ -145,10 +177,14 @@ def report(names=harness.ALL, seeds=SEEDS, fresh=FRESH) -> str:
              "Generated by `python bench/bench_tune.py --write` (or `pytest bench/bench_tune.py`), about "
              "70 s per set of seeds on one CPU.", ""]
     lines += table(names, seeds) + ["", verdict(names, seeds), ""]
-    if fresh is not None:
-        lines += [f"The same on fresh seeds {fresh.start}-{fresh.stop - 1} (never used while the sampler was "
+    for more in fresh or ():
+        lines += [f"The same on fresh seeds {more.start}-{more.stop - 1} (never used while the sampler was "
                   "written):", ""]
-        lines += table(names, fresh) + ["", verdict(names, fresh), ""]
+        lines += table(names, more) + ["", verdict(names, more), ""]
+    lines += [*REPLACED, ""]
+    if MISSED:
+        lines += ["Where the target is still missed (`MISSED` in `bench/bench_tune.py`):", ""]
+        lines += [f"- `{n}`: {why}" for n, why in MISSED.items()] + [""]
     lines += [f"Per seed {seeds.start}-{seeds.stop - 1} (affinity / TPE / random):", ""]
     for name in names:
         c = measure(name, seeds)["counts"]
@@ -177,12 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--surface", action="append", help="only these (default: all)")
     ap.add_argument("--fresh", type=int, default=None, help="also a table for 10 seeds from this one")
     ap.add_argument("--write", action="store_true",
-                    help="write bench/surfaces/RESULTS.md (seeds 0-9 and the fresh seeds 200-209)")
+                    help="write bench/surfaces/RESULTS.md and the tuner's section of bench/RESULTS.md and "
+                         "docs/results.md (seeds 0-9 and the fresh seeds 200-209 and 300-309)")
     a = ap.parse_args(argv)
     seeds = range(a.first_seed, a.first_seed + a.seeds)
     names = tuple(a.surface or harness.ALL)
     t0 = time.perf_counter()
-    fresh = FRESH if a.write else (range(a.fresh, a.fresh + a.seeds) if a.fresh is not None else None)
+    fresh = FRESH if a.write else ((range(a.fresh, a.fresh + a.seeds),) if a.fresh is not None else ())
     if a.write:
         seeds = SEEDS
     text = report(names, seeds, fresh)
@@ -190,7 +227,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"({time.perf_counter() - t0:.0f} s)")
     if a.write:
         (HERE / "surfaces" / "RESULTS.md").write_text(text)
+        for doc in (HERE / "RESULTS.md", HERE.parent / "docs" / "results.md"):
+            splice(doc, text)
     return 0
+
+
+def splice(doc: Path, text: str) -> None:
+    """Replace the sample-efficiency subsection of ``doc`` with ``text`` (its title
+    dropped, headings demoted, as ``bench/report.py``'s tuner section has it)."""
+    head = "### Tuner: sample efficiency (this tuner, plain optuna TPE, random search)"
+    old = doc.read_text()
+    start = old.index(head)
+    end = old.index("\n### ", start + len(head))
+    body = text.split("\n", 1)[1].strip().replace("\n# ", "\n#### ")
+    doc.write_text(old[:start] + head + "\n\n" + body + "\n" + old[end:])
 
 
 if __name__ == "__main__":
