@@ -24,6 +24,7 @@ _LAZY = {
     "AccessDenied": "errors",
     "MaskNarrowedError": "errors",
     "ForeignTopologyError": "errors",
+    "FrozenInstanceError": "errors",
     "UsageError": "errors",
     "CommandError": "errors",
     "CannotExecute": "errors",
@@ -87,7 +88,7 @@ if TYPE_CHECKING:  # pragma: no cover - the same names as _LAZY (tests/test_api_
     from .binding.apply import Binding, apply, pinned
     from .binding.bindmap import report
     from .errors import (AccessDenied, AffinityError, AffinityWarning, ArgumentTypeError, BindError, CannotExecute,
-                         CommandError, ForeignTopologyError, MalformedValue, MaskNarrowedError,
+                         CommandError, ForeignTopologyError, FrozenInstanceError, MalformedValue, MaskNarrowedError,
                          NativeUnavailableError, NoSuchThread, PictureError, PictureUnavailableError, PlanError,
                          Signalled, SpaceError, SpecError, TopologyError, TrialPruned, TuneError,
                          TuneUnavailableError, TuneUsageError, UnsafeFile, UnsupportedError, UsageError)

@@ -26,7 +26,7 @@ from helpers import ROOT
 
 PACKAGE = ROOT / "affinity"
 #: layer -> rank; a module may import modules of its own rank or below
-LAYERS = {"errors": 0, "cpulist": 0, "version": 0, "machine": 1, "planning": 2, "binding": 3, "launcher": 4,
+LAYERS = {"errors": 0, "cpulist": 0, "version": 0, "record": 0, "machine": 1, "planning": 2, "binding": 3, "launcher": 4,
           "tuning": 5, "tools": 6, "__init__": 7, "__main__": 7}
 MAX_LINES = 100
 #: the most decisions (+1) a function may hold; why 25: docs/architecture.md

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, replace
+from ..record import asdict, record, replace
 from typing import Any
 
 from ..cpulist import format_list, parse_list
@@ -33,7 +33,7 @@ from .threads import task_ids, task_names
 __all__ = ["BindMap", "ThreadRow", "report"]
 
 
-@dataclass(frozen=True)
+@record
 class ThreadRow:
     tid: int
     name: str
@@ -58,7 +58,7 @@ class ThreadRow:
         return d
 
 
-@dataclass(frozen=True)
+@record
 class BindMap:
     pid: int
     rows: tuple[ThreadRow, ...]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from ..record import record
 
 from ..machine import _native
 from .runtimes import family_of
@@ -21,7 +21,7 @@ from .runtimes import family_of
 __all__ = ["OpenMPRuntime", "loaded_runtimes"]
 
 
-@dataclass(frozen=True)
+@record
 class OpenMPRuntime:
     """One OpenMP runtime mapped into this process."""
 

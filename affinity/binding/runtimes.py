@@ -23,7 +23,7 @@ different things to each (pytorch#98836: 3x slower).  :func:`census` returns the
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from ..record import record
 from typing import Any
 
 from ..cpulist import format_list
@@ -55,7 +55,7 @@ def family_of(path: str) -> tuple[str, str] | None:
     return None
 
 
-@dataclass(frozen=True)
+@record
 class LoadedRuntime:
     """One OpenMP runtime file mapped into a process."""
 
@@ -75,7 +75,7 @@ class LoadedRuntime:
         return {"path": self.path, "kind": self.kind, "family": self.family, "bundled_by": self.bundled_by}
 
 
-@dataclass(frozen=True)
+@record
 class Census:
     """The OpenMP runtimes of one process, in address order."""
 

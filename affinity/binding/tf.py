@@ -28,7 +28,7 @@ import os
 import sys
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from ..record import record
 from typing import Any
 
 from .threads import task_names
@@ -74,7 +74,7 @@ def is_running() -> bool:
             return True
 
 
-@dataclass(frozen=True)
+@record
 class TFState:
     """TensorFlow's pools as found: TIDs in creation order."""
 

@@ -26,7 +26,7 @@ import operator
 import os
 import select
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from ..record import record
 
 from ..machine import _native
 from ..cpulist import MAX_CPUS, check_id, check_ids, format_list
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@record
 class ThreadInfo:
     """One thread of this process as the kernel sees it now."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from ..record import field, record
 from typing import TYPE_CHECKING, Any
 
 from ..cpulist import IdList, format_list, parse_list
@@ -38,7 +38,7 @@ MEM_OPTION = {"bind": "membind", "interleave": "interleave", "preferred": "prefe
 
 # --------------------------------------------------------------------- values
 
-@dataclass(frozen=True)
+@record
 class Context:
     """What the process runs in, read once (:meth:`of_this_process`) so that
     :func:`build_launch` stays pure.
@@ -79,7 +79,7 @@ class Context:
         return cls(dict(os.environ), cpu_quota(), cpuset_cpus(), mems)
 
 
-@dataclass(frozen=True)
+@record
 class Instance:
     """One process to start: where it runs, where its memory goes, what it is told.
 
@@ -134,7 +134,7 @@ class Instance:
                 f"thread{'s' if self.threads != 1 else ''}")
 
 
-@dataclass(frozen=True)
+@record
 class Launch:
     """Everything ``affinity run`` will do (see :func:`build_launch`).
 
@@ -194,7 +194,7 @@ class Launch:
         }
 
 
-@dataclass(frozen=True)
+@record
 class _Nodes:
     """The NUMA nodes the topology knows, and those this process may allocate on."""
 

@@ -8,7 +8,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from ..record import record
 from typing import Any
 
 from ..cpulist import MAX_CPUS, IdList
@@ -19,7 +19,7 @@ from ..planning.spec import DEFAULT_SPEC
 __all__ = ["RunOptions", "options_from_args", "run_parser", "say"]
 
 
-@dataclass(frozen=True)
+@record
 class RunOptions:
     """What the command line asked for (see :func:`run_parser` for each option).
 

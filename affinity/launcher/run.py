@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import replace
+from ..record import replace
 from typing import Any
 
 from ..errors import TopologyError

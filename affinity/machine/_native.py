@@ -18,7 +18,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass
+from ..record import record
 from typing import Any
 
 from ..cpulist import format_list
@@ -213,7 +213,7 @@ def from_words_many(buf: Any, n: int, nwords: int) -> list[frozenset[int]]:
 
 # ---------------------------------------------------------------- topology
 
-@dataclass(frozen=True)
+@record
 class NativeObj:
     type: str
     os_index: int | None

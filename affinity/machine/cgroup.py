@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from ..record import record
 
 from ..cpulist import parse_list
 from ..errors import SpecError, TopologyError
@@ -31,7 +31,7 @@ __all__ = ["CpuQuota", "Mount", "cpu_quota", "cpuset_cpus", "default_thread_coun
            "parse_cgroup_file", "parse_mountinfo"]
 
 
-@dataclass(frozen=True)
+@record
 class CpuQuota:
     """A CFS bandwidth limit: ``quota_us`` of CPU time every ``period_us``."""
 
@@ -49,7 +49,7 @@ class CpuQuota:
         return f"{self.cpus:g} CPUs ({self.quota_us}/{self.period_us} us, {self.path})"
 
 
-@dataclass(frozen=True)
+@record
 class Mount:
     """One line of ``/proc/self/mountinfo`` that mounts a cgroup hierarchy."""
 

@@ -17,7 +17,7 @@ alike, so that each says the same thing about the same mistake.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from ..record import record
 from typing import Any
 
 from ..cpulist import check_ids, format_list, parse_list
@@ -31,7 +31,7 @@ _ALIASES = {"membind": "bind", "firsttouch": "local", "first-touch": "local", "f
             "localalloc": "local"}
 
 
-@dataclass(frozen=True)
+@record
 class MemorySpec:
     """A memory policy and its NUMA nodes (empty for ``local``)."""
 

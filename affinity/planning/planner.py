@@ -29,7 +29,7 @@ import re
 import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass, field
+from ..record import field, record
 from typing import Any
 
 from ..cpulist import check_ids, format_list, parse_list, runs
@@ -57,7 +57,7 @@ RUNTIMES: dict[str, Rules] = {
 DEFAULT_RUNTIME = "intel"
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Plan:
     """Where the runtime binds the threads of the first parallel region.
 

@@ -34,7 +34,7 @@ process mask are inputs).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from ..record import record
 from typing import Any, Protocol
 
 __all__ = ["Memo", "Outcome", "Rules"]
@@ -43,7 +43,7 @@ __all__ = ["Memo", "Outcome", "Rules"]
 Memo = Callable[[Hashable, Callable[[], Any]], Any]
 
 
-@dataclass(frozen=True)
+@record
 class Outcome:
     """What a runtime does for the first parallel region (the fields of a
     :class:`~affinity.planning.planner.Plan` that the rules decide)."""

@@ -11,7 +11,7 @@ reading of proc lists) in :mod:`affinity.planning.intel.settings`, re-exported:
 * ``OMP_NUM_THREADS`` -> :class:`NumThreads` (:func:`parse_num_threads`)
 * ``GOMP_CPU_AFFINITY`` -> :class:`ProcList` (:func:`parse_gomp_cpu_affinity`)
 
-Every value is a frozen dataclass whose ``str()`` is canonical and parses back
+Every value is a frozen record (:mod:`affinity.record`) whose ``str()`` is canonical and parses back
 to an equal value (``parse(str(v)) == v``).
 
 Each parser has two modes:
@@ -35,7 +35,7 @@ what libiomp5 was observed to do (see ``docs/semantics.md``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from ..record import record
 from typing import Any, Callable
 
 from ..errors import MalformedValue, SpecError
@@ -78,7 +78,7 @@ def _count_stride(count: int | None, stride: int | None) -> str:
     return f":{count}" + ("" if stride is None else f":{stride}")
 
 
-@dataclass(frozen=True)
+@record
 class SubPlace:
     """``start[:count[:stride]]`` inside ``{...}``."""
 
@@ -90,7 +90,7 @@ class SubPlace:
         return str(self.start) + _count_stride(self.count, self.stride)
 
 
-@dataclass(frozen=True)
+@record
 class Place:
     """One item of an explicit place list: ``num``, ``{subplaces}`` or
     ``!place``, optionally replicated as ``place:count[:stride]``."""
@@ -112,7 +112,7 @@ class Place:
         return self.base_str() + _count_stride(self.count, self.stride)
 
 
-@dataclass(frozen=True)
+@record
 class OmpPlaces:
     """An ``OMP_PLACES`` setting: an abstract name with an optional count and
     core attribute, or an explicit list of places.
@@ -371,7 +371,7 @@ def _places_count(s: str, scan: int, diag: Diag, name: str, places: OmpPlaces, k
 _BIND_WORDS = ("false", "true", "primary", "close", "spread", "disabled")
 
 
-@dataclass(frozen=True)
+@record
 class OmpProcBind:
     """An ``OMP_PROC_BIND`` setting.
 
@@ -440,7 +440,7 @@ def _parse_omp_proc_bind(value: str, diag: Diag, name: str = "OMP_PROC_BIND") ->
 # OMP_NUM_THREADS
 # ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record
 class NumThreads:
     """An ``OMP_NUM_THREADS`` setting.
 
@@ -608,7 +608,7 @@ def parse_num_threads(value: str, *, strict: bool = True) -> NumThreads | None:
     return run_parser(_parse_num_threads, value, strict, "OMP_NUM_THREADS")[0]
 
 
-@dataclass(frozen=True)
+@record
 class Variable:
     """One environment variable the runtimes read to place threads.
 
@@ -779,7 +779,7 @@ def parse_assignments(items: str | Iterable[str], *, what: str = "settings",
     return env
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     """The affinity-related environment of a process, parsed (strictly).
 

@@ -9,7 +9,7 @@ standard OpenMP variables, in ``planning/spec.py``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..record import record
 from typing import Callable, TypeVar
 
 from ..errors import SpecError
@@ -50,7 +50,7 @@ def catalog(layer: str, plural: bool = False) -> str:
 # Diagnostics
 # ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record
 class Diagnostic:
     """One message a parser produced.
 
@@ -75,7 +75,7 @@ class Diagnostic:
     detail: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Dialect:
     """Where a runtime of the Intel/LLVM family reads or applies its settings
     differently from Intel's libiomp5 (the reference: :data:`INTEL`).

@@ -21,7 +21,7 @@ its own, in this order of preference:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..record import record
 from typing import Any
 
 from ..cpulist import format_list
@@ -30,7 +30,7 @@ from ..errors import PlanError
 __all__ = ["WorkerLayout", "worker_layout"]
 
 
-@dataclass(frozen=True)
+@record
 class WorkerLayout:
     """The CPU set of each data-loading worker, and how it was chosen."""
 

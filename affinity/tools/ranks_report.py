@@ -21,7 +21,7 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from ..record import record
 from typing import TYPE_CHECKING, Any
 
 from ..cpulist import format_list
@@ -56,7 +56,7 @@ def add_show_args(p: argparse.ArgumentParser) -> None:
 
 # ------------------------------------------------------------------ plan --ranks
 
-@dataclass(frozen=True)
+@record
 class RankPlan:
     rank: int
     size: int
@@ -173,7 +173,7 @@ def cmd_plan_ranks(args: argparse.Namespace, topology: Topology, write_picture: 
 
 # ------------------------------------------------------------------ show --ranks
 
-@dataclass(frozen=True)
+@record
 class RankThreads:
     rank: LocalRank
     pid: int

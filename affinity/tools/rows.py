@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from ..record import record
 from typing import Any
 
 from .tune_report import Comparison, compare
@@ -19,7 +19,7 @@ from .tune_report import Comparison, compare
 __all__ = ["Row", "measure_row", "row_text"]
 
 
-@dataclass(frozen=True)
+@record
 class Row:
     """One workload, defaults against pinned, measured in interleaved rounds."""
 

@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from ..record import field, record
 from datetime import datetime
 from typing import Any
 
@@ -73,7 +73,7 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(s, h)
 
 
-@dataclass
+@record(frozen=False)
 class _Setup:
     """What one ``affinity tune`` needs, checked before anything runs."""
 
@@ -259,7 +259,7 @@ class _Setup:
         return 0
 
 
-@dataclass
+@record(frozen=False)
 class _Row:
     """A configuration re-measured (None: the defaults), round by round."""
 
@@ -274,7 +274,7 @@ class _Row:
             self.per_instance.append(list(m.per_instance))
 
 
-@dataclass
+@record(frozen=False)
 class _Text:
     """The text result of ``affinity tune``."""
 

@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from ..record import record
 from typing import Any
 
 __all__ = ["StudyKey", "reads_instance_share"]
@@ -72,7 +72,7 @@ def reads_instance_share(command: Sequence[str]) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@record
 class StudyKey:
     """What can change ``affinity tune``'s answer for one command on one machine.
 

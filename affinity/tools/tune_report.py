@@ -19,7 +19,7 @@ import os
 import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from ..record import record
 from typing import Any, TextIO
 
 from ..errors import TuneError, TuneUsageError
@@ -117,7 +117,7 @@ def summarize(values: Sequence[float]) -> tuple[float, float, float]:
     return statistics.median(vals), min(vals), max(vals)
 
 
-@dataclass(frozen=True)
+@record
 class Comparison:
     """A configuration's repeats against the defaults' repeats, measured in the same rounds.
 

@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from ..record import record
 from typing import Any
 
 from ..errors import TuneUsageError
@@ -51,7 +51,7 @@ _PR_SET_PDEATHSIG = 1
 _STAMP = 'date +%s%N > "$0.${AFFINITY_INSTANCE:-0}" && exec "$@"'
 
 
-@dataclass(frozen=True)
+@record
 class Measurement:
     """One run of the command.
 

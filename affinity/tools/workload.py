@@ -19,7 +19,7 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from ..record import asdict, field, record
 from typing import Any, TextIO
 
 from ..binding import tf as _tf
@@ -30,7 +30,7 @@ from ..planning.spec import DEFAULT_SPEC
 MODELS = ("resnet50", "small_cnn", "matmul")
 
 
-@dataclass
+@record(frozen=False)
 class BenchResult:
     model: str
     batch_size: int

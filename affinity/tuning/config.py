@@ -18,7 +18,7 @@ Three kinds of other names:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from ..record import record
 from typing import Any
 
 from ..cpulist import IdList
@@ -29,7 +29,7 @@ from .space import ENV_PREFIX, KNOWN
 __all__ = ["Config"]
 
 
-@dataclass(frozen=True)
+@record
 class Config:
     """One configuration, read once.
 

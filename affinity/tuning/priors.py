@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from ..record import record
 from typing import Any
 
 from ..errors import AffinityError
@@ -111,7 +111,7 @@ class Machine:
         return self._shares[k]
 
 
-@dataclass(frozen=True)
+@record
 class Layout:
     """A configuration read with the machine: per instance, what runs where."""
 

@@ -15,7 +15,7 @@ import itertools
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from ..record import record
 from typing import Any
 
 from ..errors import SpaceError, SpecError
@@ -91,7 +91,7 @@ def _check_choice(name: str, v: Any) -> Any:
     return v
 
 
-@dataclass(frozen=True)
+@record
 class Space:
     """A checked space: parameters in order, each with its choices (duplicates removed).
 

@@ -17,14 +17,14 @@ runtime rules (never a comparison of version strings).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ...record import record
 
 from ...errors import PlanError
 
 __all__ = ["Build", "BUILDS", "DEFAULT_BUILD", "build_of"]
 
 
-@dataclass(frozen=True)
+@record
 class Build:
     """One libgomp build's behaviour switches."""
 

@@ -9,7 +9,7 @@ exactly when libgomp would print it (without its ``libgomp: `` prefix).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from ...record import field, record
 
 from ...errors import MalformedValue, PlanError
 from .builds import Build
@@ -28,7 +28,7 @@ def cpu_limit(mask: frozenset[int]) -> int:
     return (max(mask) // 64 + 1) * 64
 
 
-@dataclass
+@record(frozen=False)
 class Context:
     """What the parser works against: the process mask, the machine, the build."""
 

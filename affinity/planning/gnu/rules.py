@@ -15,7 +15,7 @@ Each is a :class:`GnuRules` value with the interface of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ...record import record
 from typing import Any
 
 from ...cpulist import format_list
@@ -41,7 +41,7 @@ def _granularity(g: GompPlan) -> str | None:
             "numa_domains": "numa"}.get(name) if g.places_from == "OMP_PLACES" else None
 
 
-@dataclass(frozen=True)
+@record
 class GnuSettings:
     """What :meth:`GnuRules.read` keeps: the sorted variables and the strictness."""
 
@@ -49,7 +49,7 @@ class GnuSettings:
     strict: bool
 
 
-@dataclass(frozen=True)
+@record
 class GnuRules:
     """The rules of one libgomp build (see :mod:`affinity.planning.rules`)."""
 

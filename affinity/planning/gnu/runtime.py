@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from ...record import field, record
 
 from ...cpulist import format_list
 from ...errors import PlanError
@@ -43,7 +43,7 @@ MAX_TEAM = 32768
 _FALSE, _TRUE, _PRIMARY, _CLOSE, _SPREAD = range(5)
 
 
-@dataclass(frozen=True)
+@record
 class GompPlan:
     """What libgomp does at load and in the first parallel region."""
 

@@ -19,7 +19,7 @@ Offline CPUs have no files, so they appear in no list.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from ...record import record
 from typing import TYPE_CHECKING
 
 from ...cpulist import parse_list
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["SysfsView", "sysfs_view", "view_from_files"]
 
 
-@dataclass(frozen=True)
+@record
 class SysfsView:
     """The machine as libgomp sees it.  Every set holds OS CPU numbers."""
 

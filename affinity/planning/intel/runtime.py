@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
-from dataclasses import dataclass, field
+from ...record import field, record
 from typing import Any
 
 from . import topology as kt
@@ -49,7 +49,7 @@ VARIABLES = SETTINGS_VARIABLES
 MAX_TEAM = 32768
 
 
-@dataclass
+@record(frozen=False)
 class RuntimeSettings:
     """The runtime's affinity globals after environment processing."""
 
@@ -1170,7 +1170,7 @@ def _check_team(n: int) -> None:
 # The planner's entry points (see affinity.planning.rules)
 # ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record
 class Read:
     """What the runtime made of the environment: its settings, the messages it
     printed while reading, and (strict) the parsed values as :class:`Settings`."""

@@ -1,0 +1,192 @@
+"""affinity.record: the same classes as dataclasses', without their start-up cost.
+
+Every behaviour is checked against the dataclass declared the same way."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import pickle
+import subprocess
+import sys
+from typing import ClassVar
+
+import pytest
+
+from affinity import record
+from affinity.errors import FrozenInstanceError
+
+
+def _pair(frozen: bool = True, eq: bool = True, slots: bool = False):
+    """The same class as a dataclass and as a record."""
+    def body():
+        class Point:
+            """A point."""
+            x: int
+            y: int = 2
+            tags: tuple = dataclasses.field(default_factory=tuple) if dc else record.field(default_factory=tuple)
+            note: str = (dataclasses.field(default="n", repr=False, compare=False) if dc
+                         else record.field(default="n", repr=False, compare=False))
+            hidden: list = (dataclasses.field(default_factory=list, init=False, repr=False, compare=False) if dc
+                            else record.field(default_factory=list, init=False, repr=False, compare=False))
+            KIND: ClassVar[str] = "point"
+
+            def norm(self) -> int:
+                return abs(self.x) + abs(self.y)
+        return Point
+
+    dc = True
+    a = dataclasses.dataclass(frozen=frozen, eq=eq, slots=slots)(body())
+    dc = False
+    b = record.record(frozen=frozen, eq=eq, slots=slots)(body())
+    return a, b
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+@pytest.mark.parametrize("eq", [True, False])
+@pytest.mark.parametrize("slots", [True, False])
+def test_a_record_behaves_as_the_same_dataclass(frozen: bool, eq: bool, slots: bool) -> None:
+    D, R = _pair(frozen, eq, slots)
+    for args, kwargs in [((1,), {}), ((1, 5), {}), ((), {"x": 3, "tags": (1,)}), ((1, 2, (3,), "m"), {})]:
+        d, r = D(*args, **kwargs), R(*args, **kwargs)
+        assert repr(d) == repr(r)
+        assert [getattr(d, f.name) for f in dataclasses.fields(d)] == [getattr(r, f.name) for f in record.fields(r)]
+        assert (d == D(*args, **kwargs)) == (r == R(*args, **kwargs))
+        assert r.norm() == d.norm() and R.KIND == "point"
+        if frozen and eq:
+            assert hash(d) == hash(r)  # the same hash: sets of records iterate as before
+        assert (D.__hash__ is None) == (R.__hash__ is None)
+    assert str(inspect.signature(D)) == str(inspect.signature(R))
+    assert [f.name for f in record.fields(R)] == ["x", "y", "tags", "note", "hidden"]
+    assert R(1, note="a") == R(1, note="b") if eq else R(1) != R(1)
+    with pytest.raises(TypeError):
+        R()  # x has no default
+    with pytest.raises(TypeError):
+        R(1, hidden=[])  # init=False
+
+
+def test_frozen_records_refuse_assignment_and_replace_copies() -> None:
+    _, R = _pair()
+    r = R(1, tags=(4,))
+    with pytest.raises(FrozenInstanceError, match="cannot assign to field 'x'"):
+        r.x = 2
+    with pytest.raises(AttributeError):  # as dataclasses' FrozenInstanceError is
+        del r.y
+    s = record.replace(r, y=7)
+    assert (s.x, s.y, s.tags) == (1, 7, (4,)) and r.y == 2
+    with pytest.raises(ValueError, match="'hidden'"):
+        record.replace(r, hidden=[1])
+    with pytest.raises(TypeError, match="not a record"):
+        record.replace(object(), x=1)
+
+
+def test_mutable_records_assign_and_are_unhashable() -> None:
+    _, R = _pair(frozen=False)
+    r = R(1)
+    r.x = 5
+    assert r == R(5)
+    with pytest.raises(TypeError):
+        hash(r)
+
+
+def test_asdict_converts_nested_records_like_dataclasses() -> None:
+    @record.record
+    class Inner:
+        a: int
+
+    @record.record
+    class Outer:
+        items: tuple
+        by_name: dict
+        one: Inner
+
+    o = Outer((Inner(1), Inner(2)), {"k": [Inner(3)]}, Inner(4))
+    assert record.asdict(o) == {"items": ({"a": 1}, {"a": 2}), "by_name": {"k": [{"a": 3}]}, "one": {"a": 4}}
+    with pytest.raises(TypeError):
+        record.asdict({"a": 1})
+
+
+def test_post_init_runs_and_may_set_fields_of_a_frozen_record() -> None:
+    @record.record
+    class Span:
+        lo: int
+        hi: int
+        width: int = record.field(default=0, init=False)
+
+        def __post_init__(self) -> None:
+            if self.hi < self.lo:
+                raise ValueError("hi < lo")
+            object.__setattr__(self, "width", self.hi - self.lo)
+
+    assert Span(2, 5).width == 3
+    with pytest.raises(ValueError):
+        Span(5, 2)
+
+
+def test_declarations_dataclasses_refuse_are_refused() -> None:
+    with pytest.raises(ValueError, match="mutable default list"):
+        @record.record
+        class A:
+            x: list = []  # noqa: RUF012
+
+    with pytest.raises(TypeError, match="non-default argument 'y' follows default argument"):
+        @record.record
+        class B:
+            x: int = 1
+            y: int
+
+    @record.record
+    class C:
+        x: int
+
+    with pytest.raises(TypeError, match="cannot derive from another record"):
+        @record.record
+        class D(C):
+            y: int
+
+
+def test_methods_the_class_writes_are_kept() -> None:
+    @record.record
+    class Named:
+        name: str
+
+        def __repr__(self) -> str:
+            return f"<{self.name}>"
+
+        def __hash__(self) -> int:
+            return 7
+
+    assert repr(Named("a")) == "<a>" and hash(Named("a")) == 7
+
+
+@record.record(slots=True)
+class Slotted:
+    a: int
+    b: tuple = record.field(default_factory=tuple)
+
+
+def test_slotted_records_pickle_and_have_no_dict() -> None:
+    r = Slotted(1, (2,))
+    assert not hasattr(r, "__dict__")
+    assert pickle.loads(pickle.dumps(r)) == r
+
+
+def test_init_is_compiled_only_when_first_looked_up() -> None:
+    @record.record
+    class Lazy:
+        a: int
+        b: str = "x"
+
+    assert type(Lazy.__dict__["__init__"]).__name__ == "_InitOnFirstUse"
+    assert str(inspect.signature(Lazy)) == "(a: 'int', b: 'str' = 'x') -> None"  # as dataclasses'
+    assert inspect.isfunction(Lazy.__dict__["__init__"])  # looked up once: now the real one, in place
+    assert Lazy(1).b == "x"
+
+
+def test_launch_path_imports_neither_dataclasses_nor_inspect() -> None:
+    """The point of records: ``affinity run`` plans without dataclasses' start-up
+    (dataclasses itself imports inspect, ast, dis and tokenize)."""
+    code = ("import sys, affinity.launcher.run, affinity.planning.planner, affinity.machine.topology; "
+            "print(sorted(m for m in ('dataclasses', 'inspect', 'ast') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
