@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
-from .record import record
 
 from .errors import PlanError, SpecError
+from .record import record
 
 __all__ = ["MAX_CPUS", "MAX_NODES", "IdList", "check_id", "check_ids", "format_list", "parse_list",
            "runs"]

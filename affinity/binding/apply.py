@@ -35,7 +35,6 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Mapping
-from ..record import field, record
 from typing import Any, TypeVar
 
 from ..cpulist import format_list
@@ -49,6 +48,7 @@ from ..planning.planner import DEFAULT_RUNTIME
 from ..planning.planner import plan as make_plan
 from ..planning.ranks import rank_topology, team_environ
 from ..planning.spec import DEFAULT_SPEC
+from ..record import field, record
 from . import blas as _blas
 from . import numa, registry
 from . import openmp as _omp

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-from ..record import asdict, record, replace
 from typing import Any
 
 from ..cpulist import format_list, parse_list
 from ..machine import _native
 from ..machine.topology import Topology
+from ..record import asdict, record, replace
 from . import registry
 from . import runtimes as _runtimes
 from .numa import get_membind

@@ -21,10 +21,10 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Sequence
-from ..record import field, record
 from typing import Any
 
 from ..cpulist import format_list
+from ..record import field, record
 from .threads import task_ids
 
 __all__ = ["BlasResult", "limit_and_pin"]

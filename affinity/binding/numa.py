@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Iterable
-from ..record import record
 from typing import Any
 
 from ..machine import _native
 from ..cpulist import format_list
 from ..errors import AccessDenied, BindError, UnsupportedError
 from ..planning.memory import POLICIES, check_nodes, policy_name
+from ..record import record
 from .threads import require_system, task_ids
 from ..machine.topology import Topology
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Sequence
-from ..record import record
 
 from ..machine import _native
+from ..record import record
 from .runtimes import family_of
 
 __all__ = ["OpenMPRuntime", "loaded_runtimes"]

@@ -23,13 +23,13 @@ different things to each (pytorch#98836: 3x slower).  :func:`census` returns the
 from __future__ import annotations
 
 import re
-from ..record import record
 from typing import Any
 
 from ..cpulist import format_list
 from ..errors import PlanError
 from ..planning.gnu import GOMP_VARIABLES, plan_gomp
 from ..planning.planner import plan_env
+from ..record import record
 
 __all__ = ["Census", "LoadedRuntime", "census", "family_of", "meaning_notes", "parse_maps"]
 

@@ -28,9 +28,9 @@ import os
 import sys
 import threading
 from collections.abc import Iterable, Mapping
-from ..record import record
 from typing import Any
 
+from ..record import record
 from .threads import task_names
 
 __all__ = ["ImportWatch", "SessionHook", "TFState", "classify_new_threads", "config_proto",

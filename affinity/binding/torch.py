@@ -40,12 +40,12 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable
-from ..record import field, record
 from typing import Any
 
 from ..cpulist import format_list, parse_list
 from ..errors import AffinityWarning, PlanError
 from ..planning.workers import WorkerLayout, worker_layout
+from ..record import field, record
 from . import registry
 from . import threads as _threads
 from .openmp import OpenMPRuntime

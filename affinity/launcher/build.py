@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from ..record import field, record
 from typing import TYPE_CHECKING, Any
 
 from ..cpulist import IdList, format_list, parse_list
@@ -23,6 +22,7 @@ from ..planning.gnu.exports import check_inherited
 from ..planning.memory import check_nodes
 from ..planning.planner import plan, plan_env
 from ..planning.spec import DEFAULT_SPEC, PLACEMENT_VARIABLES
+from ..record import field, record
 from .options import RunOptions
 from .preload import pin_environment
 from .torch_env import torch_environment

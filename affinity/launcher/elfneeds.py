@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 import shutil
 import struct
-from ..record import record
 
 from ..binding.runtimes import family_of
+from ..record import record
 
 __all__ = ["CommandRuntime", "MAX_ENTRIES", "MAX_READ", "command_runtime", "needed_libraries"]
 

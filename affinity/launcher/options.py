@@ -8,13 +8,13 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Mapping
-from ..record import record
 from typing import Any
 
 from ..cpulist import MAX_CPUS, IdList
 from ..errors import SpecError
 from ..planning.envvars import DEFAULT_BLOCKTIME, check_blocktime
 from ..planning.spec import DEFAULT_SPEC
+from ..record import record
 
 __all__ = ["RunOptions", "options_from_args", "run_parser", "say"]
 

@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from ..record import replace
 from typing import Any
 
 from ..errors import TopologyError
 from ..machine.topology import Topology
+from ..record import replace
 from . import fastpath
 from .build import Context, Launch, build_launch
 from .options import options_from_args, run_parser, say

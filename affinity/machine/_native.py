@@ -18,11 +18,11 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterable
-from ..record import record
 from typing import Any
 
 from ..cpulist import format_list
 from ..errors import ERRNO_CLASSES, BindError, NativeUnavailableError, TopologyError, UnsupportedError
+from ..record import record
 
 _lock = threading.RLock()
 _mod: Any = None

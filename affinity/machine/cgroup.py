@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import math
 import os
-from ..record import record
 
 from ..cpulist import parse_list
 from ..errors import SpecError, TopologyError
+from ..record import record
 
 __all__ = ["CpuQuota", "Mount", "cpu_quota", "cpuset_cpus", "default_thread_count",
            "parse_cgroup_file", "parse_mountinfo"]

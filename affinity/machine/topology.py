@@ -22,16 +22,15 @@ NUMA node lists) gives equal values.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from ..record import field, record
 from typing import Any
 
 from ..cpulist import check_id, check_ids, format_list, parse_list
 from ..errors import TopologyError
+from ..record import field, record
 from . import _native
 from .userfiles import read_file
 
@@ -236,6 +235,8 @@ class Topology:
         }
 
     def to_json(self, **kw: Any) -> str:
+        import json  # lazy: only to_json prints JSON (affinity run starts without it)
+
         return json.dumps(self.to_dict(), **kw)
 
     def tree(self) -> str:

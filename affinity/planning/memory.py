@@ -17,12 +17,12 @@ alike, so that each says the same thing about the same mistake.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from ..record import record
 from typing import Any
 
 from ..cpulist import check_ids, format_list, parse_list
 from ..errors import PlanError, SpecError
 from ..machine.topology import Topology
+from ..record import record
 
 __all__ = ["POLICIES", "MemorySpec", "check_nodes", "membind_spec", "policy_name"]
 

@@ -24,17 +24,16 @@ rules are documented in ``docs/semantics.md``.
 from __future__ import annotations
 
 import functools
-import json
 import re
 import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from ..record import field, record
 from typing import Any
 
 from ..cpulist import check_ids, format_list, parse_list, runs
 from ..errors import ArgumentTypeError, PlanError
 from ..machine.topology import Topology
+from ..record import field, record
 from .gnu.rules import GNU, GNU_TORCH
 from .intel import llvm
 from .intel import runtime as intel
@@ -239,6 +238,8 @@ class Plan:
         str
             The JSON text.
         """
+        import json  # lazy: only to_json prints JSON (affinity run starts without it)
+
         return json.dumps(self.to_dict(), **kw)
 
     # ---------------------------------------------------------- translations

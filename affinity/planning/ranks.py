@@ -22,11 +22,11 @@ Three parts, all pure:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from ..record import record, replace
 
 from ..cpulist import format_list
 from ..errors import PlanError
 from ..machine.topology import Topology
+from ..record import record, replace
 
 __all__ = ["BINDING_VARIABLES", "JOB_VARIABLES", "LAUNCHER_DEFAULTS", "LAUNCHER_VARIABLES", "LauncherBinding", "LocalRank", "Share",
            "SlurmStep", "job_of", "launcher_binding", "local_rank", "parse_rank", "partition", "place_rank",

@@ -34,8 +34,9 @@ process mask are inputs).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from ..record import record
 from typing import Any, Protocol
+
+from ..record import record
 
 __all__ = ["Memo", "Outcome", "Rules"]
 

@@ -35,10 +35,10 @@ what libiomp5 was observed to do (see ``docs/semantics.md``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from ..record import record
 from typing import Any, Callable
 
 from ..errors import MalformedValue, SpecError
+from ..record import record
 from .intel.settings import (HwSubsetItem, KmpAffinity, KmpHwSubset, ProcList, ProcRange, parse_gomp_cpu_affinity,
                              parse_kmp_affinity, parse_kmp_hw_subset)
 from .intel.settings import _parse_gomp, _parse_kmp_affinity, _parse_kmp_hw_subset

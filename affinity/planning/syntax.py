@@ -9,10 +9,10 @@ standard OpenMP variables, in ``planning/spec.py``.
 
 from __future__ import annotations
 
-from ..record import record
 from typing import Callable, TypeVar
 
 from ..errors import SpecError
+from ..record import record
 
 INT_MAX = 2**31 - 1
 

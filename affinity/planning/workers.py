@@ -21,11 +21,11 @@ its own, in this order of preference:
 
 from __future__ import annotations
 
-from ..record import record
 from typing import Any
 
 from ..cpulist import format_list
 from ..errors import PlanError
+from ..record import record
 
 __all__ = ["WorkerLayout", "worker_layout"]
 

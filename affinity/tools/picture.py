@@ -39,12 +39,12 @@ import math
 import operator
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from ..record import record
 from typing import Any
 
 from ..cpulist import format_list, runs
 from ..errors import PictureError, PictureUnavailableError
 from ..machine.topology import Core, NumaNode, Topology
+from ..record import record
 
 __all__ = [
     "Box",

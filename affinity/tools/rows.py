@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from ..record import record
 from typing import Any
 
+from ..record import record
 from .tune_report import Comparison, compare
 
 __all__ = ["Row", "measure_row", "row_text"]

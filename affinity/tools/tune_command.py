@@ -19,12 +19,12 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from ..record import field, record
 from datetime import datetime
 from typing import Any
 
 from ..errors import Signalled, TrialPruned, TuneError, TuneUsageError, exit_status
 from ..machine.topology import Topology
+from ..record import field, record
 from ..tuning.config import Config
 from ..tuning.search import Search, TrialRecord, TuneResult, check_budget, machine_id
 from ..tuning.space import ENV_PREFIX, KNOWN, Space, default_space, describe, parse_param

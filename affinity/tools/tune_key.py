@@ -15,8 +15,9 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
-from ..record import record
 from typing import Any
+
+from ..record import record
 
 __all__ = ["StudyKey", "reads_instance_share"]
 

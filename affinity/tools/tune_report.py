@@ -19,10 +19,10 @@ import os
 import statistics
 import sys
 from collections.abc import Sequence
-from ..record import record
 from typing import Any, TextIO
 
 from ..errors import TuneError, TuneUsageError
+from ..record import record
 from ..tuning.space import describe
 
 __all__ = ["Comparison", "Progress", "compare", "fmt", "save_plot", "summarize", "table"]

@@ -34,10 +34,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from ..record import record
 from typing import Any
 
 from ..errors import TuneUsageError
+from ..record import record
 from ..tuning.config import Config
 from .tune_metric import parse_metric, parse_metrics
 from .tune_report import fmt

@@ -19,13 +19,13 @@ import os
 import statistics
 import sys
 import time
-from ..record import asdict, field, record
 from typing import Any, TextIO
 
 from ..binding import tf as _tf
 from ..binding.apply import apply
 from ..binding.bindmap import report
 from ..planning.spec import DEFAULT_SPEC
+from ..record import asdict, field, record
 
 MODELS = ("resnet50", "small_cnn", "matmul")
 

@@ -18,11 +18,11 @@ Three kinds of other names:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from ..record import record
 from typing import Any
 
 from ..cpulist import IdList
 from ..launcher.options import RunOptions
+from ..record import record
 from .priors import affinity_spec
 from .space import ENV_PREFIX, KNOWN
 

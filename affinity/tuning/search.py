@@ -29,9 +29,9 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from ..record import field, record
 from typing import Any
 
+from ..record import field, record
 from ._optuna import optuna  # first: a one-line error naming the extra when optuna is missing
 from optuna.distributions import CategoricalDistribution  # noqa: E402,I001 - after the check above
 from optuna.trial import FrozenTrial, TrialState  # noqa: E402

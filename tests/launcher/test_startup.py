@@ -98,7 +98,8 @@ def test_every_variable_the_launch_names_is_in_the_key() -> None:
     assert ("fastpath.py", "AFFINITY_LAUNCH_CACHE") in names  # the patterns find what they should
     uncovered = {(f, n) for f, n in names if not n.startswith(fastpath.READ_PREFIXES)
                  and n not in fastpath.READ_NAMES}
-    assert uncovered == set()
+    # the width of --help's text: a launch that prints help exits, it is never remembered
+    assert uncovered == {("cli.py", "COLUMNS")}
 
 
 def test_what_is_not_remembered(tmp_path: Path) -> None:

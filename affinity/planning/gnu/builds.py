@@ -17,9 +17,8 @@ runtime rules (never a comparison of version strings).
 
 from __future__ import annotations
 
-from ...record import record
-
 from ...errors import PlanError
+from ...record import record
 
 __all__ = ["Build", "BUILDS", "DEFAULT_BUILD", "build_of"]
 

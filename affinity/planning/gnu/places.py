@@ -9,9 +9,8 @@ exactly when libgomp would print it (without its ``libgomp: `` prefix).
 
 from __future__ import annotations
 
-from ...record import field, record
-
 from ...errors import MalformedValue, PlanError
+from ...record import field, record
 from .builds import Build
 from .cparse import ULONG_MAX, Cursor, strtol, strtoul
 from .sysfs import SysfsView

@@ -15,11 +15,11 @@ Each is a :class:`GnuRules` value with the interface of
 
 from __future__ import annotations
 
-from ...record import record
 from typing import Any
 
 from ...cpulist import format_list
 from ...errors import SpecError
+from ...record import record
 from ..rules import Memo, Outcome
 from .builds import BUILDS
 from .runtime import GOMP_VARIABLES, GompPlan, plan_gomp

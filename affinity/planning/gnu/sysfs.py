@@ -19,10 +19,10 @@ Offline CPUs have no files, so they appear in no list.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from ...record import record
 from typing import TYPE_CHECKING
 
 from ...cpulist import parse_list
+from ...record import record
 
 if TYPE_CHECKING:
     from ...machine.topology import Topology

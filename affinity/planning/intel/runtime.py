@@ -27,9 +27,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
-from ...record import field, record
 from typing import Any
 
+from ...record import field, record
 from . import topology as kt
 from ...cpulist import format_list
 from ...errors import PlanError, SpecError

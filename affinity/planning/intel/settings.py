@@ -15,10 +15,10 @@ The grammar and the fallbacks follow ``kmp_settings.cpp``.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from ...record import field, record
 from typing import Any, Callable
 
 from ...errors import MalformedValue, PlanError
+from ...record import field, record
 from ..syntax import (CORE_ATTRS, HW_LAYERS, Diag, atoi, cdiv, char_at, isalnum, isalpha,
                       isdigit, lower, match, quote, run_parser, skip_digits, skip_to, skip_ws, str_to_int, upper)
 
