@@ -30,9 +30,12 @@ is needed, and refusing it keeps the field table one class's own.
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, Callable
 
 from .errors import FrozenInstanceError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 __all__ = ["asdict", "field", "fields", "record", "replace"]
 

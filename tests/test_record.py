@@ -7,8 +7,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import pickle
-import subprocess
-import sys
 from typing import ClassVar
 
 import pytest
@@ -181,12 +179,3 @@ def test_init_is_compiled_only_when_first_looked_up() -> None:
     assert str(inspect.signature(Lazy)) == "(a: 'int', b: 'str' = 'x') -> None"  # as dataclasses'
     assert inspect.isfunction(Lazy.__dict__["__init__"])  # looked up once: now the real one, in place
     assert Lazy(1).b == "x"
-
-
-def test_launch_path_imports_neither_dataclasses_nor_inspect() -> None:
-    """The point of records: ``affinity run`` plans without dataclasses' start-up
-    (dataclasses itself imports inspect, ast, dis and tokenize)."""
-    code = ("import sys, affinity.launcher.run, affinity.planning.planner, affinity.machine.topology; "
-            "print(sorted(m for m in ('dataclasses', 'inspect', 'ast') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
 
 from ..cpulist import IdList, format_list, parse_list
 from ..errors import PlanError
@@ -27,7 +26,9 @@ from .options import RunOptions
 from .preload import pin_environment
 from .torch_env import torch_environment
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
 if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
     from ..planning.ranks import LocalRank, Share
 
 __all__ = ["MEM_OPTION", "Context", "Instance", "Launch", "build_launch"]

@@ -19,7 +19,6 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..binding import threads
 from ..cpulist import format_list
@@ -32,7 +31,9 @@ from .fastpath import which
 from .numactl import show_text
 from .options import say
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
 if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, NoReturn
     import subprocess
 
 __all__ = ["apply_instance", "execute", "show_current"]

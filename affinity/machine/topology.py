@@ -26,13 +26,16 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from ..cpulist import check_id, check_ids, format_list, parse_list
 from ..errors import TopologyError
 from ..record import field, record
 from . import _native
 from .userfiles import read_file
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["Cache", "Core", "Group", "NumaNode", "PU", "Package", "Topology"]
 

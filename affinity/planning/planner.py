@@ -28,7 +28,6 @@ import re
 import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import Any
 
 from ..cpulist import check_ids, format_list, parse_list, runs
 from ..errors import ArgumentTypeError, PlanError
@@ -40,6 +39,10 @@ from .intel import runtime as intel
 from .intel.runtime import kmp_mask_str
 from .rules import Memo, Outcome, Rules
 from .spec import SETTINGS_VARIABLES, VARIABLES, KmpAffinity, ProcList, Settings, parse_assignments
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["Plan", "RUNTIMES", "plan", "plan_env"]
 

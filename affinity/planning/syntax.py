@@ -9,10 +9,12 @@ standard OpenMP variables, in ``planning/spec.py``.
 
 from __future__ import annotations
 
-from typing import Callable, TypeVar
-
 from ..errors import SpecError
 from ..record import record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Callable, TypeVar
 
 INT_MAX = 2**31 - 1
 
@@ -244,7 +246,8 @@ def cdiv(a: int, b: int) -> int:
 # Public entry points
 # ---------------------------------------------------------------------------
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    T = TypeVar("T")
 
 
 def run_parser(fn: Callable[[str, Diag, str], T], value: str, strict: bool, what: str,

@@ -10,11 +10,12 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
 from ..errors import AffinityError, CommandError, UsageError, exit_status
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
 if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
     import argparse
 
 

@@ -15,7 +15,6 @@ Each is a :class:`GnuRules` value with the interface of
 
 from __future__ import annotations
 
-from typing import Any
 
 from ...cpulist import format_list
 from ...errors import SpecError
@@ -23,6 +22,10 @@ from ...record import record
 from ..rules import Memo, Outcome
 from .builds import BUILDS
 from .runtime import GOMP_VARIABLES, GompPlan, plan_gomp
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["GnuRules", "GnuSettings", "GNU", "GNU_TORCH", "runtime_for_library"]
 

@@ -19,10 +19,11 @@ Offline CPUs have no files, so they appear in no list.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from ...cpulist import parse_list
 from ...record import record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
 
 if TYPE_CHECKING:
     from ...machine.topology import Topology

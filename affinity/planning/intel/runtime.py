@@ -27,7 +27,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
-from typing import Any
 
 from ...record import field, record
 from . import topology as kt
@@ -37,6 +36,10 @@ from ..rules import Memo, Outcome
 from ..spec import SETTINGS_VARIABLES, NumThreads, Settings, OmpPlaces, OmpProcBind, Place, parse_lenient, parse_strict
 from ..syntax import INTEL, Diagnostic, Dialect, catalog
 from .settings import KmpAffinity, KmpHwSubset, ProcList, ProcRange, kmp_affinity_has_type_name
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 #: The name the planner's registry knows these rules by.
 NAME = "intel"

@@ -15,12 +15,15 @@ The grammar and the fallbacks follow ``kmp_settings.cpp``.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Callable
 
 from ...errors import MalformedValue, PlanError
 from ...record import field, record
 from ..syntax import (CORE_ATTRS, HW_LAYERS, Diag, atoi, cdiv, char_at, isalnum, isalpha,
                       isdigit, lower, match, quote, run_parser, skip_digits, skip_to, skip_ws, str_to_int, upper)
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 __all__ = ["HwSubsetItem", "KmpAffinity", "KmpHwSubset", "ProcList", "ProcRange", "parse_gomp_cpu_affinity",
            "parse_kmp_affinity", "parse_kmp_hw_subset"]
