@@ -271,11 +271,13 @@ def _parser_class() -> type[argparse.ArgumentParser]:
     at the terminal's width measured without shutil (:func:`_columns`)."""
     import argparse  # the standard parser: only once a command line is parsed
 
+    width = _columns() - 2  # what argparse does with shutil's answer (once: it makes a formatter per argument)
+
     class Formatter(argparse.HelpFormatter):
         """argparse's help layout, its width measured without shutil."""
 
         def __init__(self, prog: str, **kwargs: Any) -> None:
-            kwargs.setdefault("width", _columns() - 2)  # what argparse does with shutil's answer
+            kwargs.setdefault("width", width)
             super().__init__(prog, **kwargs)
 
     class Parser(argparse.ArgumentParser):
