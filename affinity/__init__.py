@@ -7,7 +7,8 @@ touched when a function that needs them is called.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
 
 # name -> submodule that defines it; resolved on first access (PEP 562).
 _LAZY = {
@@ -24,6 +25,7 @@ _LAZY = {
     "AccessDenied": "errors",
     "MaskNarrowedError": "errors",
     "ForeignTopologyError": "errors",
+    "FrozenInstanceError": "errors",
     "UsageError": "errors",
     "CommandError": "errors",
     "CannotExecute": "errors",
@@ -84,10 +86,12 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - the same names as _LAZY (tests/test_api_exports.py)
+    from typing import Any
+
     from .binding.apply import Binding, apply, pinned
     from .binding.bindmap import report
     from .errors import (AccessDenied, AffinityError, AffinityWarning, ArgumentTypeError, BindError, CannotExecute,
-                         CommandError, ForeignTopologyError, MalformedValue, MaskNarrowedError,
+                         CommandError, ForeignTopologyError, FrozenInstanceError, MalformedValue, MaskNarrowedError,
                          NativeUnavailableError, NoSuchThread, PictureError, PictureUnavailableError, PlanError,
                          Signalled, SpaceError, SpecError, TopologyError, TrialPruned, TuneError,
                          TuneUnavailableError, TuneUsageError, UnsafeFile, UnsupportedError, UsageError)

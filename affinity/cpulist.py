@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from .errors import PlanError, SpecError
+from .record import record
 
 __all__ = ["MAX_CPUS", "MAX_NODES", "IdList", "check_id", "check_ids", "format_list", "parse_list",
            "runs"]
@@ -139,7 +139,7 @@ def check_ids(values: Iterable[object], what: str = "CPU", limit: int | None = N
     return frozenset(check_id(v, what, limit, where) for v in values)
 
 
-@dataclass(frozen=True)
+@record
 class IdList:
     """A numactl CPU or node list: ``0-3,8``, ``all``, ``+0-1`` (relative to the
     allowed set), ``!1`` (all but).

@@ -20,6 +20,7 @@ __all__ = [
     "CannotExecute",
     "CommandError",
     "ForeignTopologyError",
+    "FrozenInstanceError",
     "MalformedValue",
     "MaskNarrowedError",
     "NoSuchThread",
@@ -168,6 +169,11 @@ class ArgumentTypeError(AffinityError, TypeError):
 class PlanError(AffinityError, ValueError):
     """A binding plan cannot be computed (e.g. a thread count the runtime itself
     would abort on)."""
+
+
+class FrozenInstanceError(AffinityError, AttributeError):
+    """Assigning to (or deleting) a field of a frozen value (:mod:`affinity.record`):
+    a plan, a topology, settings.  Make a changed copy with ``record.replace``."""
 
 
 class AffinityWarning(RuntimeWarning):

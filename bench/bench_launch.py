@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -68,47 +69,63 @@ def _available() -> dict[str, tuple[list[str], dict[str, str]]]:
     return {k: v for k, v in STARTUP.items() if v[0][0] == sys.executable or shutil.which(v[0][0])}
 
 
-def _once(argv: list[str], env: dict[str, str]) -> float:
+def _once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall time and CPU time (user + system, of the command and everything it
+    waited for) of one run.  CPU time is what a launcher costs the machine, and it
+    barely moves when other work shares the CPUs, where wall time does."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def _summary(values: list[float], ref: list[float]) -> dict[str, float]:
+    """Median and quartiles of ``values``, and of their round-by-round ratio to ``ref``."""
+    ratios = [v / p for v, p in zip(values, ref)]
+    q, rq = statistics.quantiles(values, n=4), statistics.quantiles(ratios, n=4)
+    return {"median": statistics.median(values), "q1": q[0], "q3": q[2],
+            "ratio": statistics.median(ratios), "ratio_q1": rq[0], "ratio_q3": rq[2]}
 
 
 def interleaved(rounds: int, cache_dir: str) -> dict[str, dict[str, float]]:
     """Every variant once per round (rotating order; the changing variable takes the
     round's number); per variant: median, quartiles, and the median and quartiles of
-    its per-round ratio to ``python -c pass``."""
+    its per-round ratio to ``python -c pass``, in wall time and (``cpu_`` keys) in
+    CPU time."""
     variants = _available()
     names = list(variants)
-    times: dict[str, list[float]] = {n: [] for n in names}
+    wall: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
     base = {**os.environ, "XDG_CACHE_HOME": cache_dir}
     for r in range(rounds + 1):  # round 0 warms the caches of the system (and the launch file)
         order = names[r % len(names):] + names[:r % len(names)]
         for n in order:
             argv, extra = variants[n]
-            dt = _once(argv, {**base, **extra, CHANGING: str(r)})
+            w, c = _once(argv, {**base, **extra, CHANGING: str(r)})
             if r:
-                times[n].append(dt)
+                wall[n].append(w)
+                cpu[n].append(c)
     out = {}
-    ref = times[REFERENCE]
-    for n, ts in times.items():
-        ratios = [t / p for t, p in zip(ts, ref)]
-        q = statistics.quantiles(ts, n=4)
-        rq = statistics.quantiles(ratios, n=4)
-        out[n] = {"median": statistics.median(ts), "q1": q[0], "q3": q[2],
-                  "ratio": statistics.median(ratios), "ratio_q1": rq[0], "ratio_q3": rq[2]}
+    for n in names:
+        out[n] = _summary(wall[n], wall[REFERENCE])
+        out[n].update({f"cpu_{k}": v for k, v in _summary(cpu[n], cpu[REFERENCE]).items()})
     return out
 
 
 def table(stats: dict[str, dict[str, float]], rounds: int) -> str:
     """The markdown table of bench/RESULTS.md's launcher section."""
     ms = lambda s: f"{s * 1e3:.1f} ms"  # noqa: E731
-    lines = [f"| launch `true` ({rounds} interleaved rounds, `{CHANGING}` changing) | median | "
-             "middle half | ratio to ◆ (middle half) |", "|---|---:|---:|---:|"]
+    lines = [f"| launch `true` ({rounds} interleaved rounds, `{CHANGING}` changing) | wall: median "
+             "(middle half) | wall ratio to ◆ (middle half) | CPU: median (middle half) | CPU ratio to ◆ "
+             "(middle half) |", "|---|---:|---:|---:|---:|"]
     for n, s in sorted(stats.items(), key=lambda kv: kv[1]["median"]):
         mark = " ◆" if n == REFERENCE else ""
-        lines.append(f"| `{n}`{mark} | {ms(s['median'])} | {ms(s['q1'])} – {ms(s['q3'])} | "
-                     f"{s['ratio']:.2f} ({s['ratio_q1']:.2f} – {s['ratio_q3']:.2f}) |")
+        lines.append(f"| `{n}`{mark} | {ms(s['median'])} ({ms(s['q1'])} – {ms(s['q3'])}) | "
+                     f"{s['ratio']:.2f} ({s['ratio_q1']:.2f} – {s['ratio_q3']:.2f}) | "
+                     f"{ms(s['cpu_median'])} ({ms(s['cpu_q1'])} – {ms(s['cpu_q3'])}) | "
+                     f"{s['cpu_ratio']:.2f} ({s['cpu_ratio_q1']:.2f} – {s['cpu_ratio_q3']:.2f}) |")
     return "\n".join(lines)
 
 
@@ -120,6 +137,7 @@ def test_interleaved_startup(benchmark, tmp_path) -> None:
     benchmark.pedantic(lambda: stats.update(interleaved(5, str(tmp_path))), rounds=1, iterations=1)
     assert set(stats) == set(_available()) and stats[REFERENCE]["ratio"] == 1.0
     benchmark.extra_info["ratios"] = {n: s["ratio"] for n, s in stats.items()}
+    benchmark.extra_info["cpu_ratios"] = {n: s["cpu_ratio"] for n, s in stats.items()}
     benchmark.extra_info["table"] = table(stats, 5)
 
 

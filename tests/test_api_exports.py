@@ -17,6 +17,8 @@ def _type_checking_imports() -> dict[str, str]:
     block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", None) == "TYPE_CHECKING")
     out = {}
     for node in block.body:
+        if isinstance(node, ast.ImportFrom) and node.module == "typing":
+            continue  # for the annotations of affinity/__init__.py itself
         assert isinstance(node, ast.ImportFrom) and node.level == 1, ast.dump(node)
         for alias in node.names:
             out[alias.asname or alias.name] = node.module

@@ -7,7 +7,8 @@
 * no function is longer than 100 lines, its docstring not counted;
 * no function's cyclomatic complexity is above 25 (decisions counted on the AST);
 * every exception class is defined in ``affinity/errors.py``;
-* optuna is imported only by the tuner (``affinity/tuning/``).
+* optuna is imported only by the tuner (``affinity/tuning/``);
+* value classes are records (``affinity.record``), never dataclasses.
 
 Where code another issue is moving still breaks a rule, it is listed below with
 the issue that fixes it; an entry that no longer applies fails the test, so the
@@ -26,7 +27,7 @@ from helpers import ROOT
 
 PACKAGE = ROOT / "affinity"
 #: layer -> rank; a module may import modules of its own rank or below
-LAYERS = {"errors": 0, "cpulist": 0, "version": 0, "machine": 1, "planning": 2, "binding": 3, "launcher": 4,
+LAYERS = {"errors": 0, "cpulist": 0, "version": 0, "record": 0, "machine": 1, "planning": 2, "binding": 3, "launcher": 4,
           "tuning": 5, "tools": 6, "__init__": 7, "__main__": 7}
 MAX_LINES = 100
 #: the most decisions (+1) a function may hold; why 25: docs/architecture.md
@@ -250,3 +251,16 @@ def test_optuna_is_imported_only_by_the_tuner():
             if any(n == "optuna" or n.startswith("optuna.") for n in names):
                 outside.append(f"{module}:{node.lineno}")
     assert not outside, f"optuna imported outside affinity/tuning/: {outside}"
+
+
+def test_value_classes_are_records_not_dataclasses():
+    """dataclasses compiles 5-6 methods per class at import and imports inspect: half
+    of ``affinity run``'s start-up once; ``affinity.record`` declares the same classes."""
+    users = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            if "dataclasses" in names:
+                users.append(f"{module}:{node.lineno}")
+    assert not users, f"dataclasses imported (declare records with affinity.record): {users}"

@@ -35,7 +35,6 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..cpulist import format_list
@@ -49,6 +48,7 @@ from ..planning.planner import DEFAULT_RUNTIME
 from ..planning.planner import plan as make_plan
 from ..planning.ranks import rank_topology, team_environ
 from ..planning.spec import DEFAULT_SPEC
+from ..record import field, record
 from . import blas as _blas
 from . import numa, registry
 from . import openmp as _omp
@@ -64,7 +64,7 @@ __all__ = ["Binding", "Pin", "apply", "pinned"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@dataclass(frozen=True)
+@record
 class Pin:
     """What a thread was asked to do."""
 
@@ -75,7 +75,7 @@ class Pin:
     note: str | None = None  #: why it was placed so, for the bind map
 
 
-@dataclass
+@record(frozen=False)
 class _Snapshot:
     """What :meth:`Binding.restore` puts back: every thread's mask, the process mask
     (for threads created since), the calling thread's memory policy, the value of
@@ -89,7 +89,7 @@ class _Snapshot:
     omp_known: frozenset[str] = frozenset()  #: OpenMP runtimes loaded at apply()
 
 
-@dataclass
+@record(frozen=False)
 class Binding:
     """The result of :func:`apply`: what was planned, pinned and exported, and how
     to undo it (:meth:`restore`, or leave a ``with`` block).

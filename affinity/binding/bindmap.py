@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..cpulist import format_list, parse_list
 from ..machine import _native
 from ..machine.topology import Topology
+from ..record import asdict, record, replace
 from . import registry
 from . import runtimes as _runtimes
 from .numa import get_membind
@@ -33,7 +33,7 @@ from .threads import task_ids, task_names
 __all__ = ["BindMap", "ThreadRow", "report"]
 
 
-@dataclass(frozen=True)
+@record
 class ThreadRow:
     tid: int
     name: str
@@ -58,7 +58,7 @@ class ThreadRow:
         return d
 
 
-@dataclass(frozen=True)
+@record
 class BindMap:
     pid: int
     rows: tuple[ThreadRow, ...]

@@ -21,10 +21,10 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..cpulist import format_list
+from ..record import field, record
 from .threads import task_ids
 
 __all__ = ["BlasResult", "limit_and_pin"]
@@ -35,7 +35,7 @@ _SETAFFINITY = ("openblas_setaffinity", "scipy_openblas_setaffinity64_", "scipy_
 _CPU_SET_BYTES = 128  # glibc's cpu_set_t: 1024 CPUs
 
 
-@dataclass
+@record(frozen=False)
 class BlasResult:
     """What the BLAS step did: the threadpoolctl limiter to restore, the workers
     pinned (TID -> (worker index + 1, CPUs)) and what was not done."""

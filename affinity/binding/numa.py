@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from ..machine import _native
 from ..cpulist import format_list
 from ..errors import AccessDenied, BindError, UnsupportedError
 from ..planning.memory import POLICIES, check_nodes, policy_name
+from ..record import record
 from .threads import require_system, task_ids
 from ..machine.topology import Topology
 
@@ -28,7 +28,7 @@ __all__ = ["POLICIES", "REFUSED_WHY", "MemPolicy", "is_refused", "refused", "are
            "bind_area", "bind_array", "empty", "get_membind", "set_membind"]
 
 
-@dataclass(frozen=True)
+@record
 class MemPolicy:
     """A memory policy read back from the kernel: ``policy`` and its ``nodes``
     (empty for ``default``/``local``)."""

@@ -13,15 +13,15 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ..machine import _native
+from ..record import record
 from .runtimes import family_of
 
 __all__ = ["OpenMPRuntime", "loaded_runtimes"]
 
 
-@dataclass(frozen=True)
+@record
 class OpenMPRuntime:
     """One OpenMP runtime mapped into this process."""
 

@@ -39,13 +39,14 @@ undone before ``KeyboardInterrupt`` propagates (nothing applied), during
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import signal
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from ..record import replace
 
 __all__ = ["active", "add", "applying", "critical", "exported", "release", "remove"]
 
@@ -141,8 +142,8 @@ def release(binding: Any) -> tuple[Any, bool]:
             up_snap = above[0]._snapshot
             up_snap.masks = {t: snap.masks.get(t, default) for t in up_snap.masks}
             _default_mask[id(above[0])] = default
-        return dataclasses.replace(snap, env=env, omp_threads=omp, mempolicy=mempolicy,
-                                   process_mask=default), own_masks
+        return replace(snap, env=env, omp_threads=omp, mempolicy=mempolicy,
+                       process_mask=default), own_masks
 
 
 def _hand_down(saved: dict[str, Any], above: list[Any], table: Callable[[Any], dict[str, Any]]

@@ -23,13 +23,13 @@ different things to each (pytorch#98836: 3x slower).  :func:`census` returns the
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from ..cpulist import format_list
 from ..errors import PlanError
 from ..planning.gnu import GOMP_VARIABLES, plan_gomp
 from ..planning.planner import plan_env
+from ..record import record
 
 __all__ = ["Census", "LoadedRuntime", "census", "family_of", "meaning_notes", "parse_maps"]
 
@@ -55,7 +55,7 @@ def family_of(path: str) -> tuple[str, str] | None:
     return None
 
 
-@dataclass(frozen=True)
+@record
 class LoadedRuntime:
     """One OpenMP runtime file mapped into a process."""
 
@@ -75,7 +75,7 @@ class LoadedRuntime:
         return {"path": self.path, "kind": self.kind, "family": self.family, "bundled_by": self.bundled_by}
 
 
-@dataclass(frozen=True)
+@record
 class Census:
     """The OpenMP runtimes of one process, in address order."""
 

@@ -28,9 +28,9 @@ import os
 import sys
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from ..record import record
 from .threads import task_names
 
 __all__ = ["ImportWatch", "SessionHook", "TFState", "classify_new_threads", "config_proto",
@@ -74,7 +74,7 @@ def is_running() -> bool:
             return True
 
 
-@dataclass(frozen=True)
+@record
 class TFState:
     """TensorFlow's pools as found: TIDs in creation order."""
 

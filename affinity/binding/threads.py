@@ -26,12 +26,12 @@ import operator
 import os
 import select
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 
 from ..machine import _native
 from ..cpulist import MAX_CPUS, check_id, check_ids, format_list
 from ..errors import AccessDenied, ForeignTopologyError, MaskNarrowedError, NoSuchThread, SpecError
 from ..machine.topology import Topology
+from ..record import record
 
 __all__ = [
     "ThreadInfo",
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@record
 class ThreadInfo:
     """One thread of this process as the kernel sees it now."""
 

@@ -40,12 +40,12 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..cpulist import format_list, parse_list
 from ..errors import AffinityWarning, PlanError
 from ..planning.workers import WorkerLayout, worker_layout
+from ..record import field, record
 from . import registry
 from . import threads as _threads
 from .openmp import OpenMPRuntime
@@ -95,7 +95,7 @@ def torch_runtime() -> OpenMPRuntime | None:
     return None
 
 
-@dataclass(frozen=True)
+@record
 class LoadPin:
     """libgomp's binding of the main thread to its first place, at load."""
 
@@ -252,7 +252,7 @@ class ImportWatch(importlib.abc.MetaPathFinder):
 
 
 # ---------------------------------------------------------------- the adapter
-@dataclass
+@record(frozen=False)
 class TorchAdapter:
     """PyTorch's side of one :class:`~affinity.binding.apply.Binding`: what was
     sized, pinned and how the main thread was kept off libgomp's first place.
@@ -414,7 +414,7 @@ def repin(b: Any) -> None:
 
 
 # ---------------------------------------------------------------- DataLoader workers
-@dataclass(frozen=True)
+@record
 class WorkerPin:
     """A worker's own record of its place (the bind map reads it like a Pin)."""
 
@@ -425,7 +425,7 @@ class WorkerPin:
     note: str | None = None
 
 
-@dataclass
+@record(frozen=False)
 class WorkerBinding:
     """What a DataLoader worker's bind map shows: its threads on its own CPUs."""
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from ..cpulist import IdList, format_list, parse_list
 from ..errors import PlanError
@@ -23,11 +21,14 @@ from ..planning.gnu.exports import check_inherited
 from ..planning.memory import check_nodes
 from ..planning.planner import plan, plan_env
 from ..planning.spec import DEFAULT_SPEC, PLACEMENT_VARIABLES
+from ..record import field, record
 from .options import RunOptions
 from .preload import pin_environment
 from .torch_env import torch_environment
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
 if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
     from ..planning.ranks import LocalRank, Share
 
 __all__ = ["MEM_OPTION", "Context", "Instance", "Launch", "build_launch"]
@@ -38,7 +39,7 @@ MEM_OPTION = {"bind": "membind", "interleave": "interleave", "preferred": "prefe
 
 # --------------------------------------------------------------------- values
 
-@dataclass(frozen=True)
+@record
 class Context:
     """What the process runs in, read once (:meth:`of_this_process`) so that
     :func:`build_launch` stays pure.
@@ -79,7 +80,7 @@ class Context:
         return cls(dict(os.environ), cpu_quota(), cpuset_cpus(), mems)
 
 
-@dataclass(frozen=True)
+@record
 class Instance:
     """One process to start: where it runs, where its memory goes, what it is told.
 
@@ -134,7 +135,7 @@ class Instance:
                 f"thread{'s' if self.threads != 1 else ''}")
 
 
-@dataclass(frozen=True)
+@record
 class Launch:
     """Everything ``affinity run`` will do (see :func:`build_launch`).
 
@@ -194,7 +195,7 @@ class Launch:
         }
 
 
-@dataclass(frozen=True)
+@record
 class _Nodes:
     """The NUMA nodes the topology knows, and those this process may allocate on."""
 

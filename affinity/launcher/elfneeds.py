@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 import shutil
 import struct
-from dataclasses import dataclass
 
 from ..binding.runtimes import family_of
+from ..record import record
 
 __all__ = ["CommandRuntime", "MAX_ENTRIES", "MAX_READ", "command_runtime", "needed_libraries"]
 
@@ -28,7 +28,7 @@ _PT_LOAD, _PT_DYNAMIC = 1, 2
 _DT_NULL, _DT_NEEDED, _DT_STRTAB, _DT_STRSZ = 0, 1, 5, 10
 
 
-@dataclass(frozen=True)
+@record
 class CommandRuntime:
     """What ``--runtime auto`` found for a command."""
 

@@ -19,7 +19,6 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..binding import threads
 from ..cpulist import format_list
@@ -32,7 +31,9 @@ from .fastpath import which
 from .numactl import show_text
 from .options import say
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
 if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, NoReturn
     import subprocess
 
 __all__ = ["apply_instance", "execute", "show_current"]
@@ -311,20 +312,24 @@ def _try_instances(launch: Launch, saved: _State) -> None:
 
 def _start_instances(launch: Launch, envs: list[dict[str, str]], exes: list[str],
                      saved: _State) -> tuple[list[subprocess.Popen], dict[int, Any]]:
-    """Start every instance from this thread set to its mask and policy, then forward
-    the usual signals to them; on any failure the ones started are ended."""
+    """Start every instance from this thread set to its mask and policy, forwarding
+    the usual signals to them; on any failure the ones started are ended.
+
+    The forwarding is in place before the first instance starts: a signal that
+    arrives while they start reaches every instance started so far, and each later
+    one as soon as it runs (an instance can run its command before the launcher has
+    started the next one)."""
     import subprocess  # lazy: only several instances are started; one is exec'd
 
     procs: list[subprocess.Popen] = []
+    received: list[int] = []
 
     def forward(signum: int, _frame: Any) -> None:
+        received.append(signum)
         for p in procs:
-            if p.poll() is None:
-                try:
-                    p.send_signal(signum)
-                except ProcessLookupError:
-                    pass
+            _send(p, signum)
 
+    handlers = {s: signal.signal(s, forward) for s in _FORWARDED}
     try:
         for inst, env, exe in zip(launch.instances, envs, exes):
             apply_instance(inst, membind_optional=launch.membind_optional)  # warned when tried
@@ -338,10 +343,13 @@ def _start_instances(launch: Launch, envs: list[dict[str, str]], exes: list[str]
                     out.close()
                 _restore_state(saved)
             procs.append(p)
+            for signum in list(received):  # arrived while it was starting
+                _send(p, signum)
             if launch.verbose:
                 say(f"pid {p.pid}: {inst.describe()}" + (f", log {inst.log}" if inst.log else ""))
-        handlers = {s: signal.signal(s, forward) for s in _FORWARDED}
     except BaseException:
+        for sig, h in handlers.items():
+            signal.signal(sig, h)
         for p in procs:  # never leave a partial launch behind
             if p.poll() is None:
                 p.terminate()
@@ -349,3 +357,12 @@ def _start_instances(launch: Launch, envs: list[dict[str, str]], exes: list[str]
             p.wait()
         raise
     return procs, handlers
+
+
+def _send(p: subprocess.Popen, signum: int) -> None:
+    """Signal an instance that may have exited already (then nothing)."""
+    if p.poll() is None:
+        try:
+            p.send_signal(signum)
+        except ProcessLookupError:
+            pass

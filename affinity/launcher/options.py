@@ -8,18 +8,21 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
 
 from ..cpulist import MAX_CPUS, IdList
 from ..errors import SpecError
 from ..planning.envvars import DEFAULT_BLOCKTIME, check_blocktime
 from ..planning.spec import DEFAULT_SPEC
+from ..record import record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["RunOptions", "options_from_args", "run_parser", "say"]
 
 
-@dataclass(frozen=True)
+@record
 class RunOptions:
     """What the command line asked for (see :func:`run_parser` for each option).
 

@@ -36,14 +36,17 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import replace
-from typing import Any
 
 from ..errors import TopologyError
 from ..machine.topology import Topology
+from ..record import replace
 from . import fastpath
 from .build import Context, Launch, build_launch
 from .options import options_from_args, run_parser, say
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["add_run_parser", "cmd_run"]
 

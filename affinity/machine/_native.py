@@ -18,11 +18,14 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
 
 from ..cpulist import format_list
 from ..errors import ERRNO_CLASSES, BindError, NativeUnavailableError, TopologyError, UnsupportedError
+from ..record import record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 _lock = threading.RLock()
 _mod: Any = None
@@ -213,7 +216,7 @@ def from_words_many(buf: Any, n: int, nwords: int) -> list[frozenset[int]]:
 
 # ---------------------------------------------------------------- topology
 
-@dataclass(frozen=True)
+@record
 class NativeObj:
     type: str
     os_index: int | None

@@ -20,18 +20,17 @@ stand in for real machines in tests.  Nothing is read at import.
 
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass
 
 from ..cpulist import parse_list
 from ..errors import SpecError, TopologyError
+from ..record import record
 
 __all__ = ["CpuQuota", "Mount", "cpu_quota", "cpuset_cpus", "default_thread_count",
            "parse_cgroup_file", "parse_mountinfo"]
 
 
-@dataclass(frozen=True)
+@record
 class CpuQuota:
     """A CFS bandwidth limit: ``quota_us`` of CPU time every ``period_us``."""
 
@@ -49,7 +48,7 @@ class CpuQuota:
         return f"{self.cpus:g} CPUs ({self.quota_us}/{self.period_us} us, {self.path})"
 
 
-@dataclass(frozen=True)
+@record
 class Mount:
     """One line of ``/proc/self/mountinfo`` that mounts a cgroup hierarchy."""
 
@@ -223,5 +222,5 @@ def default_thread_count(cores: int, quota: CpuQuota | float | None, *, share: i
     if quota is None:
         return cores
     cpus = quota.cpus if isinstance(quota, CpuQuota) else float(quota)
-    return max(1, min(cores, math.ceil(cpus / share)))
+    return max(1, min(cores, int(-(-(cpus / share) // 1))))  # ceil(cpus / share), without loading math
 

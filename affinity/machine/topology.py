@@ -22,23 +22,25 @@ NUMA node lists) gives equal values.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from ..cpulist import check_id, check_ids, format_list, parse_list
 from ..errors import TopologyError
+from ..record import field, record
 from . import _native
 from .userfiles import read_file
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["Cache", "Core", "Group", "NumaNode", "PU", "Package", "Topology"]
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class PU:
     """A hardware thread (hwloc ``PU``, the runtime's "OS proc")."""
 
@@ -50,7 +52,7 @@ class PU:
     thread: int  #: rank among its core's PUs (0 = first sibling, by OS index)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Core:
     """A physical core.  ``os_index`` is the "core id": unique within a package only."""
 
@@ -62,7 +64,7 @@ class Core:
     efficiency: int | None = None  #: hwloc cpukind efficiency rank (higher = faster)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Package:
     """A socket (the runtime's "physical id")."""
 
@@ -71,7 +73,7 @@ class Package:
     cpuset: frozenset[int]
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class NumaNode:
     """A NUMA node; ``cpuset`` may be empty (memory-only nodes such as KNL MCDRAM)."""
 
@@ -83,7 +85,7 @@ class NumaNode:
     memory: int = field(default=0, compare=False)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Cache:
     """A CPU cache shared by ``cpuset`` (levels 1-5, data/unified caches only)."""
 
@@ -93,7 +95,7 @@ class Cache:
     size: int = field(default=0, compare=False)  #: bytes, 0 when unknown
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Group:
     """An intermediate level: a die, a tile/module group, or a ``node_N`` level of a
     cpuinfo file (``kind`` says which)."""
@@ -113,7 +115,7 @@ def _fs(cpus: Iterable[int]) -> frozenset[int]:
     return cpus if isinstance(cpus, frozenset) else frozenset(cpus)
 
 
-@dataclass(frozen=True)
+@record
 class Topology:
     """An immutable description of a machine.  See the module docstring."""
 
@@ -236,6 +238,8 @@ class Topology:
         }
 
     def to_json(self, **kw: Any) -> str:
+        import json  # lazy: only to_json prints JSON (affinity run starts without it)
+
         return json.dumps(self.to_dict(), **kw)
 
     def tree(self) -> str:

@@ -38,10 +38,13 @@ intra-op thread.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ..errors import SpecError
 from .gnu.exports import gomp_exports
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["DEFAULT_BLOCKTIME", "EXPORTED_VARIABLES", "check_blocktime", "plan_environment", "worker_slots"]
 

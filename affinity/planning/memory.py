@@ -17,12 +17,15 @@ alike, so that each says the same thing about the same mistake.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
 
 from ..cpulist import check_ids, format_list, parse_list
 from ..errors import PlanError, SpecError
 from ..machine.topology import Topology
+from ..record import record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["POLICIES", "MemorySpec", "check_nodes", "membind_spec", "policy_name"]
 
@@ -31,7 +34,7 @@ _ALIASES = {"membind": "bind", "firsttouch": "local", "first-touch": "local", "f
             "localalloc": "local"}
 
 
-@dataclass(frozen=True)
+@record
 class MemorySpec:
     """A memory policy and its NUMA nodes (empty for ``local``)."""
 

@@ -24,23 +24,25 @@ rules are documented in ``docs/semantics.md``.
 from __future__ import annotations
 
 import functools
-import json
 import re
 import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 from ..cpulist import check_ids, format_list, parse_list, runs
 from ..errors import ArgumentTypeError, PlanError
 from ..machine.topology import Topology
+from ..record import field, record
 from .gnu.rules import GNU, GNU_TORCH
 from .intel import llvm
 from .intel import runtime as intel
 from .intel.runtime import kmp_mask_str
 from .rules import Memo, Outcome, Rules
 from .spec import SETTINGS_VARIABLES, VARIABLES, KmpAffinity, ProcList, Settings, parse_assignments
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["Plan", "RUNTIMES", "plan", "plan_env"]
 
@@ -57,7 +59,7 @@ RUNTIMES: dict[str, Rules] = {
 DEFAULT_RUNTIME = "intel"
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Plan:
     """Where the runtime binds the threads of the first parallel region.
 
@@ -239,6 +241,8 @@ class Plan:
         str
             The JSON text.
         """
+        import json  # lazy: only to_json prints JSON (affinity run starts without it)
+
         return json.dumps(self.to_dict(), **kw)
 
     # ---------------------------------------------------------- translations

@@ -22,11 +22,11 @@ Three parts, all pure:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 
 from ..cpulist import format_list
 from ..errors import PlanError
 from ..machine.topology import Topology
+from ..record import record, replace
 
 __all__ = ["BINDING_VARIABLES", "JOB_VARIABLES", "LAUNCHER_DEFAULTS", "LAUNCHER_VARIABLES", "LauncherBinding", "LocalRank", "Share",
            "SlurmStep", "job_of", "launcher_binding", "local_rank", "parse_rank", "partition", "place_rank",
@@ -58,7 +58,7 @@ BINDING_VARIABLES: tuple[tuple[str, str], ...] = (
 )
 
 
-@dataclass(frozen=True)
+@record
 class LocalRank:
     """This process's place among the processes of its job on this node."""
 
@@ -166,7 +166,7 @@ def job_of(environ: Mapping[str, str], parent: int) -> tuple[LocalRank, str] | N
 
 # ---------------------------------------------------------------- Slurm
 
-@dataclass(frozen=True)
+@record
 class SlurmStep:
     """A task of a Slurm job step, from the variables srun sets, read as Slurm
     writes them (:func:`slurm_step`)."""
@@ -254,7 +254,7 @@ def _slurm_bind_list(bind_type: str, text: str) -> tuple[frozenset[int], ...]:
 
 # ---------------------------------------------------------- launcher binding
 
-@dataclass(frozen=True)
+@record
 class LauncherBinding:
     """A launcher bound this process to CPUs itself (:func:`launcher_binding`)."""
 
@@ -288,7 +288,7 @@ def launcher_binding(environ: Mapping[str, str], rank: LocalRank) -> LauncherBin
 
 # --------------------------------------------------------------- partitioning
 
-@dataclass(frozen=True)
+@record
 class Share:
     """One share of a machine: whole cores (or, when there are more shares than
     cores, single PUs) and the NUMA nodes their PUs belong to."""

@@ -34,8 +34,14 @@ process mask are inputs).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
-from typing import Any, Protocol
+
+from ..record import record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any, Protocol
+else:  # at run time the interface is documentation: rules modules satisfy it structurally
+    Any = Protocol = object
 
 __all__ = ["Memo", "Outcome", "Rules"]
 
@@ -43,7 +49,7 @@ __all__ = ["Memo", "Outcome", "Rules"]
 Memo = Callable[[Hashable, Callable[[], Any]], Any]
 
 
-@dataclass(frozen=True)
+@record
 class Outcome:
     """What a runtime does for the first parallel region (the fields of a
     :class:`~affinity.planning.planner.Plan` that the rules decide)."""

@@ -11,7 +11,7 @@ reading of proc lists) in :mod:`affinity.planning.intel.settings`, re-exported:
 * ``OMP_NUM_THREADS`` -> :class:`NumThreads` (:func:`parse_num_threads`)
 * ``GOMP_CPU_AFFINITY`` -> :class:`ProcList` (:func:`parse_gomp_cpu_affinity`)
 
-Every value is a frozen dataclass whose ``str()`` is canonical and parses back
+Every value is a frozen record (:mod:`affinity.record`) whose ``str()`` is canonical and parses back
 to an equal value (``parse(str(v)) == v``).
 
 Each parser has two modes:
@@ -35,15 +35,18 @@ what libiomp5 was observed to do (see ``docs/semantics.md``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Callable
 
 from ..errors import MalformedValue, SpecError
+from ..record import record
 from .intel.settings import (HwSubsetItem, KmpAffinity, KmpHwSubset, ProcList, ProcRange, parse_gomp_cpu_affinity,
                              parse_kmp_affinity, parse_kmp_hw_subset)
 from .intel.settings import _parse_gomp, _parse_kmp_affinity, _parse_kmp_hw_subset
 from .syntax import (CORE_ATTRS, HW_LAYERS, INTEL, PLURAL, Diag, Dialect, Diagnostic, catalog, char_at, isalpha, isdigit,
                      lower, match, quote, run_parser, skip_digits, skip_to, skip_ws, str_to_int)
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 
 __all__ = [
@@ -78,7 +81,7 @@ def _count_stride(count: int | None, stride: int | None) -> str:
     return f":{count}" + ("" if stride is None else f":{stride}")
 
 
-@dataclass(frozen=True)
+@record
 class SubPlace:
     """``start[:count[:stride]]`` inside ``{...}``."""
 
@@ -90,7 +93,7 @@ class SubPlace:
         return str(self.start) + _count_stride(self.count, self.stride)
 
 
-@dataclass(frozen=True)
+@record
 class Place:
     """One item of an explicit place list: ``num``, ``{subplaces}`` or
     ``!place``, optionally replicated as ``place:count[:stride]``."""
@@ -112,7 +115,7 @@ class Place:
         return self.base_str() + _count_stride(self.count, self.stride)
 
 
-@dataclass(frozen=True)
+@record
 class OmpPlaces:
     """An ``OMP_PLACES`` setting: an abstract name with an optional count and
     core attribute, or an explicit list of places.
@@ -371,7 +374,7 @@ def _places_count(s: str, scan: int, diag: Diag, name: str, places: OmpPlaces, k
 _BIND_WORDS = ("false", "true", "primary", "close", "spread", "disabled")
 
 
-@dataclass(frozen=True)
+@record
 class OmpProcBind:
     """An ``OMP_PROC_BIND`` setting.
 
@@ -440,7 +443,7 @@ def _parse_omp_proc_bind(value: str, diag: Diag, name: str = "OMP_PROC_BIND") ->
 # OMP_NUM_THREADS
 # ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record
 class NumThreads:
     """An ``OMP_NUM_THREADS`` setting.
 
@@ -608,7 +611,7 @@ def parse_num_threads(value: str, *, strict: bool = True) -> NumThreads | None:
     return run_parser(_parse_num_threads, value, strict, "OMP_NUM_THREADS")[0]
 
 
-@dataclass(frozen=True)
+@record
 class Variable:
     """One environment variable the runtimes read to place threads.
 
@@ -779,7 +782,7 @@ def parse_assignments(items: str | Iterable[str], *, what: str = "settings",
     return env
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     """The affinity-related environment of a process, parsed (strictly).
 

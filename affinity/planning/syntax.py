@@ -9,10 +9,12 @@ standard OpenMP variables, in ``planning/spec.py``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, TypeVar
-
 from ..errors import SpecError
+from ..record import record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Callable, TypeVar
 
 INT_MAX = 2**31 - 1
 
@@ -50,7 +52,7 @@ def catalog(layer: str, plural: bool = False) -> str:
 # Diagnostics
 # ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record
 class Diagnostic:
     """One message a parser produced.
 
@@ -75,7 +77,7 @@ class Diagnostic:
     detail: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Dialect:
     """Where a runtime of the Intel/LLVM family reads or applies its settings
     differently from Intel's libiomp5 (the reference: :data:`INTEL`).
@@ -244,7 +246,8 @@ def cdiv(a: int, b: int) -> int:
 # Public entry points
 # ---------------------------------------------------------------------------
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    T = TypeVar("T")
 
 
 def run_parser(fn: Callable[[str, Diag, str], T], value: str, strict: bool, what: str,

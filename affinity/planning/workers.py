@@ -21,16 +21,16 @@ its own, in this order of preference:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ..cpulist import format_list
 from ..errors import PlanError
+from ..record import record
 
 __all__ = ["WorkerLayout", "worker_layout"]
 
 
-@dataclass(frozen=True)
+@record
 class WorkerLayout:
     """The CPU set of each data-loading worker, and how it was chosen."""
 

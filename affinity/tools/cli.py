@@ -7,13 +7,15 @@ Every command is a function ``cmd_<name>(args) -> int``; :func:`main` parses
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
 from ..errors import AffinityError, CommandError, UsageError, exit_status
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
 if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
     import argparse
 
 
@@ -248,12 +250,53 @@ def _ranks_args(adder: str, p: argparse.ArgumentParser) -> None:
     getattr(ranks_report, adder)(p)
 
 
+def _columns() -> int:
+    """The terminal's width, as :func:`shutil.get_terminal_size` gives it (``COLUMNS``,
+    else standard output's terminal, else 80), without importing :mod:`shutil`
+    (it imports zlib, bz2 and lzma: a millisecond of every ``affinity run``)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns if columns > 0 else 80
+
+
+def _parser_class() -> type[argparse.ArgumentParser]:
+    """argparse's parser, for the command line and each command's, laying out help
+    at the terminal's width measured without shutil (:func:`_columns`)."""
+    import argparse  # the standard parser: only once a command line is parsed
+
+    width = _columns() - 2  # what argparse does with shutil's answer (once: it makes a formatter per argument)
+
+    class Formatter(argparse.HelpFormatter):
+        """argparse's help layout, its width measured without shutil."""
+
+        def __init__(self, prog: str, **kwargs: Any) -> None:
+            kwargs.setdefault("width", width)
+            super().__init__(prog, **kwargs)
+
+    class Parser(argparse.ArgumentParser):
+        """Every parser of the command line (the commands' too: subparsers are made
+        of their parent's class) lays out help with ``Formatter``."""
+
+        def __init__(self, *a: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("formatter_class", Formatter)
+            super().__init__(*a, **kwargs)
+
+    return Parser
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The command line; ``only="run"``: with the ``run`` command alone (what
     ``affinity run`` parses: it starts without building or importing the others)."""
     import argparse  # the standard parser: only once a command line is parsed
 
-    parser = argparse.ArgumentParser(
+    parser = _parser_class()(
         prog="affinity",
         description="Thread and memory placement for TensorFlow, OpenMP and processes, "
                     "with Intel KMP_AFFINITY semantics.")

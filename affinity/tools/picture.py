@@ -39,12 +39,12 @@ import math
 import operator
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..cpulist import format_list, runs
 from ..errors import PictureError, PictureUnavailableError
 from ..machine.topology import Core, NumaNode, Topology
+from ..record import record
 
 __all__ = [
     "Box",
@@ -103,7 +103,7 @@ _MANY = "#d5dbe5"                  # more than _STRIPES_MAX threads on one PU
 # The layout as plain data
 # ---------------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Rect:
     """An axis-aligned rectangle in pixels (SVG user units).
 
@@ -159,7 +159,7 @@ class Rect:
                 and self.y < other.bottom and other.y < self.bottom)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Label:
     """One line of text.
 
@@ -201,7 +201,7 @@ class Label:
         return Rect(x, self.y - asc, w, asc + math.ceil(self.size * 0.24))
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Fill:
     """A filled rectangle drawn over a box (a thread's colour on a PU, a legend swatch).
 
@@ -223,7 +223,7 @@ class Fill:
     dashed: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Box:
     """A drawn object and everything inside it, in painting order.
 
@@ -279,7 +279,7 @@ class Box:
             yield from c.walk()
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class PUBox:
     """Where one PU is drawn and which threads are written on it.
 
@@ -317,7 +317,7 @@ class PUBox:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Layout:
     """A whole picture, as :func:`layout` computes it.
 
@@ -471,7 +471,7 @@ def _shade(color: str, amount: float = 0.45) -> str:
 # Inputs
 # ---------------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class _Thread:
     number: int
     cpus: frozenset[int]
@@ -578,7 +578,7 @@ def _flow(items: Sequence[tuple[int, int]], max_w: int, gap: int) -> tuple[list[
     return pos, total_w, (y + row_h if items else 0)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class _Style:
     pad: int
     band: int      # height of the name strip at the top
@@ -660,7 +660,7 @@ def _memory_node(node: NumaNode) -> _Node:
     return m
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class _NumaPlan:
     """Where each NUMA node is drawn."""
 

@@ -21,7 +21,6 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..cpulist import format_list
@@ -31,6 +30,7 @@ from ..launcher.options import RunOptions
 from ..machine.topology import Topology
 from ..planning.ranks import (LAUNCHER_VARIABLES, LocalRank, job_of, launcher_binding, local_rank,
                               slurm_allocation)
+from ..record import record
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..binding.bindmap import ThreadRow
@@ -56,7 +56,7 @@ def add_show_args(p: argparse.ArgumentParser) -> None:
 
 # ------------------------------------------------------------------ plan --ranks
 
-@dataclass(frozen=True)
+@record
 class RankPlan:
     rank: int
     size: int
@@ -173,7 +173,7 @@ def cmd_plan_ranks(args: argparse.Namespace, topology: Topology, write_picture: 
 
 # ------------------------------------------------------------------ show --ranks
 
-@dataclass(frozen=True)
+@record
 class RankThreads:
     rank: LocalRank
     pid: int

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from ..record import record
 from .tune_report import Comparison, compare
 
 __all__ = ["Row", "measure_row", "row_text"]
 
 
-@dataclass(frozen=True)
+@record
 class Row:
     """One workload, defaults against pinned, measured in interleaved rounds."""
 

@@ -19,12 +19,12 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from ..errors import Signalled, TrialPruned, TuneError, TuneUsageError, exit_status
 from ..machine.topology import Topology
+from ..record import field, record
 from ..tuning.config import Config
 from ..tuning.search import Search, TrialRecord, TuneResult, check_budget, machine_id
 from ..tuning.space import ENV_PREFIX, KNOWN, Space, default_space, describe, parse_param
@@ -73,7 +73,7 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(s, h)
 
 
-@dataclass
+@record(frozen=False)
 class _Setup:
     """What one ``affinity tune`` needs, checked before anything runs."""
 
@@ -259,7 +259,7 @@ class _Setup:
         return 0
 
 
-@dataclass
+@record(frozen=False)
 class _Row:
     """A configuration re-measured (None: the defaults), round by round."""
 
@@ -274,7 +274,7 @@ class _Row:
             self.per_instance.append(list(m.per_instance))
 
 
-@dataclass
+@record(frozen=False)
 class _Text:
     """The text result of ``affinity tune``."""
 

@@ -15,8 +15,9 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from ..record import record
 
 __all__ = ["StudyKey", "reads_instance_share"]
 
@@ -72,7 +73,7 @@ def reads_instance_share(command: Sequence[str]) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@record
 class StudyKey:
     """What can change ``affinity tune``'s answer for one command on one machine.
 

@@ -19,10 +19,10 @@ import os
 import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, TextIO
 
 from ..errors import TuneError, TuneUsageError
+from ..record import record
 from ..tuning.space import describe
 
 __all__ = ["Comparison", "Progress", "compare", "fmt", "save_plot", "summarize", "table"]
@@ -117,7 +117,7 @@ def summarize(values: Sequence[float]) -> tuple[float, float, float]:
     return statistics.median(vals), min(vals), max(vals)
 
 
-@dataclass(frozen=True)
+@record
 class Comparison:
     """A configuration's repeats against the defaults' repeats, measured in the same rounds.
 

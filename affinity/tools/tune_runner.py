@@ -34,10 +34,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import TuneUsageError
+from ..record import record
 from ..tuning.config import Config
 from .tune_metric import parse_metric, parse_metrics
 from .tune_report import fmt
@@ -51,7 +51,7 @@ _PR_SET_PDEATHSIG = 1
 _STAMP = 'date +%s%N > "$0.${AFFINITY_INSTANCE:-0}" && exec "$@"'
 
 
-@dataclass(frozen=True)
+@record
 class Measurement:
     """One run of the command.
 

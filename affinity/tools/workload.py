@@ -19,18 +19,18 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
 from ..binding import tf as _tf
 from ..binding.apply import apply
 from ..binding.bindmap import report
 from ..planning.spec import DEFAULT_SPEC
+from ..record import asdict, field, record
 
 MODELS = ("resnet50", "small_cnn", "matmul")
 
 
-@dataclass
+@record(frozen=False)
 class BenchResult:
     model: str
     batch_size: int

@@ -18,18 +18,18 @@ Three kinds of other names:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..cpulist import IdList
 from ..launcher.options import RunOptions
+from ..record import record
 from .priors import affinity_spec
 from .space import ENV_PREFIX, KNOWN
 
 __all__ = ["Config"]
 
 
-@dataclass(frozen=True)
+@record
 class Config:
     """One configuration, read once.
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AffinityError
@@ -36,6 +35,7 @@ from ..machine.topology import Topology
 from ..planning.planner import plan
 from ..planning.ranks import partition
 from ..planning.spec import DEFAULT_SPEC, parse_kmp_affinity
+from ..record import record
 from .space import KNOWN, Space
 
 __all__ = ["COMPONENTS", "Layout", "Machine", "Priors", "affinity_spec"]
@@ -111,7 +111,7 @@ class Machine:
         return self._shares[k]
 
 
-@dataclass(frozen=True)
+@record
 class Layout:
     """A configuration read with the machine: per instance, what runs where."""
 

@@ -29,9 +29,9 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from ..record import field, record
 from ._optuna import optuna  # first: a one-line error naming the extra when optuna is missing
 from optuna.distributions import CategoricalDistribution  # noqa: E402,I001 - after the check above
 from optuna.trial import FrozenTrial, TrialState  # noqa: E402
@@ -56,11 +56,11 @@ SURPLUS = "affinity.surplus"
 
 # ------------------------------------------------------------------ results
 
-@dataclass(frozen=True)
+@record
 class TrialRecord:
     """One call of the objective.
 
-    Parameters
+    Attributes
     ----------
     number : int
         Its place in evaluation order (from 0).
@@ -92,11 +92,11 @@ class TrialRecord:
                 "seconds": self.seconds, "state": self.state, "error": self.error}
 
 
-@dataclass(frozen=True)
+@record
 class TuneResult:
     """What :func:`tune` found.
 
-    Parameters
+    Attributes
     ----------
     best : dict or None
         The best configuration (None when no trial completed).

@@ -15,12 +15,12 @@ import itertools
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SpaceError, SpecError
 from ..machine.topology import Topology
 from ..planning.spec import parse_kmp_affinity
+from ..record import record
 
 __all__ = ["AFFINITY_TYPES", "ENV_PREFIX", "KNOWN", "MEMBIND", "Space", "default_space", "describe", "parse_param"]
 
@@ -91,7 +91,7 @@ def _check_choice(name: str, v: Any) -> Any:
     return v
 
 
-@dataclass(frozen=True)
+@record
 class Space:
     """A checked space: parameters in order, each with its choices (duplicates removed).
 

@@ -43,7 +43,6 @@ meant to contradict them where the hardware does:
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import math
@@ -58,6 +57,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE.parent.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent.parent))
 
+from affinity import record  # noqa: E402
 from affinity.machine.topology import Topology  # noqa: E402
 from affinity.planning.planner import plan  # noqa: E402
 from affinity.planning.ranks import partition  # noqa: E402
@@ -80,8 +80,8 @@ def topology_of(desc: str) -> Topology:
             big = c.logical_index < p
             pus = sorted(c.cpuset) if big else sorted(c.cpuset)[:1]
             allowed.update(pus)
-            cores.append(dataclasses.replace(c, kind="IntelCore" if big else "IntelAtom", efficiency=1 if big else 0))
-        topo = dataclasses.replace(base, cores=tuple(cores))
+            cores.append(record.replace(c, kind="IntelCore" if big else "IntelAtom", efficiency=1 if big else 0))
+        topo = record.replace(base, cores=tuple(cores))
         return topo.with_allowed(allowed)
     return Topology.from_synthetic(desc)
 

@@ -4,7 +4,6 @@ the step's own."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 import affinity
 from affinity.binding import apply as apply_mod
 from affinity.binding import numa
+from affinity import record
 from helpers.threads import Parked, all_masks, in_thread
 
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a process mask of at least 2 CPUs")
@@ -76,7 +76,7 @@ def same_masks(before, after):
 
 
 def test_the_snapshot_is_not_part_of_the_constructor():
-    fields = {f.name: f for f in dataclasses.fields(affinity.Binding)}
+    fields = {f.name: f for f in record.fields(affinity.Binding)}
     assert all(not f.init for name, f in fields.items() if name.startswith("_"))
     with pytest.raises(TypeError):
         affinity.Binding(plan=None, _snapshot=None)  # type: ignore[call-arg]

@@ -234,6 +234,19 @@ def test_signals_are_forwarded_to_every_instance(tmp_path):
 
 
 @TWO
+def test_a_signal_while_the_instances_start_reaches_every_instance(tmp_path):
+    """Instance 0 signals the launcher as soon as it runs, while the launcher may
+    still be starting instance 1: the forwarding is already in place, so both
+    instances end by SIGTERM and the launcher says so (it once died of the signal
+    itself when it came before the handlers were set)."""
+    script = (f'if [ "$AFFINITY_INSTANCE" = 0 ]; then kill -TERM $PPID; fi; '
+              f'touch {tmp_path}/started.$AFFINITY_INSTANCE; exec sleep 60')
+    p = subprocess.run([sys.executable, "-m", "affinity", "run", "--instances", "2", "--", "sh", "-c", script],
+                       env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 128 + signal.SIGTERM, p.stderr
+
+
+@TWO
 def test_instances_do_not_outlive_a_killed_launcher(tmp_path):
     """SIGKILL cannot be forwarded: the kernel's parent-death signal ends the instances."""
     script = f"echo $$ > {tmp_path}/pid.$AFFINITY_INSTANCE; exec sleep 600"

@@ -118,6 +118,11 @@ def test_default_thread_count_rounds_the_quota_up_like_loky():
     assert default_thread_count(2, 16.0) == 2  # the cores still bound it
     assert default_thread_count(28, 8.0, share=4) == 2  # four instances share the quota
     assert default_thread_count(28, 0.5, share=4) == 1
+    import math
+
+    for cpus in (0.01, 0.5, 1.0, 1.0000001, 2.5, 3.999, 7.0, 9.5, 27.2):
+        for share in (1, 2, 3, 4, 7):
+            assert default_thread_count(64, cpus, share=share) == max(1, math.ceil(cpus / share)), (cpus, share)
     with pytest.raises(ValueError, match="at least one core"):
         default_thread_count(0, None)
     with pytest.raises(ValueError, match="share must be"):

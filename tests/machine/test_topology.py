@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from affinity.errors import TopologyError
+from affinity.errors import FrozenInstanceError, TopologyError
 from affinity.machine.topology import Topology
 
 from helpers import golden_dir
@@ -195,9 +194,9 @@ def test_synthetic_error_names_description():
 
 def test_values_are_immutable_and_hashable():
     t = Topology.from_synthetic("pack:2 [numa] core:2 pu:2")
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(FrozenInstanceError):
         t.allowed = frozenset()  # type: ignore[misc]
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(FrozenInstanceError):
         t.pus[0].os_index = 3  # type: ignore[misc]
     assert {t: 1}[Topology.from_synthetic("pack:2 [numa] core:2 pu:2")] == 1
 

@@ -474,7 +474,7 @@ def test_every_variable_is_defined_once_in_the_table() -> None:
     """Variable, value type, parser, Settings attribute and export: one row each,
     and everything else (the names, Settings, the parsers by name, Intel's rules)
     follows the table."""
-    from dataclasses import fields
+    from affinity.record import fields
 
     from affinity.planning import spec
     from affinity.planning.intel import runtime as intel

@@ -17,14 +17,13 @@ runtime rules (never a comparison of version strings).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ...errors import PlanError
+from ...record import record
 
 __all__ = ["Build", "BUILDS", "DEFAULT_BUILD", "build_of"]
 
 
-@dataclass(frozen=True)
+@record
 class Build:
     """One libgomp build's behaviour switches."""
 

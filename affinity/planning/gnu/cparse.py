@@ -9,7 +9,7 @@ return the value, the position after it and whether ``errno`` was set.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ...record import record
 
 __all__ = ["ULONG_MAX", "LONG_MAX", "LONG_MIN", "Cursor", "strtoul", "strtol", "is_space"]
 
@@ -26,7 +26,7 @@ def is_space(ch: str) -> bool:
     return ch != "" and ch in _SPACE
 
 
-@dataclass
+@record(frozen=False)
 class Cursor:
     """A position in a C string: reading past the end gives ``""`` (the NUL)."""
 

@@ -26,11 +26,14 @@ processes, inherit that set.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from ...errors import PlanError
 from .builds import BUILDS
 from .places import affinity_hang, cpu_limit
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["gomp_exports", "check_inherited"]
 

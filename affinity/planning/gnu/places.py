@@ -9,9 +9,8 @@ exactly when libgomp would print it (without its ``libgomp: `` prefix).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from ...errors import MalformedValue, PlanError
+from ...record import field, record
 from .builds import Build
 from .cparse import ULONG_MAX, Cursor, strtol, strtoul
 from .sysfs import SysfsView
@@ -28,7 +27,7 @@ def cpu_limit(mask: frozenset[int]) -> int:
     return (max(mask) // 64 + 1) * 64
 
 
-@dataclass
+@record(frozen=False)
 class Context:
     """What the parser works against: the process mask, the machine, the build."""
 

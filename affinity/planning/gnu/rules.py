@@ -15,14 +15,17 @@ Each is a :class:`GnuRules` value with the interface of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
 
 from ...cpulist import format_list
 from ...errors import SpecError
+from ...record import record
 from ..rules import Memo, Outcome
 from .builds import BUILDS
 from .runtime import GOMP_VARIABLES, GompPlan, plan_gomp
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["GnuRules", "GnuSettings", "GNU", "GNU_TORCH", "runtime_for_library"]
 
@@ -41,7 +44,7 @@ def _granularity(g: GompPlan) -> str | None:
             "numa_domains": "numa"}.get(name) if g.places_from == "OMP_PLACES" else None
 
 
-@dataclass(frozen=True)
+@record
 class GnuSettings:
     """What :meth:`GnuRules.read` keeps: the sorted variables and the strictness."""
 
@@ -49,7 +52,7 @@ class GnuSettings:
     strict: bool
 
 
-@dataclass(frozen=True)
+@record
 class GnuRules:
     """The rules of one libgomp build (see :mod:`affinity.planning.rules`)."""
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 from ...cpulist import format_list
 from ...errors import PlanError
 from ...machine.topology import Topology
+from ...record import field, record
 from .builds import Build, build_of
 from .cparse import Cursor, as_long, strtoul
 from .places import Context, init_level, parse_affinity, parse_places_var
@@ -43,7 +43,7 @@ MAX_TEAM = 32768
 _FALSE, _TRUE, _PRIMARY, _CLOSE, _SPREAD = range(5)
 
 
-@dataclass(frozen=True)
+@record
 class GompPlan:
     """What libgomp does at load and in the first parallel region."""
 

@@ -19,10 +19,11 @@ Offline CPUs have no files, so they appear in no list.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ...cpulist import parse_list
+from ...record import record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
 
 if TYPE_CHECKING:
     from ...machine.topology import Topology
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["SysfsView", "sysfs_view", "view_from_files"]
 
 
-@dataclass(frozen=True)
+@record
 class SysfsView:
     """The machine as libgomp sees it.  Every set holds OS CPU numbers."""
 

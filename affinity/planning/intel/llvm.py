@@ -31,11 +31,14 @@ Checked against every ``other_runtimes.libomp19`` result of the golden data
 
 from __future__ import annotations
 
-from typing import Any
 
 from ..rules import Memo, Outcome
 from ..syntax import Dialect
 from . import runtime as intel
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["LLVM", "NAME", "VARIABLES", "evaluate", "explain", "read"]
 

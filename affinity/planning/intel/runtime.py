@@ -27,9 +27,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
-from dataclasses import dataclass, field
-from typing import Any
 
+from ...record import field, record
 from . import topology as kt
 from ...cpulist import format_list
 from ...errors import PlanError, SpecError
@@ -37,6 +36,10 @@ from ..rules import Memo, Outcome
 from ..spec import SETTINGS_VARIABLES, NumThreads, Settings, OmpPlaces, OmpProcBind, Place, parse_lenient, parse_strict
 from ..syntax import INTEL, Diagnostic, Dialect, catalog
 from .settings import KmpAffinity, KmpHwSubset, ProcList, ProcRange, kmp_affinity_has_type_name
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 #: The name the planner's registry knows these rules by.
 NAME = "intel"
@@ -49,7 +52,7 @@ VARIABLES = SETTINGS_VARIABLES
 MAX_TEAM = 32768
 
 
-@dataclass
+@record(frozen=False)
 class RuntimeSettings:
     """The runtime's affinity globals after environment processing."""
 
@@ -1170,7 +1173,7 @@ def _check_team(n: int) -> None:
 # The planner's entry points (see affinity.planning.rules)
 # ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record
 class Read:
     """What the runtime made of the environment: its settings, the messages it
     printed while reading, and (strict) the parsed values as :class:`Settings`."""

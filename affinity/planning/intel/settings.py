@@ -7,7 +7,7 @@ shares its source) reads them.
 * ``KMP_HW_SUBSET`` -> :class:`KmpHwSubset` (:func:`parse_kmp_hw_subset`)
 * ``GOMP_CPU_AFFINITY`` -> :class:`ProcList` (:func:`parse_gomp_cpu_affinity`)
 
-Values are frozen dataclasses whose ``str()`` is canonical and parses back to an
+Values are frozen records (:mod:`affinity.record`) whose ``str()`` is canonical and parses back to an
 equal value; the strict and lenient modes are those of :mod:`affinity.planning.spec`.
 The grammar and the fallbacks follow ``kmp_settings.cpp``.
 """
@@ -15,12 +15,15 @@ The grammar and the fallbacks follow ``kmp_settings.cpp``.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any, Callable
 
 from ...errors import MalformedValue, PlanError
+from ...record import field, record
 from ..syntax import (CORE_ATTRS, HW_LAYERS, Diag, atoi, cdiv, char_at, isalnum, isalpha,
                       isdigit, lower, match, quote, run_parser, skip_digits, skip_to, skip_ws, str_to_int, upper)
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 __all__ = ["HwSubsetItem", "KmpAffinity", "KmpHwSubset", "ProcList", "ProcRange", "parse_gomp_cpu_affinity",
            "parse_kmp_affinity", "parse_kmp_hw_subset"]
@@ -34,7 +37,7 @@ AFFINITY_TYPES = ("none", "scatter", "compact", "logical", "physical", "explicit
 # Proc lists (KMP_AFFINITY proclist=[...], GOMP_CPU_AFFINITY)
 # ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record
 class ProcRange:
     """``start-end[:stride]`` in a proc list (stride may be negative)."""
 
@@ -53,7 +56,7 @@ class ProcRange:
         return f"{self.start}-{self.end}:{self.stride}"
 
 
-@dataclass(frozen=True)
+@record
 class ProcList:
     """An explicit proc list (``KMP_AFFINITY``'s ``proclist=[...]``, ``GOMP_CPU_AFFINITY``).
 
@@ -196,7 +199,7 @@ _GRAN_ALIASES = {"fine": "thread", "package": "socket", "node": "numa_domain"}
 _GRAN_PRINT = {"thread": "fine"}
 
 
-@dataclass(frozen=True)
+@record
 class KmpAffinity:
     """A ``KMP_AFFINITY`` setting.
 
@@ -290,7 +293,7 @@ _AFF_FLAGS = (("verbose", "verbose", True), ("noverbose", "verbose", False),
 _CORE_GRANS = (("core_type", "types"), ("core_efficiency", "effs"), ("core_eff", "effs"))
 
 
-@dataclass
+@record(frozen=False)
 class _AffState:
     """What ``__kmp_parse_affinity_env`` reads and keeps while it walks the tokens."""
 
@@ -588,7 +591,7 @@ _SUBSET_NAMES = {"socket": "s", "core": "c", "thread": "t", "numa_domain": "n", 
                  "l3_cache": "l3", "ll_cache": "ll", "proc_group": "proc_group"}
 
 
-@dataclass(frozen=True)
+@record
 class HwSubsetItem:
     """One ``[n|*]ID[@offset][:attr]`` item.  ``layer`` is a layer keyword
     (``socket``, ``core``, ``thread``, ``numa_domain``, ``die``, ``tile``,
@@ -610,7 +613,7 @@ class HwSubsetItem:
         return s
 
 
-@dataclass(frozen=True)
+@record
 class KmpHwSubset:
     """A ``KMP_HW_SUBSET`` setting.
 
