@@ -82,6 +82,21 @@ unsigned aff_api_version_runtime(void) { return hwloc_get_api_version(); }
 
 int aff_gettid(void) { return (int)syscall(SYS_gettid); }
 
+/* Which of tids[0..n) are not threads of this process now: tgkill(getpid(), tid, 0)
+ * sends no signal and fails with ESRCH unless tid is a live thread of this thread
+ * group.  The indexes of those that fail go to out[]; returns their count (the
+ * caller asks /proc which of them are another process's and which are gone).  One
+ * system call per TID, where listing /proc/self/task costs a directory read. */
+int aff_tids_not_ours(int n, const int *tids, int *out)
+{
+    pid_t self = getpid();
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (syscall(SYS_tgkill, self, (pid_t)tids[i], 0) < 0)
+            out[k++] = i;
+    return k;
+}
+
 /* ------------------------------------------------------------------ sets */
 
 static int to_words(hwloc_const_bitmap_t set, unsigned long *words, int nwords)

@@ -64,6 +64,7 @@ int aff_set_threads_cpubind(aff_topo *t, int n, const int *tids, const unsigned 
 int aff_set_process_cpubind(aff_topo *t, const unsigned long *cpuset, int nwords, int *failed_tid);
 int aff_get_last_cpu(aff_topo *t, int tid);
 int aff_gettid(void);
+int aff_tids_not_ours(int n, const int *tids, int *out);
 
 /* memory policy (calling thread) and memory areas */
 int aff_set_membind(aff_topo *t, const unsigned long *nodeset, int nwords, int policy, int flags);

@@ -123,8 +123,10 @@ def _foreign(tid: int, what: str) -> AccessDenied:
 
 
 def owned_tids(tids: Iterable[object], what: str, *, gone: bool = False) -> list[int | None]:
-    """The one check that TIDs belong to this process: each a valid TID number
-    listed in ``/proc/self/task`` now (one directory read for all of them).
+    """The one check that TIDs belong to this process: each a valid TID number of
+    a live thread of this process now (the compiled core's ``tgkill(getpid(), tid,
+    0)``, one system call per TID and no signal sent; ``/proc`` is read only for a
+    TID that fails it, to tell another process's thread from one that is gone).
 
     ``gone=True``: a TID that no task holds any more (a thread that exited) comes
     back as ``None`` instead of raising; one that another process holds still raises.
@@ -139,15 +141,17 @@ def owned_tids(tids: Iterable[object], what: str, *, gone: bool = False) -> list
         (``ESRCH``) no thread has it (exited, or beyond ``PID_MAX_LIMIT``: ``2**40``).
     """
     out = [t if t.__class__ is int and 0 < t < PID_MAX_LIMIT else _tid_value(t, what) for t in tids]
-    ours = set(os.listdir("/proc/self/task"))
-    return [t if str(t) in ours else _elsewhere(t, what, gone) for t in out]
+    strangers = _native.tids_not_ours(out)
+    if not strangers:
+        return out
+    found = {t: _elsewhere(t, what, gone) for t in dict.fromkeys(strangers)}
+    return [found.get(t, t) for t in out]
 
 
 def _elsewhere(tid: int, what: str, gone: bool) -> int | None:
-    """A TID missing from the listing: ours after all (a thread born since, or one
-    still exiting: the kernel answers for it), another process's
-    (:class:`AccessDenied`), or no task's (``None`` if ``gone`` allows it, else
-    :class:`NoSuchThread`)."""
+    """A TID that ``tgkill`` refused: ours after all (a thread still exiting: its
+    status still names this process), another process's (:class:`AccessDenied`), or
+    no task's (``None`` if ``gone`` allows it, else :class:`NoSuchThread`)."""
     tgid = _tgid(tid)
     if tgid == os.getpid():
         return tid

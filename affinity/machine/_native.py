@@ -335,6 +335,17 @@ def gettid() -> int:
     return lib().lib.aff_gettid()
 
 
+def tids_not_ours(tids: list[int]) -> list[int]:
+    """The TIDs of ``tids`` that are not live threads of this process now (one
+    ``tgkill(getpid(), tid, 0)`` each: no signal is sent)."""
+    if not tids:
+        return []
+    m = lib()
+    out = m.ffi.new("int[]", len(tids))
+    k = m.lib.aff_tids_not_ours(len(tids), tids, out)
+    return [tids[out[i]] for i in range(k)]
+
+
 def get_thread_cpubind(tid: int = 0) -> frozenset[int]:
     s = _system or system()
     buf = s._m.ffi.new("unsigned long[]", s.nwords)

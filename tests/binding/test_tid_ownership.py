@@ -90,3 +90,22 @@ def test_bad_tids_are_one_line_affinity_errors(tid, cls):
         with pytest.raises(cls) as ei:
             call()
         assert isinstance(ei.value, AffinityError) and "\n" not in str(ei.value) and len(str(ei.value)) < 300
+
+
+def test_the_core_tells_our_live_threads_from_any_other_task(child):
+    """The ownership check's system call (tgkill(getpid(), tid, 0): no signal sent):
+    our threads pass; another process (its main thread), this process's thread
+    once it has exited, and a TID no task can hold (pid_max) do not."""
+    from affinity.machine import _native
+
+    with Parked() as t:
+        gone = t.tid
+        assert _native.tids_not_ours([threads.current_tid(), t.tid]) == []
+    deadline = time.monotonic() + 10  # joined; the kernel releases the task just after
+    while os.path.exists(f"/proc/self/task/{gone}") and time.monotonic() < deadline:
+        time.sleep(0.001)
+    never = int(open("/proc/sys/kernel/pid_max").read())  # PIDs and TIDs stay below it
+    assert _native.tids_not_ours([threads.current_tid(), child, gone, never]) == [child, gone, never]
+    assert threads.owned_tids([gone], "x", gone=True) == [None]
+    with pytest.raises(AccessDenied):
+        threads.owned_tids([threads.current_tid(), child], "x")
