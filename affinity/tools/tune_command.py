@@ -19,7 +19,6 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any
 
 from ..errors import Signalled, TrialPruned, TuneError, TuneUsageError, exit_status
@@ -29,6 +28,7 @@ from ..tuning.config import Config
 from ..tuning.search import Search, TrialRecord, TuneResult, check_budget, machine_id
 from ..tuning.space import ENV_PREFIX, KNOWN, Space, default_space, describe, parse_param
 from ..tuning.storage import check_storage, default_storage
+from ..tuning.warm import WarmStart
 from . import tune_report as report
 from .tune_key import StudyKey, reads_instance_share
 from .tune_metric import compile_metric
@@ -145,11 +145,14 @@ class _Setup:
         if args.timeout is None:
             runner.timeout = 10 * first.seconds + 30
         key = StudyKey.of(self.command, runner.environ, self._measure())
-        warm = _Warm(self.storage, key, machine_id(self.topology), args.from_study, self.direction)
+        warm = WarmStart(self.storage, machine_id(self.topology), self.direction, named=args.from_study,
+                         same=lambda attrs: (attrs.get(_KEY_ATTR) or {}).get("command") == list(key.command),
+                         what=f"--from {args.from_study}")
         search = Search(self.space, self.topology, direction=self.direction, seed=args.seed,
                         storage=self.storage, study_name=args.study, key=key.text(), pruning=args.prune, warm=warm)
         resumed = self._remember(search, key)
-        self.warm_from = warm.said(search)
+        stored = warm.source.attrs.get(_KEY_ATTR) if warm.source is not None else None
+        self.warm_from = warm.said(len(search.warm), key.changes(stored) if stored else [])
         if self.warm_from and not self.quiet:
             print(f"affinity tune: {self.warm_from}", file=sys.stderr)
         bar = Progress(args.budget, self.direction, enabled=not self.quiet, done=search.done(),
@@ -336,69 +339,6 @@ class _Text:
         if len(bad) > 5:
             out.append(f"  ... and {len(bad) - 5} more (--json lists them all)")
         return out
-
-
-class _Warm:
-    """A warm start (:class:`~affinity.tuning.search.Search`'s ``warm``): the best
-    configurations of an earlier study of the same command on this machine (the same
-    machine fingerprint), or of ``--from STUDY`` -- never another machine's."""
-
-    def __init__(self, storage: str | None, key: StudyKey, machine: str, named: str | None, direction: str):
-        self.storage, self.key, self.machine, self.named, self.direction = storage, key, machine, named, direction
-        self.source: tuple[str, int, list[dict[str, Any]], list[str]] | None = None
-
-    def __call__(self, name: str) -> list[dict[str, Any]]:
-        if self.storage is None:
-            if self.named:
-                raise TuneUsageError(f"--from {self.named}: give the --storage that holds it (not none)")
-            return []
-        from ..tuning._optuna import optuna  # lazy: loaded by the search already; summaries only here
-
-        summaries = {s.study_name: s for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False)}
-        if self.named:
-            src = summaries.get(self.named)
-            if src is None:
-                raise TuneUsageError(f"--from {self.named}: no such study in {self.storage}")
-            if src.user_attrs.get("affinity.machine_id") != self.machine:
-                raise TuneUsageError(f"--from {self.named}: that study was made on another machine "
-                                     f"({src.user_attrs.get('affinity.machine', '?')}); warm starts use this "
-                                     f"machine's results only")
-            names = [self.named]
-        else:
-            names = [n for n, s in summaries.items() if n != name and s.user_attrs.get("affinity.machine_id") ==
-                     self.machine and (s.user_attrs.get(_KEY_ATTR) or {}).get("command") == list(self.key.command)]
-        latest = sorted(names, key=lambda n: summaries[n].datetime_start or datetime.min, reverse=True)
-        for src_name in latest:
-            study = optuna.load_study(study_name=src_name, storage=self.storage)
-            best = self._best(study)
-            if best:
-                stored = summaries[src_name].user_attrs.get(_KEY_ATTR) or {}
-                n = sum(t.state.name == "COMPLETE" for t in study.get_trials(deepcopy=False))
-                self.source = (src_name, n, best, self.key.changes(stored) if stored else [])
-                return best
-        return []
-
-    def _best(self, study: Any) -> list[dict[str, Any]]:
-        if study.direction.name.lower() != self.direction:
-            return []
-        done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE" and t.value is not None]
-        done.sort(key=lambda t: -t.value if self.direction == "maximize" else t.value)
-        out: list[dict[str, Any]] = []
-        for t in done:
-            if dict(t.params) not in out:
-                out.append(dict(t.params))
-            if len(out) == 3:
-                break
-        return out
-
-    def said(self, search: Search) -> str:
-        """What the output says about the warm start ("" when there was none)."""
-        if self.source is None or not search.warm:
-            return ""
-        name, n, _, changes = self.source
-        what = f"; {'; '.join(changes)}" if changes else ""
-        return (f"warm start from study {name} (this machine, {n} trials{what}): its best "
-                f"{len(search.warm)} configuration{'s' if len(search.warm) != 1 else ''} tried first")
 
 
 def _command(words: Sequence[str] | None) -> list[str]:

@@ -45,6 +45,7 @@ from ..errors import TrialPruned, TuneError, TuneUsageError
 from .space import Space, default_space, describe
 from . import storage as storage_mod
 from .storage import check_storage, rdb_storage
+from .warm import WarmStart
 
 __all__ = ["Search", "TrialRecord", "TuneResult", "check_budget", "tune"]
 
@@ -693,7 +694,8 @@ def tune(objective: Callable[[dict[str, Any]], Any], space: Mapping[str, Sequenc
          budget: int = 40, seed: int | None = None, topology: Topology | str | None = None,
          direction: str = "maximize", storage: Any = None, study_name: str | None = None,
          progress: bool | Callable[[TrialRecord, list[TrialRecord]], None] = False,
-         baseline: Mapping[str, Any] | float | None = None, work: str = "copies") -> TuneResult:
+         baseline: Mapping[str, Any] | float | None = None, work: str = "copies",
+         warm_start: bool | str = True) -> TuneResult:
     """Find the configuration of ``space`` that makes ``objective`` best, in few calls.
 
     Parameters
@@ -741,6 +743,13 @@ def tune(objective: Callable[[dict[str, Any]], Any], space: Mapping[str, Sequenc
         ``instances`` is not in the default space: copies are not a faster job);
         ``"split"`` -- the work splits between them (a service under load, ranks that
         take their share): ``instances`` is in the default space.
+    warm_start : bool or str
+        A new study in a ``storage`` first tries the best configurations of an
+        earlier study there (:mod:`affinity.tuning.warm`): ``True`` -- the newest
+        made on this machine for the same objective (its qualified name); a study
+        name -- that study, which must have been made on this machine; ``False`` --
+        none.  ``result.notes`` says where they came from.  A resumed study, or one
+        in memory, starts from nothing.
 
     Returns
     -------
@@ -773,7 +782,13 @@ def tune(objective: Callable[[dict[str, Any]], Any], space: Mapping[str, Sequenc
         raise TuneUsageError(f"work must be 'copies' or 'split', got {work!r}")
     sp = default_space(topo, instances=work == "split") if space is None else Space.of(space)
     who = f"{getattr(objective, '__module__', '')}.{getattr(objective, '__qualname__', type(objective).__name__)}"
-    search = Search(sp, topo, direction=direction, seed=seed, storage=storage, study_name=study_name, key=who)
+    warm = _warm_start(warm_start, storage, topo, direction, who)
+    search = Search(sp, topo, direction=direction, seed=seed, storage=storage, study_name=study_name, key=who,
+                    warm=warm)
+    if warm is not None:
+        if _ATTR + "objective" not in search.study.user_attrs:
+            search.study.set_user_attr(_ATTR + "objective", who)
+        notes += [n for n in [warm.said(len(search.warm))] if n]
     base, budget_left, note = _baseline(objective, baseline, budget, search)
     notes += [note] if note else []
     if budget_left > 0:
@@ -784,6 +799,18 @@ def tune(objective: Callable[[dict[str, Any]], Any], space: Mapping[str, Sequenc
         raise TuneError(f"every configuration tried ({len(records)}) was infeasible; first error "
                         f"({describe(first.config) if first else '-'}): {first.error if first else '-'}")
     return search.result(baseline=base, notes=notes)
+
+
+def _warm_start(warm_start: bool | str, storage: Any, topology: Topology, direction: str,
+                who: str) -> WarmStart | None:
+    """:func:`tune`'s ``warm_start`` as the search's hook (None: no warm start)."""
+    if warm_start is False or warm_start is None:
+        return None
+    if not isinstance(warm_start, (bool, str)) or warm_start == "":
+        raise TuneUsageError(f"warm_start: True, False or a study name, got {warm_start!r}")
+    named = warm_start if isinstance(warm_start, str) else None
+    return WarmStart(storage, machine_id(topology), direction, named=named,
+                     same=lambda attrs: attrs.get(_ATTR + "objective") == who, what=f"warm_start={named!r}")
 
 
 def _on_trial(progress: Any, budget: int, direction: str) -> Callable[[TrialRecord, list[TrialRecord]], None] | None:

@@ -1,0 +1,57 @@
+"""tune(warm_start=...): a new study in a storage starts from an earlier study's
+best, on this machine and for the same objective only, and says so."""
+
+from __future__ import annotations
+
+import pytest
+
+from affinity import tune
+from affinity.errors import TuneUsageError
+
+SPACE = {"threads": [1, 2, 4, 8], "blocktime": [0, 1, 200]}
+TOPO = "synthetic:package:1 [numa] core:8 pu:1"
+
+
+def peak(best_threads: int):
+    """An objective that is best at ``best_threads`` (any blocktime)."""
+    def objective(config: dict) -> float:
+        return 100.0 - 10 * abs(config["threads"] - best_threads) + config["blocktime"] / 1000
+    return objective
+
+
+def another_objective(config: dict) -> float:
+    return float(config["threads"])
+
+
+def test_a_new_study_of_the_same_objective_starts_from_the_earlier_best(tmp_path):
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    obj = peak(2)
+    first = tune(obj, SPACE, budget=12, topology=TOPO, storage=url, study_name="a", seed=1)
+    assert first.best["threads"] == 2 and not any("warm start" in n for n in first.notes)
+    calls = []
+    second = tune(lambda c: calls.append(dict(c)) or obj(c), {**SPACE, "blocktime": [0, 1]}, budget=3,
+                  topology=TOPO, storage=url, study_name="b", seed=1, warm_start="a")
+    assert calls[0]["threads"] == 2  # a's best, tried first
+    assert any(n.startswith("warm start from study a (this machine, 12 trials)") for n in second.notes), \
+        second.notes
+    # automatic: the same objective (its qualified name) on this machine; another objective is not
+    again = tune(obj, SPACE, budget=2, topology=TOPO, storage=url, study_name="c", seed=2)
+    assert again.trials[0].config["threads"] == 2 and any("warm start from study" in n for n in again.notes)
+    other = tune(another_objective, SPACE, budget=2, topology=TOPO, storage=url, study_name="d", seed=2)
+    assert not any("warm start" in n for n in other.notes)
+    cold = tune(obj, SPACE, budget=2, topology=TOPO, storage=url, study_name="e", seed=2, warm_start=False)
+    assert not any("warm start" in n for n in cold.notes)
+
+
+def test_only_this_machines_studies(tmp_path):
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    tune(peak(4), SPACE, budget=6, topology="synthetic:package:2 [numa] core:4 pu:1", storage=url,
+         study_name="elsewhere", seed=1)
+    res = tune(peak(4), SPACE, budget=2, topology=TOPO, storage=url, study_name="here", seed=1)
+    assert not any("warm start" in n for n in res.notes)  # another machine's study is no evidence
+    with pytest.raises(TuneUsageError, match="made on another machine"):
+        tune(peak(4), SPACE, budget=2, topology=TOPO, storage=url, study_name="here2", warm_start="elsewhere")
+    with pytest.raises(TuneUsageError, match="no study 'nope'"):
+        tune(peak(4), SPACE, budget=2, topology=TOPO, storage=url, study_name="here3", warm_start="nope")
+    with pytest.raises(TuneUsageError, match="give the storage"):
+        tune(peak(4), SPACE, budget=2, topology=TOPO, warm_start="elsewhere")
