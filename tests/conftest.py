@@ -90,3 +90,18 @@ def _torch_stays_out_of_the_test_process():
 
     yield
     assert "torch" not in sys.modules, "this test imported torch in the test process; run it in a subprocess"
+
+
+def pytest_configure(config):
+    """Signals as a terminal gives them, whatever started the suite.  ``nohup`` ignores
+    SIGHUP and a shell's background job SIGINT and SIGQUIT; an ignored signal stays
+    ignored across ``exec``, so every process a test starts would inherit it: the
+    Ctrl-C tests would wait forever for a KeyboardInterrupt, and the launcher's and
+    the tuner's forwarding tests would signal processes that cannot hear."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGHUP, signal.SIGQUIT):
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
