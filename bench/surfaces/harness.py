@@ -17,6 +17,16 @@ at every call); a searcher that never gets there within the budget counts
 ``budget + 1`` (shown as ``>budget``).  A configuration whose value is ``None``
 fails: the tuner's objective returns None, plain optuna's trial is told FAIL.
 Surfaces to minimize (latency) count within 3 % above the least value.
+
+On a **recording** with every run kept (``"runs"``), what counts as within 3 % is
+judged on each configuration's **launch class**: configurations that launch the
+same processes on the same CPUs with the same settings (the planner's layout:
+instances, each thread's CPU set, the exported counts, the blocktime, the memory
+policy; :meth:`Priors.twin <affinity.tuning.priors.Priors.twin>`) are one
+configuration under two labels, and their recorded medians differ by noise alone.
+Such a class's true value is the median of all its runs pooled; the searchers still
+see each label's own median, as they would have measured it.  ``load(name,
+pool=False)`` judges on the labels' medians instead (bench/RESULTS.md gives both).
 """
 
 from __future__ import annotations
@@ -37,7 +47,9 @@ if str(HERE.parent.parent) not in sys.path:
 
 import numpy as np  # noqa: E402
 
+from affinity.tuning.priors import Priors  # noqa: E402
 from affinity.tuning.search import tune  # noqa: E402
+from affinity.tuning.space import Space  # noqa: E402
 from hardware import topology_of  # noqa: E402
 
 MAIN = ("xeon2s_tf", "xeonphi_tf", "epyc_serving", "xeon2s_serving", "bench16_resnet18", "bench16_resnet50")
@@ -64,6 +76,8 @@ class Surface:
     table: dict[tuple[Any, ...], float | None]
     direction: str = "maximize"
     noise: float = 0.0  #: relative spread of a fresh draw at every evaluation
+    #: what a hit is judged on, per configuration (a recording's pooled launch classes), else the table
+    truth: dict[tuple[Any, ...], float | None] | None = None
 
     @property
     def sign(self) -> float:
@@ -71,14 +85,22 @@ class Surface:
 
     @property
     def best(self) -> float:
-        return max((v for v in self.table.values() if v is not None), key=lambda v: self.sign * v)
+        """The best true value (:attr:`truth` where there is one)."""
+        vals = (self.truth or self.table).values()
+        return max((v for v in vals if v is not None), key=lambda v: self.sign * v)
 
     @property
     def size(self) -> int:
         return len(self.table)
 
     def value(self, config: dict[str, Any]) -> float | None:
+        """What a searcher measures for ``config``."""
         return self.table[tuple(config[n] for n in self.params)]
+
+    def true_value(self, config: dict[str, Any]) -> float | None:
+        """What a hit is judged on: :attr:`truth`'s value where there is one, else :meth:`value`."""
+        key = tuple(config[n] for n in self.params)
+        return (self.truth or self.table)[key]
 
     def near(self, value: float | None, tol: float = 0.03) -> bool:
         """Whether ``value`` (noiseless) is within ``tol`` of the best."""
@@ -87,12 +109,36 @@ class Surface:
         return value >= (1 - tol) * self.best if self.sign > 0 else value <= (1 + tol) * self.best
 
 
-def load(name: str) -> Surface:
-    """The surface ``name`` from ``bench/surfaces/<name>.json``."""
+def load(name: str, pool: bool = True) -> Surface:
+    """The surface ``name`` from ``bench/surfaces/<name>.json`` (``pool``: a recording's
+    hits judged on its pooled launch classes, see the module's docstring)."""
     d = json.loads((HERE / f"{name}.json").read_text())
     table = {tuple(r[:-1]): (None if r[-1] is None else float(r[-1])) for r in d["rows"]}
+    truth = launch_classes(d) if pool and d.get("kind") == "recording" and "runs" in d else None
     return Surface(d["name"], d["title"], d["kind"], d["topology"], tuple(d["params"]), d["space"], table,
-                   d.get("direction", "maximize"), float(d.get("noise", 0.0)))
+                   d.get("direction", "maximize"), float(d.get("noise", 0.0)), truth)
+
+
+def classes(d: dict[str, Any]) -> dict[tuple[Any, ...], list[tuple[Any, ...]]]:
+    """A recording's configurations grouped by what they launch (``Priors.twin`` on its machine)."""
+    priors = Priors(Space.of(d["space"]), topology_of(d["topology"]))
+    out: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+    for r in d["runs"]:
+        out.setdefault(priors.twin(dict(zip(d["params"], r[:-1]))), []).append(tuple(r[:-1]))
+    return out
+
+
+def launch_classes(d: dict[str, Any]) -> dict[tuple[Any, ...], float | None]:
+    """Per configuration of a recording, the median of every run of its launch class
+    (None where most of them failed)."""
+    runs = {tuple(r[:-1]): r[-1] for r in d["runs"]}
+    truth: dict[tuple[Any, ...], float | None] = {}
+    for members in classes(d).values():
+        vals = [v for k in members for v in runs[k]]
+        ok = [v for v in vals if v is not None]
+        value = statistics.median(ok) if len(ok) * 2 > len(vals) else None
+        truth.update((k, value) for k in members)
+    return truth
 
 
 class _Evaluator:
@@ -106,7 +152,7 @@ class _Evaluator:
 
     def __call__(self, config: dict[str, Any]) -> float | None:
         v = self.s.value(config)
-        self.true.append(v)
+        self.true.append(self.s.true_value(config))
         if v is None:
             return None
         return v * float(np.exp(self.rng.normal(0.0, self.s.noise))) if self.s.noise else v
