@@ -1,4 +1,4 @@
-"""The recorded surface of this machine is honest: instances split one job (they are not
+"""The recorded surfaces of this machine are honest: instances split one job (they are not
 copies counted as speed), each configuration is the median of interleaved rounds, and the
 file says how stable each median is and what else ran."""
 
@@ -11,28 +11,29 @@ import pytest
 
 from helpers import ROOT
 
-RECORDING = ROOT / "bench" / "surfaces" / "recorded_2cpu_torch_cnn.json"
+RECORDINGS = {name: ROOT / "bench" / "surfaces" / f"{name}.json"
+              for name in ("recorded_2cpu_torch_cnn", "recorded_2cpu_tf_matmul")}
+WORKLOADS = ("torch_workload", "tf_workload")
 
 
+@pytest.mark.parametrize("workload", WORKLOADS)
 @pytest.mark.parametrize("images", [2048, 2049, 7])
 @pytest.mark.parametrize("n", [1, 2, 3, 5])
-def test_the_workload_splits_one_job_between_instances(monkeypatch, images, n):
-    import torch_workload
-
+def test_the_workload_splits_one_job_between_instances(monkeypatch, workload, images, n):
+    share = __import__(workload).share
     parts = []
     for i in range(n):
         monkeypatch.setenv("AFFINITY_INSTANCE", str(i))
         monkeypatch.setenv("AFFINITY_NUM_INSTANCES", str(n))
-        parts.append(torch_workload.share(images))
+        parts.append(share(images))
     assert sum(parts) == images and max(parts) - min(parts) <= 1
 
 
-def test_alone_the_workload_does_the_whole_job(monkeypatch):
-    import torch_workload
-
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_alone_the_workload_does_the_whole_job(monkeypatch, workload):
     monkeypatch.delenv("AFFINITY_INSTANCE", raising=False)
     monkeypatch.delenv("AFFINITY_NUM_INSTANCES", raising=False)
-    assert torch_workload.share(2048) == 2048
+    assert __import__(workload).share(2048) == 2048
 
 
 def test_spread_is_the_quartiles_over_the_median():
@@ -44,10 +45,11 @@ def test_spread_is_the_quartiles_over_the_median():
     assert record.median([1.0, None, None]) is None and record.median([1.0, 3.0, None]) == 2.0
 
 
-def test_the_recording_is_a_split_job_timed_in_interleaved_rounds():
-    d = json.loads(RECORDING.read_text())
+@pytest.mark.parametrize("name", RECORDINGS)
+def test_the_recording_is_a_split_job_timed_in_interleaved_rounds(name):
+    d = json.loads(RECORDINGS[name].read_text())
     assert d["split"] and d["time"] and d["direction"] == "minimize"
-    assert "{batch}" in d["command"] and "--images" in d["command"]
+    assert "--images" in d["command"] and any(w.endswith("_workload.py") for w in d["command"])
     assert d["repeats"] >= 5 and len(d["load"]) == d["repeats"] + 1
     assert len(d["defaults_runs"]) == d["repeats"]
     n = len(d["params"])
