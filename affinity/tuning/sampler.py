@@ -27,7 +27,10 @@ generic optimizer as a hedge: the priors steer, they do not decide.
 3. **Failures are not values.**  A configuration that fails (or measures 0 where the
    others measure more) does not enter the model as a terrible value dragging its
    labels down; it makes a failure more likely near it (a kernel over the parameters:
-   its twins most, one parameter away half as much, successes nearby cancel it).
+   its twins most, one parameter away half as much, successes nearby cancel it), and
+   everywhere a value that explains the failures is (a noisy-OR model of single
+   parameter values as causes: when every trial with 16 copies ran out of memory and
+   trials with 8 ran, no more trials go to 16 copies, whatever their other values).
 4. **A failed first candidate keeps its neighbourhood.**  When the first trial fails,
    the next three proposals stay among its neighbours: first the same layout with
    other pinning or memory policy (the one whose launch differs most, e.g. unbound),
@@ -95,6 +98,9 @@ _REACH = (0.5, 1.0, 2.0)  # how far the topology features may reach, times their
 _LABELS = (1.0, 3.0)  # how much single parameter values may matter, times their spread
 _EVIDENCE_AFTER = 3  # measurements before the evidence chooses
 _NEIGHBOURS = 3  # trials kept in a failed first candidate's neighbourhood
+_HEDGE_RISK = 0.5  # the hedge proposes nothing more likely to fail than to run
+_FAIL_PRIOR = 1.0  # trials that ran credited to every parameter value before a failure is blamed on it
+_FAIL_EM = 30  # expectation-maximisation steps of the failure causes
 
 
 def trial_config(t: FrozenTrial, space: Space) -> dict[str, Any] | None:
@@ -196,7 +202,9 @@ class TopologySampler(optuna.samplers.BaseSampler):
         near = self._neighbourhood(pool, obs)
         post = self._posterior(obs, bounds)
         if rng.uniform() < self.hedge_rate(obs, post[3] if post else 1.0) and near is None:
-            return self._hedge(pool, seen, rng, study, trial)
+            risky = self._fail_chance(pool, obs) > _HEDGE_RISK
+            safe = pool.take(~risky) if not risky.all() else pool
+            return self._hedge(safe, seen | {tuple(int(i) for i in k) for k in pool.keys[risky]}, rng, study, trial)
         acq = self._acquisition(pool, obs, post)
         if near is not None:
             acq = np.where(near, acq, -np.inf)
@@ -224,7 +232,10 @@ class TopologySampler(optuna.samplers.BaseSampler):
                study: optuna.Study | None, trial: FrozenTrial | None) -> dict[str, Any]:
         """TPE's proposal (a fresh sampler seeded by the place in evaluation order, so a
         resumed study proposes the same), or a random untried configuration when TPE has
-        fewer than ten trials, proposes one already tried, or no study is given."""
+        fewer than ten trials, proposes one already tried, or no study is given.  ``pool``
+        and ``seen`` leave out what more likely fails than runs (:data:`_HEDGE_RISK`): TPE
+        learns nothing from failed trials, and the hedge is there for values the model
+        gets wrong, not for failures it explains."""
         done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE] if study else []
         if study is not None and trial is not None and len(done) >= 10:
             tpe = optuna.samplers.TPESampler(seed=int(rng.integers(2 ** 31)))
@@ -486,7 +497,27 @@ class TopologySampler(optuna.samplers.BaseSampler):
             return (0.5 ** d).sum(axis=1)
 
         f, ok = near(failed, False), near(ran, True)
-        return f / (f + ok + 0.5)
+        return np.maximum(f / (f + ok + 0.5), self._fail_causes(pool, failed, ran))
+
+    def _fail_causes(self, pool: _Pool, failed: list[tuple[int, ...]], ran: list[tuple[int, ...]]) -> np.ndarray:
+        """How likely each candidate is to fail because of one of its parameter values: a
+        noisy-OR model (a configuration fails when any of its values causes a failure, value
+        ``v`` of parameter ``j`` with probability ``q[j][v]``) fitted to the trials by
+        expectation-maximisation, each value starting with :data:`_FAIL_PRIOR` trials that
+        ran.  A failure is explained away by the value its failures share and no trial
+        that ran has (every copy count of 16 ran out of memory: ``instances=16``), not
+        by the values it shares with trials that ran."""
+        keys = np.array(failed + ran, dtype=int)
+        fk = keys[:len(failed)]
+        sizes = [len(c) for _, c in self.space.params]
+        seen = [np.bincount(keys[:, j], minlength=m).astype(float) + _FAIL_PRIOR for j, m in enumerate(sizes)]
+        q = [np.full(m, 0.1) for m in sizes]
+        for _ in range(_FAIL_EM):
+            qf = np.stack([q[j][fk[:, j]] for j in range(len(sizes))], axis=1)  # (failures, parameters)
+            cause = qf / np.maximum(1.0 - np.prod(1.0 - qf, axis=1), 1e-12)[:, None]  # P(value caused it | failed)
+            q = [np.bincount(fk[:, j], weights=cause[:, j], minlength=m) / seen[j] for j, m in enumerate(sizes)]
+        qp = np.stack([q[j][pool.keys[:, j]] for j in range(len(sizes))], axis=1)
+        return 1.0 - np.prod(1.0 - qp, axis=1)
 
     def _neighbourhood(self, pool: _Pool, obs: Obs) -> np.ndarray | None:
         """Candidates to keep to after a failed first candidate: its neighbours (one
