@@ -99,7 +99,7 @@ _LABELS = (1.0, 3.0)  # how much single parameter values may matter, times their
 _EVIDENCE_AFTER = 3  # measurements before the evidence chooses
 _NEIGHBOURS = 3  # trials kept in a failed first candidate's neighbourhood
 _HEDGE_RISK = 0.5  # the hedge proposes nothing more likely to fail than to run
-_FAIL_PRIOR = 1.0  # trials that ran credited to every parameter value before a failure is blamed on it
+_FAIL_PRIOR = 0.25  # trials that ran credited to every parameter value before a failure is blamed on it
 _FAIL_EM = 30  # expectation-maximisation steps of the failure causes
 
 
