@@ -12,7 +12,10 @@ Surfaces (``bench/surfaces/*.json``; ``surfaces/README.md`` says where each come
 * **recorded**: real recordings on this 2-CPU machine (``surfaces/record.py``);
 * **main**: models of the kinds the tuner is for, written alongside its priors
   (``surfaces/models.py``);
-* **stress**: naive models that contradict the priors, or have no structure at all.
+* **stress**: naive models that contradict the priors, or have no structure at all;
+* **drawn at random** (``surfaces/random_models.py``, with ``--write`` or ``--random N``):
+  machine models and naive models whose every constant is drawn from a seed, so that
+  nobody chose them and the sampler was not tuned on them.
 
 Each searcher stops at the first evaluation within 3 % of the best, or at the budget
 (the surface's size, at most 300; ``>N``: not reached).  The table (median and worst
@@ -52,12 +55,30 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "surfaces"))
 
 import harness  # noqa: E402
+import random_models  # noqa: E402
 
 SEEDS = range(10)
 #: seeds never used while the sampler was written (0-9 and 100-109 were); 300-309 were first
 #: run after the sampler of stop 18
 FRESH = (range(200, 210), range(300, 310))
+#: surfaces drawn at random per family (``surfaces/random_models.py``) in the report: the
+#: first :data:`LOOKED_AT` were looked at while the failure model's prior was chosen (stop 21),
+#: the rest never while the sampler was changed
+RANDOM = 24
+LOOKED_AT = 12
 _results: dict[str, dict] = {}
+
+
+def random_names(n: int = RANDOM) -> tuple[str, ...]:
+    """The names of the first ``n`` surfaces of every family of ``surfaces/random_models.py``."""
+    return tuple(f"random_{f}_{k}" for f in random_models.FAMILIES for k in range(n))
+
+
+def _surface(name: str, pool: bool = True) -> harness.Surface:
+    if name.startswith("random_"):
+        family, k = name[len("random_"):].rsplit("_", 1)
+        return random_models.generate(family, int(k))
+    return harness.load(name, pool=pool)
 
 
 def measure(name: str, seeds=SEEDS, pool: bool = True) -> dict:
@@ -65,7 +86,7 @@ def measure(name: str, seeds=SEEDS, pool: bool = True) -> dict:
     judged on its launch classes, see ``surfaces/harness.py``)."""
     key = f"{name}@{seeds.start}:{seeds.stop}{'' if pool else ':labels'}"
     if key not in _results:
-        s = harness.load(name, pool=pool)
+        s = _surface(name, pool)
         budget = min(s.size, 300)
         t0 = time.perf_counter()
         counts = harness.compare(s, seeds=seeds, budget=budget)
@@ -202,7 +223,7 @@ REPLACED = [
 ]
 
 
-def report(names=harness.ALL, seeds=SEEDS, fresh=FRESH) -> str:
+def report(names=harness.ALL, seeds=SEEDS, fresh=FRESH, randoms: tuple[str, ...] = ()) -> str:
     lines = ["# Tuner: sample efficiency", "",
              f"Evaluations until one comes within 3 % of the surface's best, over seeds {seeds.start}-"
              f"{seeds.stop - 1} (`>N`: not reached in N): median / worst for this tuner, plain optuna TPE "
@@ -214,6 +235,15 @@ def report(names=harness.ALL, seeds=SEEDS, fresh=FRESH) -> str:
         lines += [f"The same on fresh seeds {more.start}-{more.stop - 1} (never used while the sampler was "
                   "written):", ""]
         lines += table(names, more) + ["", verdict(names, more), ""]
+    seen = tuple(n for n in randoms if int(n.rsplit("_", 1)[1]) < LOOKED_AT)
+    held = tuple(n for n in randoms if n not in seen)
+    for part, what in ((seen, f"the first {LOOKED_AT} of each family, looked at while the failure model's prior "
+                              "was chosen"),
+                       (held, "held out: never run while the sampler was changed")):
+        if part:
+            lines += [f"Surfaces drawn at random (`surfaces/random_models.py`: every constant drawn from a seed, "
+                      f"nobody chose them), {what}; seeds {seeds.start}-{seeds.stop - 1}:", ""]
+            lines += table(part, seeds) + ["", verdict(part, seeds), ""]
     lines += ["The recordings judged per label instead (each label's own median decides what is within 3 %, "
               "so of two labels that launch the same thing the one the noise favoured is the only hit), "
               "per seed set:", ""]
@@ -227,8 +257,16 @@ def report(names=harness.ALL, seeds=SEEDS, fresh=FRESH) -> str:
     for name in names:
         c = measure(name, seeds)["counts"]
         lines.append(f"- `{name}`: {c['affinity']} / {c['tpe']} / {c['random']}")
-    lines += ["", "Surfaces:", ""] + [f"- `{n}`: {measure(n, seeds)['surface'].title}" for n in names]
+    lines += ["", "Surfaces:", ""] + [f"- `{n}`: {measure(n, seeds)['surface'].title}" for n in (*names, *randoms)]
     return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("name", random_names())
+def test_random_surfaces_never_worse_than_plain_tpe(name):
+    """On surfaces nobody chose, the median over 10 seeds is at most plain TPE's."""
+    r = measure(name)
+    assert _med(r, "affinity") <= _med(r, "tpe"), \
+        f"{name}: affinity {r['counts']['affinity']} vs TPE {r['counts']['tpe']}"
 
 
 @pytest.mark.parametrize("name", harness.ALL)
@@ -238,7 +276,7 @@ def test_counts_are_evaluations(name):
 
 
 def test_report(capsys):
-    text = report()
+    text = report(randoms=random_names())
     (HERE / "surfaces" / "RESULTS.md").write_text(text)
     with capsys.disabled():
         print("\n" + "\n".join(table()))
@@ -250,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--surface", action="append", help="only these (default: all)")
     ap.add_argument("--fresh", type=int, default=None, help="also a table for 10 seeds from this one")
+    ap.add_argument("--random", type=int, default=None, metavar="N",
+                    help=f"also the first N surfaces of each family drawn at random (default with --write: {RANDOM})")
     ap.add_argument("--write", action="store_true",
                     help="write bench/surfaces/RESULTS.md and the tuner's section of bench/RESULTS.md and "
                          "docs/results.md (seeds 0-9 and the fresh seeds 200-209 and 300-309)")
@@ -260,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     fresh = FRESH if a.write else ((range(a.fresh, a.fresh + a.seeds),) if a.fresh is not None else ())
     if a.write:
         seeds = SEEDS
-    text = report(names, seeds, fresh)
+    n_random = a.random if a.random is not None else (RANDOM if a.write else 0)
+    text = report(names, seeds, fresh, random_names(n_random))
     print(text)
     print(f"({time.perf_counter() - t0:.0f} s)")
     if a.write:
