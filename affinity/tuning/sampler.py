@@ -99,6 +99,7 @@ _LABELS = (1.0, 3.0)  # how much single parameter values may matter, times their
 _EVIDENCE_AFTER = 3  # measurements before the evidence chooses
 _NEIGHBOURS = 3  # trials kept in a failed first candidate's neighbourhood
 _HEDGE_RISK = 0.5  # the hedge proposes nothing more likely to fail than to run
+_HOPELESS = 0.9  # no trial goes where a failure is this likely while anything less likely is left
 _FAIL_PRIOR = 0.25  # trials that ran credited to every parameter value before a failure is blamed on it
 _FAIL_EM = 30  # expectation-maximisation steps of the failure causes
 
@@ -421,7 +422,10 @@ class TopologySampler(optuna.samplers.BaseSampler):
                      post: tuple[np.ndarray, np.ndarray, float, float] | None) -> np.ndarray:
         """Expected improvement (beyond :data:`_XI`) of each candidate under the model's
         posterior, times the chance it runs; a twin of a measured configuration is
-        predicted to measure as its twin did, within the noise."""
+        predicted to measure as its twin did, within the noise.  A candidate more likely
+        to fail than :data:`_HOPELESS` is left out while others remain: the model knows
+        nothing of the value of a configuration that never ran, and a large gain it
+        extrapolates there would otherwise outweigh a 2 % chance to run, trial after trial."""
         run = 1.0 - self._fail_chance(pool, obs)
         cphi = self._design(pool.keys)
         if post is None:  # nothing measured yet: the prior, and the chance to run
@@ -441,7 +445,11 @@ class TopologySampler(optuna.samplers.BaseSampler):
             mu[known] = [twin_y[t] for t in pool.twins[known].tolist()]
             sd[known] = _NOISE
         z = (mu - best - _XI) / sd
-        return ((mu - best - _XI) * _ncdf(z) + sd * _npdf(z)) * run
+        acq = ((mu - best - _XI) * _ncdf(z) + sd * _npdf(z)) * run
+        hopeless = run < 1.0 - _HOPELESS
+        if hopeless.any() and not hopeless.all():  # a large gain predicted where failures are explained
+            acq[hopeless] = -np.inf  # is the model extrapolating, not a reason to spend a trial
+        return acq
 
     def _residual_reach(self, pool: _Pool, obs: Obs,
                         post: tuple[np.ndarray, np.ndarray, float, float]) -> tuple[np.ndarray, np.ndarray]:

@@ -319,3 +319,20 @@ def test_a_search_stops_trying_the_copies_that_run_out_of_memory():
         # the first candidate and its three neighbours (16 x 1 pinned, unpinned, ...) are the
         # seeds' rule and the kept neighbourhood; before failures were explained, 10-11 of 25
         assert sixteen[:3] == [0, 1, 3] and len(sixteen) <= 7, (seed, sixteen)
+
+
+def test_no_trial_goes_where_failures_are_explained_while_others_are_left():
+    """Copies of 8 and 16 never run, and the model extrapolates that more copies are
+    faster: once the failures are explained (more than 90 % likely), no more trials go
+    there while configurations that may run are left (before this rule, 11-14 of the
+    last 40 of 60 trials)."""
+    def objective(cfg):
+        if cfg["instances"] >= 8:
+            raise MemoryError("8 copies do not fit")
+        team = cfg["instances"] * cfg["threads"]
+        return 10.0 * cfg["instances"] * min(1.0, 16 / team) ** 2 * (1.05 if cfg["affinity"] == "compact" else 1.0)
+
+    for seed in range(3):
+        calls = _sequence(objective, SPACE16, FLAT16, seed=seed, budget=60)
+        late = [i for i, c in enumerate(calls) if c["instances"] >= 8 and i >= 20]
+        assert len(calls) == 60 and not late, (seed, late)
