@@ -39,8 +39,11 @@ generic optimizer as a hedge: the priors steer, they do not decide.
 5. **The next trial** maximises the expected improvement (of at least 3 %) over the
    best so far, times the chance that it runs, among configurations never tried; one
    that launches the same thing as a configuration already measured
-   (:meth:`Priors.twin`) is predicted to measure as its twin did.  Nothing outside the
-   space is ever proposed, and no configuration twice.
+   (:meth:`Priors.twin`) is predicted to measure as its twin did, and one almost sure
+   to fail (:data:`_HOPELESS`) is not tried while others are left.  The model counts a
+   trial far below the best as less precise (:data:`_FAR`), so that it fits where the
+   choice is made.  Nothing outside the space is ever proposed, and no configuration
+   twice.
 6. **The hedge**: a share of the trials is optuna TPE's proposal (random ones until
    TPE has ten trials to learn from), at a rate that starts at 5 % and grows by 5 % for
    every trial since the best last improved by 1 %, plus up to 30 % as the model
