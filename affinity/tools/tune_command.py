@@ -431,8 +431,8 @@ def _objective(runner: CommandRunner, search: Search, pruning: bool) -> Any:
         m = runner.trial(config, report if pruning and not runner.use_time else None, cutoff)
         if m.pruned is not None:
             raise TrialPruned(m.pruned)
-        if m.value is None:
-            raise RuntimeError(f"{m.error}; output ends: {m.output[-400:]}")
+        if m.value is None:  # MemoryError: the sampler does not retry the same memory footprint next
+            raise (MemoryError if m.out_of_memory else RuntimeError)(f"{m.error}; output ends: {m.output[-400:]}")
         return m.value
 
     return objective

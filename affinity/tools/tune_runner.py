@@ -42,7 +42,7 @@ from ..tuning.config import Config
 from .tune_metric import parse_metric, parse_metrics
 from .tune_report import fmt
 
-__all__ = ["CommandRunner", "Measurement", "remove_stale_folders"]
+__all__ = ["CommandRunner", "Measurement", "ran_out_of_memory", "remove_stale_folders"]
 
 _TAIL = 1500
 _PREFIX = "affinity-tune-"
@@ -73,6 +73,8 @@ class Measurement:
         Each instance's metric (empty with ``--time``).
     pruned : str or None
         Why the run was stopped early (multi-fidelity); ``value`` is then None.
+    out_of_memory : bool
+        The run failed for memory (:func:`ran_out_of_memory`).
     """
 
     value: float | None
@@ -82,6 +84,19 @@ class Measurement:
     error: str | None = None
     per_instance: tuple[float, ...] = ()
     pruned: str | None = None
+    out_of_memory: bool = False
+
+
+#: what a run that failed for memory prints: Python, C++, PyTorch's CPU and CUDA allocators, the kernel
+_MEMORY = re.compile(r"MemoryError|OutOfMemoryError|out of memory|cannot allocate memory|can't allocate memory"
+                     r"|std::bad_alloc", re.IGNORECASE)
+
+
+def ran_out_of_memory(status: int, output: str) -> bool:
+    """Whether a run that exited with ``status`` (-N for signal N; a launcher of several
+    instances gives 128 + N) failed for memory: killed by SIGKILL, as the kernel's (or a
+    container's) out-of-memory killer does, or saying so in its output."""
+    return status != 0 and (status in (-signal.SIGKILL, 128 + signal.SIGKILL) or bool(_MEMORY.search(output)))
 
 
 class CommandRunner:
@@ -256,6 +271,9 @@ class CommandRunner:
         if timed_out:
             return Measurement(None, secs, status, shown, f"stopped after {self.timeout:.0f} s (--timeout)")
         if status != 0:
+            if ran_out_of_memory(status, shown):
+                return Measurement(None, secs, status, shown, f"exit status {status}, out of memory",
+                                   out_of_memory=True)
             return Measurement(None, secs, status, shown, f"exit status {status}")
         if self.use_time:
             return Measurement(secs, secs, status, shown)

@@ -35,7 +35,10 @@ generic optimizer as a hedge: the priors steer, they do not decide.
    the next three proposals stay among its neighbours: first the same layout with
    other pinning or memory policy (the one whose launch differs most, e.g. unbound),
    then the next count or the next copies x threads on the same cores, the best of
-   them by the model.
+   them by the model.  When it failed for memory (the objective raised MemoryError:
+   :data:`MEMORY_ERROR`), only the neighbours that may need less: fewer copies, or
+   fewer threads, or on several NUMA nodes another memory policy; the same copies
+   with other pinning would fail the same way.
 5. **The next trial** maximises the expected improvement (of at least 3 %) over the
    best so far, times the chance that it runs, among configurations never tried; one
    that launches the same thing as a configuration already measured
@@ -106,6 +109,10 @@ _HEDGE_RISK = 0.5  # the hedge proposes nothing more likely to fail than to run
 _HOPELESS = 0.9  # no trial goes where a failure is this likely while anything less likely is left
 _FAIL_PRIOR = 0.25  # trials that ran credited to every parameter value before a failure is blamed on it
 _FAIL_EM = 30  # expectation-maximisation steps of the failure causes
+#: how the error of a trial that failed for memory begins: the objective raised MemoryError (the
+#: trial's error is ``"<exception type>: <message>"``; ``affinity tune -- CMD`` raises it for a
+#: command killed by the out-of-memory killer or saying it ran out of memory)
+MEMORY_ERROR = "MemoryError"
 
 
 def trial_config(t: FrozenTrial, space: Space) -> dict[str, Any] | None:
@@ -204,7 +211,7 @@ class TopologySampler(optuna.samplers.BaseSampler):
             done = [o for o in obs if o[1] is not None]
             best = max(done, key=lambda o: self.sign * o[1])[0] if done else next(iter(seen))
             return self.space.config(best)
-        near = self._neighbourhood(pool, obs)
+        near = self._neighbourhood(pool, obs, self._first_out_of_memory(trials, obs))
         post = self._posterior(obs, bounds)
         if rng.uniform() < self.hedge_rate(obs, post[3] if post else 1.0) and near is None:
             risky = self._fail_chance(pool, obs) > _HEDGE_RISK
@@ -538,10 +545,41 @@ class TopologySampler(optuna.samplers.BaseSampler):
         qp = np.stack([q[j][pool.keys[:, j]] for j in range(len(sizes))], axis=1)
         return 1.0 - np.prod(1.0 - qp, axis=1)
 
-    def _neighbourhood(self, pool: _Pool, obs: Obs) -> np.ndarray | None:
+    def _first_out_of_memory(self, trials: Sequence[FrozenTrial], obs: Obs) -> bool:
+        """Whether the first trial failed for memory (its error is a :data:`MEMORY_ERROR`)."""
+        if not obs or obs[0][1] is not None:
+            return False
+        for t in trials:
+            if t.state == TrialState.FAIL and str(t.user_attrs.get("error", "")).startswith(MEMORY_ERROR):
+                cfg = trial_config(t, self.space)
+                if cfg is not None and self.space.key(cfg) == obs[0][0]:
+                    return True
+        return False
+
+    def _smaller(self, pool: _Pool, first: np.ndarray) -> np.ndarray:
+        """Candidates with a smaller memory footprint than ``first``: fewer copies, or as
+        many with fewer threads each (all of them where the space has neither)."""
+        names = self.space.names
+        value = {n: np.array([float(v) for v in self.space.choices(n)])[pool.keys[:, names.index(n)]]
+                 for n in ("instances", "threads") if n in names}
+        at = {n: float(self.space.choices(n)[int(first[names.index(n)])]) for n in value}
+        if not value:
+            return np.ones(pool.keys.shape[0], dtype=bool)
+        if "instances" not in value:
+            return value["threads"] < at["threads"]
+        fewer = value["instances"] < at["instances"]
+        if "threads" in value:
+            fewer |= (value["instances"] == at["instances"]) & (value["threads"] < at["threads"])
+        return fewer
+
+    def _neighbourhood(self, pool: _Pool, obs: Obs, memory: bool = False) -> np.ndarray | None:
         """Candidates to keep to after a failed first candidate: its neighbours (one
         parameter changed, or copies and threads moved one step each in opposite
-        directions), until :data:`_NEIGHBOURS` of them were tried; None otherwise."""
+        directions), until :data:`_NEIGHBOURS` of them were tried; None otherwise.
+        After a failure for ``memory`` only those that may need less: a smaller footprint
+        (:meth:`_smaller`), or on several NUMA nodes another memory policy (a copy bound to
+        one node's memory runs out where one that spreads may not); another pinning of
+        the same footprint would fail the same way."""
         if not obs or obs[0][1] is not None:
             return None
         first = np.array(obs[0][0], dtype=int)
@@ -558,6 +596,12 @@ class TopologySampler(optuna.samplers.BaseSampler):
             return None
         counts = [j for j, n in enumerate(names) if n in COUNTS]
         same = mask & (diff[:, counts].sum(axis=1) == 0) if counts else mask
+        if memory:
+            policy = np.zeros(pool.keys.shape[0], dtype=bool)
+            if "membind" in names and self.priors.machine.nodes > 1:
+                policy = (diff.sum(axis=1) == 1) & diff[:, names.index("membind")]
+            same &= policy
+            mask &= self._smaller(pool, first) | policy
         if inside == 0 and same.any():  # first the same layout with other pinning or memory policy,
             # the one whose launch differs most (a twin of the failure is the least informative)
             mean, sd = self._scaling()

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from affinity.tools.tune_runner import ran_out_of_memory
+
 TUNE = [sys.executable, "-m", "affinity", "tune"]
 FAKE = Path(__file__).with_name("tune_fake_workload.py")
 
@@ -173,6 +175,24 @@ def test_an_exhausted_space_and_infeasible_trials_are_said(tmp_path, fake_cmd):
     assert "affinity tune: 2 trials of" in r.stdout
     assert "the space has 2 configurations: all tried, before the budget of 20" in r.stdout
     assert "infeasible trials (1):" in r.stdout and "threads=1 env:FAIL=1: RuntimeError: exit status 5" in r.stdout
+
+
+def test_a_run_killed_for_memory_is_said_and_raised_as_memory_error(tmp_path, fake_cmd):
+    """A command killed by SIGKILL (the out-of-memory killer's signal) fails its trial as a
+    MemoryError, which the sampler reads (the next trials need less memory)."""
+    r = tune(["--budget", "2", "--repeats", "1", "--top", "1", "--storage", "none", "--param", "threads=1",
+              "--param", "env:BIG=0,1", "--"] + fake_cmd("--oom-if-env", "BIG"), tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "threads=1 env:BIG=1: MemoryError: exit status -9, out of memory" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("status, output, oom", [
+    (-9, "", True), (137, "--- instance 0 ---\n", True), (1, "Traceback ...\nMemoryError\n", True),
+    (1, "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB", True),
+    (134, "terminate called after throwing an instance of 'std::bad_alloc'", True),
+    (1, "ValueError: bad shape", False), (-15, "", False), (0, "out of memory, but it ran", False)])
+def test_what_counts_as_out_of_memory(status, output, oom):
+    assert ran_out_of_memory(status, output) is oom
 
 
 def _finished(db) -> int:

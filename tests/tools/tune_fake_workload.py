@@ -4,13 +4,15 @@ placement it was given, in a tenth of a second.
 Throughput: 100 per thread of the team (``OMP_NUM_THREADS``) up to the CPUs of its
 mask, halved when the team is larger than the mask; +10 % with ``KMP_BLOCKTIME=0``;
 ``--rate X`` multiplies.  Options make it misbehave: ``--fail`` (exit 3),
-``--fail-placed`` (exit 4 when started by ``affinity run``), ``--fail-if-env VAR`` (exit 5 when VAR=1), ``--no-metric``,
+``--fail-placed`` (exit 4 when started by ``affinity run``), ``--fail-if-env VAR`` (exit 5 when VAR=1),
+``--oom-if-env VAR`` (killed by SIGKILL, as by the out-of-memory killer, when VAR=1), ``--no-metric``,
 ``--sleep S``, ``--json`` (a JSON line), ``--unit U``, ``--steps N`` (N values first, one
 every ``--step-sleep`` seconds).
 """
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -28,6 +30,8 @@ if "--fail" in args:
 if "--fail-if-env" in args and os.environ.get(opt("--fail-if-env")) == "1":
     print("failing as the environment asks", file=sys.stderr)
     sys.exit(5)
+if "--oom-if-env" in args and os.environ.get(opt("--oom-if-env")) == "1":
+    os.kill(os.getpid(), signal.SIGKILL)
 if "--fail-placed" in args and "KMP_AFFINITY" in os.environ:
     print("failing under affinity run", file=sys.stderr)
     sys.exit(4)
