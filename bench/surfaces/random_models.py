@@ -8,8 +8,9 @@ here are drawn from a seed instead, with every constant random, so nobody chose 
   4 sub-NUMA nodes, a 16-core VM, a hybrid client CPU), a workload with a random serial
   share, barrier and wake-up costs, SMT yield (below 1: SMT hurts), a cost of unbound
   threads, a cost of spinning while time-sliced, a memory bandwidth cap, a memory size
-  beyond which copies fail (``None``), and on several NUMA nodes a random cost of remote
-  pages.  Space: instances x threads x affinity x blocktime (x membind).
+  beyond which copies fail (``None``; the surface's ``out_of_memory``, so ``affinity.tune``
+  is told a MemoryError, as a command killed for memory tells ``affinity tune``), and on
+  several NUMA nodes a random cost of remote pages.  Space: instances x threads x affinity x blocktime (x membind).
 * ``naive`` -- a product of independent factors, as the stress models: a bump in OMP
   threads and one in intra-op threads at random places and widths, and a random factor
   for every value of the other parameters, so that only one value of each is best.
@@ -85,9 +86,12 @@ def _machine(rng: np.random.Generator, k: int) -> harness.Surface:
         space["membind"] = ["none", "local"]
     kinds = {None: Core(1.0, smt), "IntelCore": Core(1.0, smt), "IntelAtom": Core(float(rng.uniform(0.3, 0.7)), (1.0,))}
 
+    def fits(cfg: dict[str, Any]) -> bool:
+        return cfg["instances"] * per_copy + 2.0 <= memory
+
     def model(cfg: dict[str, Any]) -> float | None:
         n_copies, n = cfg["instances"], cfg["threads"]
-        if n_copies * per_copy + 2.0 > memory:
+        if not fits(cfg):
             return None
         shares = _shares(topo, n_copies)
         if shares is None:
@@ -109,7 +113,7 @@ def _machine(rng: np.random.Generator, k: int) -> harness.Surface:
 
     return _surface(f"random_machine_{k}", desc, space, model,
                     f"random machine model {k}: {desc}, serial {serial:.3f}, SMT yield {smt[1]:.2f}, "
-                    f"cap {cap:.0f} threads, {per_copy:.1f} GB per copy")
+                    f"cap {cap:.0f} threads, {per_copy:.1f} GB per copy", lambda cfg: not fits(cfg))
 
 
 def _naive(rng: np.random.Generator, k: int) -> harness.Surface:
@@ -136,13 +140,17 @@ def _naive(rng: np.random.Generator, k: int) -> harness.Surface:
                     f"intra {at_intra:g} (width {w_intra:.2f})")
 
 
-def _surface(name: str, desc: str, space: dict[str, list[Any]], model, title: str) -> harness.Surface:
+def _surface(name: str, desc: str, space: dict[str, list[Any]], model, title: str,
+             out_of_memory=lambda cfg: False) -> harness.Surface:
     params = tuple(space)
-    table = {}
+    table, oom = {}, set()
     for values in itertools.product(*(space[n] for n in params)):
-        v = model(dict(zip(params, values)))
+        cfg = dict(zip(params, values))
+        v = model(cfg)
         table[values] = None if v is None else round(v, 6)
-    return harness.Surface(name, title, "drawn at random", desc, params, space, table)
+        if v is None and out_of_memory(cfg):
+            oom.add(values)
+    return harness.Surface(name, title, "drawn at random", desc, params, space, table, out_of_memory=frozenset(oom))
 
 
 def generate(family: str, k: int) -> harness.Surface:
