@@ -30,7 +30,10 @@ generic optimizer as a hedge: the priors steer, they do not decide.
    its twins most, one parameter away half as much, successes nearby cancel it), and
    everywhere a value that explains the failures is (a noisy-OR model of single
    parameter values as causes: when every trial with 16 copies ran out of memory and
-   trials with 8 ran, no more trials go to 16 copies, whatever their other values).
+   trials with 8 ran, no more trials go to 16 copies, whatever their other values).  A
+   failure for memory (:data:`MEMORY_ERROR`) is caused by the counts or the memory
+   policy, and rules out what needs as much memory: as many copies or more, each with as
+   many threads or more (on several NUMA nodes, with the same memory policy).
 4. **A failed first candidate keeps its neighbourhood.**  When the first trial fails,
    the next three proposals stay among its neighbours: first the same layout with
    other pinning or memory policy (the one whose launch differs most, e.g. unbound),
@@ -113,6 +116,7 @@ _FAIL_EM = 30  # expectation-maximisation steps of the failure causes
 #: trial's error is ``"<exception type>: <message>"``; ``affinity tune -- CMD`` raises it for a
 #: command killed by the out-of-memory killer or saying it ran out of memory)
 MEMORY_ERROR = "MemoryError"
+_NEEDS_MORE = 0.95  # the chance to fail of a configuration that needs at least the memory of one that ran out
 
 
 def trial_config(t: FrozenTrial, space: Space) -> dict[str, Any] | None:
@@ -211,13 +215,14 @@ class TopologySampler(optuna.samplers.BaseSampler):
             done = [o for o in obs if o[1] is not None]
             best = max(done, key=lambda o: self.sign * o[1])[0] if done else next(iter(seen))
             return self.space.config(best)
-        near = self._neighbourhood(pool, obs, self._first_out_of_memory(trials, obs))
+        memory = self._out_of_memory(trials)
+        near = self._neighbourhood(pool, obs, bool(obs) and obs[0][1] is None and obs[0][0] in memory)
         post = self._posterior(obs, bounds)
         if rng.uniform() < self.hedge_rate(obs, post[3] if post else 1.0) and near is None:
-            risky = self._fail_chance(pool, obs) > _HEDGE_RISK
+            risky = self._fail_chance(pool, obs, memory) > _HEDGE_RISK
             safe = pool.take(~risky) if not risky.all() else pool
             return self._hedge(safe, seen | {tuple(int(i) for i in k) for k in pool.keys[risky]}, rng, study, trial)
-        acq = self._acquisition(pool, obs, post)
+        acq = self._acquisition(pool, obs, post, memory)
         if near is not None:
             acq = np.where(near, acq, -np.inf)
         acq = acq + rng.uniform(0, 1e-12, size=acq.shape)
@@ -436,15 +441,15 @@ class TopologySampler(optuna.samplers.BaseSampler):
         s0[1 + self._ncomp:start] *= labels ** 2
         return m0, s0
 
-    def _acquisition(self, pool: _Pool, obs: Obs,
-                     post: tuple[np.ndarray, np.ndarray, float, float] | None) -> np.ndarray:
+    def _acquisition(self, pool: _Pool, obs: Obs, post: tuple[np.ndarray, np.ndarray, float, float] | None,
+                     memory: frozenset[tuple[int, ...]] = frozenset()) -> np.ndarray:
         """Expected improvement (beyond :data:`_XI`) of each candidate under the model's
         posterior, times the chance it runs; a twin of a measured configuration is
         predicted to measure as its twin did, within the noise.  A candidate more likely
         to fail than :data:`_HOPELESS` is left out while others remain: the model knows
         nothing of the value of a configuration that never ran, and a large gain it
         extrapolates there would otherwise outweigh a 2 % chance to run, trial after trial."""
-        run = 1.0 - self._fail_chance(pool, obs)
+        run = 1.0 - self._fail_chance(pool, obs, memory)
         cphi = self._design(pool.keys)
         if post is None:  # nothing measured yet: the prior, and the chance to run
             return cphi[:, 1:1 + self._ncomp].sum(axis=1) + np.log(np.maximum(run, 1e-3))
@@ -503,7 +508,7 @@ class TopologySampler(optuna.samplers.BaseSampler):
         sol = np.linalg.solve(kk, np.concatenate([resid[:, None], kp.T], axis=1))
         return kp @ sol[:, 0], np.maximum(amp - np.einsum("ij,ji->i", kp, sol[:, 1:]), 0.0)
 
-    def _fail_chance(self, pool: _Pool, obs: Obs) -> np.ndarray:
+    def _fail_chance(self, pool: _Pool, obs: Obs, memory: frozenset[tuple[int, ...]] = frozenset()) -> np.ndarray:
         """How likely each candidate is to fail: failures near it (one parameter away
         count 1/2, two 1/4, ...) against successes near it (a twin of one counts 1), and a
         pseudo-count.  A twin of a failure is only one parameter away: the launch differs
@@ -523,9 +528,32 @@ class TopologySampler(optuna.samplers.BaseSampler):
             return (0.5 ** d).sum(axis=1)
 
         f, ok = near(failed, False), near(ran, True)
-        return np.maximum(f / (f + ok + 0.5), self._fail_causes(pool, failed, ran))
+        p = np.maximum(f / (f + ok + 0.5), self._fail_causes(pool, failed, ran, memory))
+        return np.maximum(p, _NEEDS_MORE * self._needs_more(pool, memory))
 
-    def _fail_causes(self, pool: _Pool, failed: list[tuple[int, ...]], ran: list[tuple[int, ...]]) -> np.ndarray:
+    def _needs_more(self, pool: _Pool, memory: frozenset[tuple[int, ...]]) -> np.ndarray:
+        """Candidates that need at least the memory of a configuration that ran out of it:
+        as many copies or more, each with as many threads or more (and, on several NUMA nodes,
+        the same memory policy); the memory a run needs grows with both."""
+        out = np.zeros(pool.keys.shape[0], dtype=bool)
+        names = self.space.names
+        counts = [n for n in ("instances", "threads") if n in names]
+        if not memory or not counts:
+            return out
+        value = {n: np.array([float(v) for v in self.space.choices(n)]) for n in counts}
+        policy = names.index("membind") if "membind" in names and self.priors.machine.nodes > 1 else None
+        for k in memory:
+            more = np.ones(pool.keys.shape[0], dtype=bool)
+            for n in counts:
+                j = names.index(n)
+                more &= value[n][pool.keys[:, j]] >= value[n][k[j]]
+            if policy is not None:
+                more &= pool.keys[:, policy] == k[policy]
+            out |= more
+        return out
+
+    def _fail_causes(self, pool: _Pool, failed: list[tuple[int, ...]], ran: list[tuple[int, ...]],
+                     memory: frozenset[tuple[int, ...]] = frozenset()) -> np.ndarray:
         """How likely each candidate is to fail because of one of its parameter values: a
         noisy-OR model (a configuration fails when any of its values causes a failure, value
         ``v`` of parameter ``j`` with probability ``q[j][v]``) fitted to the trials by
@@ -538,23 +566,25 @@ class TopologySampler(optuna.samplers.BaseSampler):
         sizes = [len(c) for _, c in self.space.params]
         seen = [np.bincount(keys[:, j], minlength=m).astype(float) + _FAIL_PRIOR for j, m in enumerate(sizes)]
         q = [np.full(m, 0.1) for m in sizes]
+        # a failure for memory (``memory``) is caused by the counts or the memory policy, not by pinning
+        can = np.array([[k not in memory or n in COUNTS or n == "membind" for n in self.space.names]
+                        for k in failed], dtype=float).reshape(len(failed), len(sizes))
         for _ in range(_FAIL_EM):
-            qf = np.stack([q[j][fk[:, j]] for j in range(len(sizes))], axis=1)  # (failures, parameters)
+            qf = np.stack([q[j][fk[:, j]] for j in range(len(sizes))], axis=1) * can  # (failures, parameters)
             cause = qf / np.maximum(1.0 - np.prod(1.0 - qf, axis=1), 1e-12)[:, None]  # P(value caused it | failed)
             q = [np.bincount(fk[:, j], weights=cause[:, j], minlength=m) / seen[j] for j, m in enumerate(sizes)]
         qp = np.stack([q[j][pool.keys[:, j]] for j in range(len(sizes))], axis=1)
         return 1.0 - np.prod(1.0 - qp, axis=1)
 
-    def _first_out_of_memory(self, trials: Sequence[FrozenTrial], obs: Obs) -> bool:
-        """Whether the first trial failed for memory (its error is a :data:`MEMORY_ERROR`)."""
-        if not obs or obs[0][1] is not None:
-            return False
+    def _out_of_memory(self, trials: Sequence[FrozenTrial]) -> frozenset[tuple[int, ...]]:
+        """The configurations whose trials failed for memory (an error that is a :data:`MEMORY_ERROR`)."""
+        out = set()
         for t in trials:
             if t.state == TrialState.FAIL and str(t.user_attrs.get("error", "")).startswith(MEMORY_ERROR):
                 cfg = trial_config(t, self.space)
-                if cfg is not None and self.space.key(cfg) == obs[0][0]:
-                    return True
-        return False
+                if cfg is not None:
+                    out.add(self.space.key(cfg))
+        return frozenset(out)
 
     def _smaller(self, pool: _Pool, first: np.ndarray) -> np.ndarray:
         """Candidates with a smaller memory footprint than ``first``: fewer copies, or as
