@@ -204,10 +204,15 @@ def knl_phi(cfg: dict) -> float | None:
     return _bump(total, 60.0)  # the MCDRAM's bandwidth
 
 
+def hybrid_client_out_of_memory(cfg: dict) -> bool:
+    """2.8 GB per copy of the model and its buffers, 3 GB for the OS, 32 GB in all."""
+    return 2.8 * cfg["instances"] + 3.0 > 32
+
+
 def hybrid_client(cfg: dict) -> float | None:
     topo = topology_of(HYBRID)
     k, n, bt = cfg["instances"], cfg["threads"], cfg["blocktime"]
-    if 2.8 * k + 3.0 > 32:  # 2.8 GB per copy of the model and its buffers, 3 GB for the OS
+    if hybrid_client_out_of_memory(cfg):
         return None
     shares = _shares(topo, k)
     if shares is None:
@@ -309,10 +314,16 @@ def _erlang_c(c: int, a: float) -> float:
     return last / (s + last)
 
 
+def failing_train_out_of_memory(cfg: dict) -> bool:
+    """9 GB per copy plus 0.5 GB per thread (oneDNN scratch pads), 4 GB for the OS, 96 GB in all:
+    beyond, the out-of-memory killer ends the run."""
+    return cfg["instances"] * (9.0 + 0.5 * cfg["threads"]) > 96 - 4
+
+
 def failing_train(cfg: dict) -> float | None:
     topo = topology_of("package:2 [numa] core:16 pu:2")
     k, n, bt = cfg["instances"], cfg["threads"], cfg["blocktime"]
-    if k * (9.0 + 0.5 * n) > 96 - 4:  # killed by the OOM killer
+    if failing_train_out_of_memory(cfg):
         return None
     shares = _shares(topo, k)
     if shares is None:
@@ -370,7 +381,7 @@ SURFACES: dict[str, dict[str, Any]] = {
     "hybrid_client": {
         "title": "hybrid client CPU (8 P-cores SMT2 + 16 E-cores, 32 GB): teams paced by their slowest member, "
                  "more than 10 copies out of memory",
-        "topology": HYBRID, "model": hybrid_client,
+        "topology": HYBRID, "model": hybrid_client, "out_of_memory": hybrid_client_out_of_memory,
         "space": {"instances": [1, 2, 3, 4, 6, 8, 12, 24], "threads": [1, 2, 4, 8, 12, 16, 24, 32],
                   "affinity": ["none", "compact", "scatter"], "blocktime": [0, 1, 200]}},
     "numa4_membw": {
@@ -389,6 +400,7 @@ SURFACES: dict[str, dict[str, Any]] = {
         "title": "training on 2 x 16 cores (SMT2, 96 GB): copies that run out of memory and trials that time "
                  "out fail (None), next to the best",
         "topology": "package:2 [numa] core:16 pu:2", "model": failing_train,
+        "out_of_memory": failing_train_out_of_memory,
         "space": {"instances": [1, 2, 4, 8, 16], "threads": [1, 2, 4, 8, 16, 32, 64],
                   "affinity": ["none", "compact", "scatter"], "blocktime": [0, 1, 200]}},
     "noisy_numa4": {
@@ -411,15 +423,20 @@ def build(name: str) -> dict[str, Any]:
     ``noise`` > 0 surfaces get theirs drawn by the harness at every evaluation)."""
     s = SURFACES[name]
     names = list(s["space"])
-    rows = []
+    rows, oom = [], []
     model: Callable[[dict], float | None] = s["model"]
     for values in itertools.product(*(s["space"][n] for n in names)):
         cfg = dict(zip(names, values))
         v = model(cfg)
         rows.append([*values, None if v is None else round(v * _noise(cfg, name, 0.01), 4)])
-    return {"name": name, "title": s["title"], "kind": s.get("kind", "hardware model"), "topology": s["topology"],
+        if v is None and "out_of_memory" in s and s["out_of_memory"](cfg):
+            oom.append(list(values))
+    data = {"name": name, "title": s["title"], "kind": s.get("kind", "hardware model"), "topology": s["topology"],
             "direction": s.get("direction", "maximize"), "noise": s.get("noise", 0.0), "params": names,
             "space": s["space"], "fixed": {}, "rows": rows}
+    if oom:  # the failures that are out of memory (the others: a timeout, a layout that cannot run)
+        data["out_of_memory"] = oom
+    return data
 
 
 def main() -> int:

@@ -120,7 +120,8 @@ def load(name: str, pool: bool = True) -> Surface:
     table = {tuple(r[:-1]): (None if r[-1] is None else float(r[-1])) for r in d["rows"]}
     truth = launch_classes(d) if pool and d.get("kind") == "recording" and "runs" in d else None
     return Surface(d["name"], d["title"], d["kind"], d["topology"], tuple(d["params"]), d["space"], table,
-                   d.get("direction", "maximize"), float(d.get("noise", 0.0)), truth)
+                   d.get("direction", "maximize"), float(d.get("noise", 0.0)), truth,
+                   frozenset(tuple(r) for r in d.get("out_of_memory", ())))
 
 
 def classes(d: dict[str, Any]) -> dict[tuple[Any, ...], list[tuple[Any, ...]]]:
