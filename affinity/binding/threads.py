@@ -95,6 +95,8 @@ def _verify(requested: frozenset[int], got: frozenset[int], call: str, tid: int,
 PID_MAX_LIMIT = 1 << 22
 #: ``pidfd_open`` flag for a thread's pidfd (Linux 6.9; ``O_EXCL``'s value)
 PIDFD_THREAD = os.O_EXCL
+#: at most this many more listings of ``/proc/PID/task`` while each finds a TID the others missed
+_RELIST = 100
 
 
 def _tid_value(tid: object, what: str) -> int:
@@ -347,8 +349,21 @@ def list_threads() -> list[ThreadInfo]:
 
 def task_ids(pid: int | None = None) -> list[int]:
     """The TIDs of process ``pid`` (default: this one), in increasing order, from
-    ``/proc/PID/task``.  Raises ``FileNotFoundError`` for a process that does not exist."""
-    return sorted(int(t) for t in os.listdir(f"/proc/{'self' if pid is None else pid}/task"))
+    ``/proc/PID/task``.  Raises ``FileNotFoundError`` for a process that does not exist.
+
+    The directory is listed again until a listing shows no TID the others missed: while
+    a thread exits, Linux's listing of ``/proc/PID/task`` can skip the *next* thread, a
+    live one (seen here: the snapshot of :func:`affinity.apply` missed a thread next to
+    one exiting, which its restore then treated as born inside the block).  A TID of a
+    thread that exited between the listings may be among them, as with one listing."""
+    where = f"/proc/{'self' if pid is None else pid}/task"
+    seen = set(os.listdir(where))
+    for _ in range(_RELIST):
+        again = set(os.listdir(where))
+        if again <= seen:
+            break
+        seen |= again
+    return sorted(int(t) for t in seen)
 
 
 def task_names(pid: int | None = None) -> dict[int, str]:

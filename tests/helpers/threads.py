@@ -15,7 +15,10 @@ def all_masks() -> dict[int, frozenset[int]]:
     """TID -> CPU mask of every thread of this process (threads that exit
     while we read are left out)."""
     out = {}
-    for t in os.listdir("/proc/self/task"):
+    seen = set(os.listdir("/proc/self/task"))  # listed again until none is new: while a thread
+    while not (again := set(os.listdir("/proc/self/task"))) <= seen:  # exits, one listing can
+        seen |= again  # skip the next thread, a live one
+    for t in seen:
         try:
             out[int(t)] = frozenset(os.sched_getaffinity(int(t)))
         except OSError:
