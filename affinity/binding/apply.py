@@ -34,7 +34,7 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ..cpulist import format_list
@@ -87,6 +87,17 @@ class _Snapshot:
     env: dict[str, str | None] = field(default_factory=dict)
     omp_threads: dict[str, int] = field(default_factory=dict)
     omp_known: frozenset[str] = frozenset()  #: OpenMP runtimes loaded at apply()
+    #: when each thread of ``masks`` started (:func:`~.threads.task_starts`): a TID
+    #: the kernel gave to a new thread since is not the thread whose mask was saved
+    starts: dict[int, int] = field(default_factory=dict)
+
+    def mask(self, tid: int, start: int | None, default: frozenset[int] | None = None) -> frozenset[int]:
+        """The mask to put back on thread ``tid`` that started at ``start``: its own
+        at apply(), or for a thread born since (a reused TID included) ``default``
+        (the process's mask at apply())."""
+        if tid in self.masks and self.starts.get(tid) == start:
+            return self.masks[tid]
+        return self.process_mask if default is None else default
 
 
 @record(frozen=False)
@@ -124,7 +135,7 @@ class Binding:
     _snapshot: _Snapshot | None = field(default=None, init=False, repr=False, compare=False)
     _blas: Any = field(default=None, init=False, repr=False, compare=False)
     _hooks: list[Any] = field(default_factory=list, init=False, repr=False, compare=False)
-    _seen: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
+    _seen: dict[int, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # ------------------------------------------------------------ derived
     @property
@@ -155,11 +166,13 @@ class Binding:
         TF1 sessions, ...); return their TIDs."""
         if not self.active:
             raise RuntimeError("this binding was restored; apply a new one")
-        names = _threads.task_names()
-        new = {t: n for t, n in names.items() if t not in self._seen}
+        stats = _threads.task_stats()
+        names = {t: n for t, (n, _) in stats.items()}
+        # not seen, or seen under another start: a TID the kernel gave to a new thread
+        new = {t: n for t, (n, start) in stats.items() if self._seen.get(t) != start}
         if not new:
             return []
-        self._seen.update(new)
+        self._seen.update((t, stats[t][1]) for t in new)
         pyth = {t.native_id for t in threading.enumerate() if t.native_id}
         masks: dict[int, frozenset[int]] = {}
         slots = self.slots
@@ -265,6 +278,11 @@ class Binding:
         if masks:
             _threads.set_threads_affinity(masks)
 
+    def _see(self, tids: Iterable[int]) -> None:
+        """Record threads this binding pinned, by TID and start (:meth:`refresh`
+        pins a thread it has not seen, a new one under a reused TID included)."""
+        self._seen.update(_threads.task_starts(tids=list(tids)))
+
     def __repr__(self) -> str:
         roles: dict[str, int] = {}
         for p in self.pins.values():
@@ -292,14 +310,18 @@ def _restore_masks(snap: _Snapshot, rounds: int = 100) -> list[str]:
     done: set[int] = set()
     errors: list[str] = []
     for _ in range(rounds):
-        todo = {t: snap.masks.get(t, snap.process_mask) for t in _threads.task_ids() if t not in done}
-        if not todo:
+        fresh = [t for t in _threads.task_ids() if t not in done]
+        if not fresh:
             break
+        # (a thread the snapshot has no mask of needs no start: it gets the process's)
+        todo = {t: snap.process_mask for t in fresh if t not in snap.masks}
+        saved = _threads.task_starts(tids=[t for t in fresh if t in snap.masks])
+        todo.update((t, snap.mask(t, start)) for t, start in saved.items())
         try:
             _threads.set_threads_affinity(todo)
         except BindError as e:  # keep going: restore what can be restored
             errors.append(str(e))
-        done.update(todo)
+        done.update(fresh)
     return errors
 
 
@@ -475,12 +497,13 @@ def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow
         p = make_plan(spec, threads=threads, topology=topo.with_allowed(_cgroup_cpus(topo, process_mask)),
                       strict=strict, initial_mask=process_mask, runtime=runtime)
     want_mem = membind_spec(membind, topo, p.union)
-    snap = _Snapshot(_threads.get_process_affinity(), process_mask,
-                     numa.get_membind() if want_mem is not None else None,
-                     omp_known=frozenset(rt.path for rt in _omp.loaded_runtimes()))
+    masks = _threads.get_process_affinity()
+    snap = _Snapshot(masks, process_mask, numa.get_membind() if want_mem is not None else None,
+                     omp_known=frozenset(rt.path for rt in _omp.loaded_runtimes()),
+                     starts=_threads.task_starts(tids=masks))
     b = Binding(plan=p, inter=inter)
     b._snapshot = snap
-    b._seen = set(snap.masks)
+    b._seen = dict(snap.starts)  # (a thread gone before its start was read is left out)
     b.notes.extend(f"planner: {w}" for w in p.warnings)  # the runtime's own warnings
     b.notes.extend(env_warnings + rank_said)
     b.notes.extend(precedence.oversubscription(p.threads, p.union, "threads" if asked is not None
@@ -600,7 +623,7 @@ def _pin_tensorflow(b: Binding, state: Any) -> None:
     for tid in state.other:
         masks[tid] = b.union
         b.pins[tid] = Pin(tid, "tf-other", b.union)
-    b._seen.update(state.intra + state.inter + state.other)
+    b._see(state.intra + state.inter + state.other)
     b._pin(masks)
     hook = _tf.SessionHook(b.refresh)
     hook.install()
@@ -649,7 +672,7 @@ def _pin_openmp(b: Binding, runtimes: list[Any] | None = None) -> None:
         members = rt.pin_team(team)
         for i, (tid, got) in enumerate(members):
             b.pins[tid] = Pin(tid, "main" if tid == os.getpid() else "openmp", got, i)
-            b._seen.add(tid)
+        b._see(t for t, _ in members)
         if not again:
             b.openmp.append(rt)
     if not again and b.openmp and any(p_.role == "main" and len(p_.cpus) < len(b.union) for p_ in b.pins.values()):
@@ -663,7 +686,7 @@ def _limit_blas(b: Binding) -> None:
     b._blas = done.limiter
     for tid, (i, cpus) in done.pinned.items():
         b.pins[tid] = Pin(tid, "blas", cpus, i)
-        b._seen.add(tid)
+    b._see(done.pinned)
     b.notes.extend(done.notes)
 
 

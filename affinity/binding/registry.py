@@ -140,7 +140,8 @@ def release(binding: Any) -> tuple[Any, bool]:
         own_masks = not above
         if above:  # every binding restores every thread: the next newer one inherits ours
             up_snap = above[0]._snapshot
-            up_snap.masks = {t: snap.masks.get(t, default) for t in up_snap.masks}
+            # (by TID and start: a TID the kernel reused in between is another thread)
+            up_snap.masks = {t: snap.mask(t, up_snap.starts.get(t), default) for t in up_snap.masks}
             _default_mask[id(above[0])] = default
         return replace(snap, env=env, omp_threads=omp, mempolicy=mempolicy,
                        process_mask=default), own_masks

@@ -355,7 +355,7 @@ class TorchAdapter:
         for j, tid in enumerate(self.inter):
             masks[tid] = b._inter_set(j)
             b.pins[tid] = self.pin_cls(tid, "torch-inter", masks[tid], j)
-        b._seen.update(masks)
+        b._see(masks)
         b._pin(masks)
         if main in masks and self.main_note:
             b.pins[main] = self.pin_cls(main, "torch-intra", b.union, 0, self.main_note)

@@ -3,10 +3,13 @@
 Randomized, nested ``pinned()`` / ``apply()`` blocks -- random specs, thread counts,
 memory policies, environments, ranks -- with an OpenMP runtime loaded and its teams
 running, Python threads and plain pthreads starting and exiting inside them (some
-started by other threads while blocks are entered and left), exceptions thrown from
-inside.  After every block, and at the end, what the block found must be back:
+started by other threads while blocks are entered and left, some parked threads
+pinned to a CPU of their own, and new threads given the TIDs of ended ones),
+exceptions thrown from inside.  After every block, and at the end, what the block found must be back:
 
-* every thread that existed before has its mask; a thread born inside that is
+* every thread that existed before has its mask (a thread is its TID and its start
+  time: the spawners wrap the kernel's TID counter, and a thread born inside may hold
+  the TID of one that exited); a thread born inside that is
   still alive has the process's original mask (the main thread's when the block
   was entered), as :meth:`Binding.restore` promises -- also one born while the
   block was being restored -- unless it is now a member of the OpenMP team that
@@ -207,6 +210,22 @@ def _tids() -> set[str]:
     return seen
 
 
+NEXT_PID = "/proc/sys/kernel/ns_last_pid"
+
+
+def _start(tid: int) -> int | None:
+    """When thread ``tid`` started (clock ticks since boot, field 22 of its stat), None
+    if it is gone.  A TID is a thread only while it lives: the spawners start thousands
+    of pthreads, the kernel's counter wraps (``pid_max``) and a thread born inside a
+    block can get the TID of one that was there before it and exited."""
+    try:
+        with open(f"/proc/self/task/{tid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    return int(raw[raw.rindex(b")") + 2:].split()[19])
+
+
 def _c_environ() -> list[bytes]:
     """The C library's environment (what getenv and exec see), entry by entry."""
     env = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
@@ -231,6 +250,7 @@ class Churn:
         self.blas = "auto" if blas == "auto" else False
         (self.runtime,) = openmp.loaded_runtimes()
         self.blocks = 0
+        self.cpus = sorted(os.sched_getaffinity(0))  # the process's, before any block
         self.counts: collections.Counter = collections.Counter()
         self.failures: list[str] = []
         self.parked: list[tuple[threading.Event, threading.Thread]] = []
@@ -241,13 +261,17 @@ class Churn:
 
     # -------------------------------------------------------------- state
     def state(self) -> dict:
-        masks = {}
-        for t in _tids():
+        masks, starts = {}, {}
+        tick = int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))  # as a start reads
+        for t in map(int, _tids()):
             try:
-                masks[int(t)] = frozenset(os.sched_getaffinity(int(t)))
+                mask = frozenset(os.sched_getaffinity(t))
             except OSError:
-                pass  # exited meanwhile
-        return {"masks": masks, "main": masks[os.getpid()], "mempolicy": str(self.numa.get_membind()),
+                continue  # exited meanwhile
+            if (start := _start(t)) is not None:  # (None: exited meanwhile)
+                masks[t], starts[t] = mask, start
+        return {"masks": masks, "starts": starts, "tick": tick, "main": masks[os.getpid()],
+                "mempolicy": str(self.numa.get_membind()),
                 "environ": dict(os.environb), "c_environ": _c_environ(),
                 "omp_max": self.runtime.max_threads()}
 
@@ -255,17 +279,23 @@ class Churn:
         # a spawner running on after the block starts threads with its own mask: one born
         # after the restore cannot be told from one born inside by its mask alone
         spawned = {after["masks"].get(t.native_id) for _, t in self.spawners}
+        parked = {t.native_id for _, t in self.parked}  # started by the main thread inside blocks: no excuse
         # a thread born inside that is now a member of the OpenMP team of the nearest
         # enclosing binding that pinned one belongs on that binding's slot (a restore
         # may have to regrow that team: libgomp ends the threads a smaller team leaves)
         enclosing = next((b.pins for b in reversed(self.active_bindings()) if b.openmp), {})
         bad = []
         for tid, mask in sorted(after["masks"].items()):
-            want = before["masks"].get(tid, before["main"])
+            # the same thread: the same TID and start (a TID reused since is one born inside)
+            pre = tid in before["masks"] and before["starts"][tid] == after["starts"][tid]
+            if tid in before["masks"] and not pre:
+                self.counts["tids reused"] += 1
+            want = before["masks"][tid] if pre else before["main"]
             if tid in enclosing and enclosing[tid].role == "openmp":
                 want = enclosing[tid].cpus  # re-pinned with the enclosing team (see above)
-            if mask != want and (tid in before["masks"] or mask not in spawned):
-                born = "born inside" if tid not in before["masks"] else "pre-existing"
+            if mask != want and (pre or tid in parked or mask not in spawned):
+                born = "pre-existing" if pre else "born inside" + (", a reused TID" if tid in before["masks"] else "")
+                born += f", started {after['starts'][tid] - after['tick']:+d} ticks from the check"
                 bad.append(f"tid {tid} ({born}) has {sorted(mask)}, want {sorted(want)}")
         for key in ("mempolicy", "omp_max"):
             if after[key] != before[key]:
@@ -320,8 +350,40 @@ class Churn:
         ev = threading.Event()
         t = threading.Thread(target=ev.wait, daemon=True)
         t.start()
+        if self.rng.random() < 0.5:  # a thread its owner pinned itself: a mask of its own
+            os.sched_setaffinity(t.native_id, {self.rng.choice(self.cpus)})
         self.parked.append((ev, t))
         self.counts["threads started"] += 1
+
+    def reuse(self) -> None:
+        """End a parked thread and start one with its TID: the kernel's next number set
+        just below it (``/proc/sys/kernel/ns_last_pid``, root), as a wrap of its counter
+        does by chance (the spawners wrap it every few runs).  Elsewhere: nothing."""
+        if not self.parked:
+            return
+        ev, old = self.parked.pop(self.rng.randrange(len(self.parked)))
+        ev.set()
+        old.join()
+        deadline = time.monotonic() + 5
+        while os.path.exists(f"/proc/self/task/{old.native_id}") and time.monotonic() < deadline:
+            time.sleep(0.0005)  # joined in Python, the kernel task may take a moment to go
+        time.sleep(0.02)  # a start is in ticks: a natural reuse is a whole wrap later, never the same tick
+        try:
+            with open(NEXT_PID) as fh:
+                last = int(fh.read())
+            for _ in range(50):
+                with open(NEXT_PID, "w") as fh:
+                    fh.write(str(old.native_id - 1))
+                self.park()
+                if self.parked[-1][1].native_id == old.native_id:
+                    self.counts["tids forced"] += 1
+                    break
+            # the counter back where it was: otherwise it would sweep on from here and hand
+            # out at once the TIDs of threads just ended, a reuse far denser than a wrap's
+            with open(NEXT_PID, "w") as fh:
+                fh.write(str(last))
+        except OSError:
+            return
 
     def spawner(self) -> None:
         """A thread that keeps starting pthreads while blocks are entered and left."""
@@ -351,9 +413,9 @@ class Churn:
         n = self.blocks
         for _ in range(self.rng.randrange(6)):
             what = self.rng.choices(
-                ["region", "thread", "thread+region", "pthread", "park", "spawner", "release",
+                ["region", "thread", "thread+region", "pthread", "park", "reuse", "spawner", "release",
                  "refresh", "report", "nest", "boom"],
-                [4, 3, 1, 3, 1, 2, 2, 1, 1, 5 if depth < 4 else 0, 1])[0]
+                [4, 3, 1, 3, 1, 1, 2, 2, 1, 1, 5 if depth < 4 else 0, 1])[0]
             if what == "region":
                 self.region(b)
             elif what == "thread":
@@ -365,6 +427,8 @@ class Churn:
                 self.counts["threads started"] += 1
             elif what == "park":
                 self.park()
+            elif what == "reuse":
+                self.reuse()
             elif what == "spawner":
                 self.spawner()
             elif what == "release":
