@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 import affinity
-from affinity.binding import numa, registry
+from affinity.binding import numa, registry, threads
 from helpers.threads import Parked, all_masks
 
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a process mask of at least 2 CPUs")
@@ -88,14 +88,18 @@ def nothing_left_held():
 
 
 def state():
-    return dict(os.environ), all_masks(), numa.get_membind(), len(registry.active())
+    masks = all_masks()
+    starts = threads.task_starts(tids=masks)
+    return dict(os.environ), {(t, starts.get(t)): m for t, m in masks.items()}, numa.get_membind(), \
+        len(registry.active())
 
 
 def unchanged(base) -> bool:
     """Whether everything is as in ``base``: the environment, the memory policy, the active
-    bindings, and the mask of every thread of ``base`` still alive.  A thread born since is
-    not compared: it is no binding's to put back (in one CI run three such threads, of no
-    binding's making, appeared during this test with the mask {1} and failed it)."""
+    bindings, and the mask of every thread of ``base`` still alive (a thread is its TID and
+    start time: a TID the kernel gave to a newer thread is another thread).  A thread born
+    since is not compared: it is no binding's to put back (in one CI run three such threads,
+    of no binding's making, appeared during this test with the mask {1} and failed it)."""
     env, masks, mem, active = state()
     return (env, mem, active) == (base[0], base[2], base[3]) and \
         all(masks[t] == m for t, m in base[1].items() if t in masks)
@@ -170,9 +174,9 @@ def test_ctrl_c_at_every_step_of_restore():
                     b.restore()  # untouched: restoring again completes (pinned's __exit__ does so)
                 assert not b.active and registry.active() == [], k
                 assert frozenset(os.sched_getaffinity(late.tid)) == frozenset(CPUS), k
-            env, masks, mem, nact = state()
+            env, _, mem, nact = state()
             assert (env, mem, nact) == (base[0], base[2], base[3]), k
-            assert masks[early.tid] == masks_before[early.tid], k
+            assert all_masks()[early.tid] == masks_before[early.tid], k
             k += 1
 
 
