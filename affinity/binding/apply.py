@@ -163,7 +163,8 @@ class Binding:
     # ----------------------------------------------------------- refresh
     def refresh(self) -> list[int]:
         """Pin threads that appeared since the last look (tf.data, Keras ``fit``,
-        TF1 sessions, ...); return their TIDs."""
+        TF1 sessions, ...); return their TIDs.  A thread is its TID and its start time:
+        one that holds the TID of a thread that ended is new."""
         if not self.active:
             raise RuntimeError("this binding was restored; apply a new one")
         stats = _threads.task_stats()
