@@ -55,6 +55,7 @@ from . import openmp as _omp
 from . import tf as _tf
 from . import threads as _threads
 from . import torch as _torch
+from .importwatch import ImportWatch
 from .runtimes import census, meaning_notes
 from .which import resolve_runtime
 from .bindmap import BindMap, report
@@ -562,7 +563,7 @@ def _apply_steps(b: Binding, tensorflow: Any, openmp: Any, blas: Any, want_mem: 
     if tensorflow is True or (tensorflow == "auto" and _tf.imported()):
         _attach_tensorflow(b, start=tensorflow is True)
     elif tensorflow == "auto":
-        b._hooks.append(_tf.ImportWatch(lambda: _tensorflow_imported(b)))
+        b._hooks.append(ImportWatch("tensorflow", lambda _, ok: ok and _tensorflow_imported(b)))
     # 3b. PyTorch: likewise (its libgomp team, its inter-op pool, DataLoader workers)
     _torch.attach(b, torch[0], torch[1], Pin)
     # 4. OpenMP runtimes already loaded: size and pin from inside a region

@@ -20,10 +20,7 @@ This module finds those threads by diffing ``/proc/self/task`` around start-up
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import importlib.abc
-import importlib.util
 import os
 import sys
 import threading
@@ -33,7 +30,7 @@ from typing import Any
 from ..record import record
 from .threads import task_names
 
-__all__ = ["ImportWatch", "SessionHook", "TFState", "classify_new_threads", "config_proto",
+__all__ = ["SessionHook", "TFState", "classify_new_threads", "config_proto",
            "find_running_pools", "is_running", "on_runtime_start", "set_pool_sizes", "start_runtime"]
 
 INTER_NAME = "tf_Compute"
@@ -282,43 +279,3 @@ def on_runtime_start(callback: Any) -> _Patch:
     return _Patch(context.Context, "ensure_initialized", make)
 
 
-class ImportWatch(importlib.abc.MetaPathFinder):
-    """Calls ``callback()`` right after ``import tensorflow`` has completed, the
-    first time it happens while the watch is installed (a finder at the front of
-    ``sys.meta_path`` that wraps the loader of ``tensorflow``; every other import
-    passes through untouched).  :meth:`remove` uninstalls it."""
-
-    def __init__(self, callback: Any):
-        self.callback = callback
-        self._busy = False
-        sys.meta_path.insert(0, self)
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != "tensorflow" or self._busy:
-            return None
-        self._busy = True
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            self._busy = False
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return None
-        orig = spec.loader
-        watch = self
-
-        class Loader(importlib.abc.Loader):
-            def create_module(self, spec_: Any) -> Any:
-                return orig.create_module(spec_)
-
-            def exec_module(self, module: Any) -> None:
-                orig.exec_module(module)
-                module.__loader__ = spec.loader = orig  # the module keeps its own loader
-                watch.remove()
-                watch.callback()
-
-        spec.loader = Loader()
-        return spec
-
-    def remove(self) -> None:
-        with contextlib.suppress(ValueError):
-            sys.meta_path.remove(self)

@@ -32,8 +32,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import importlib.abc
-import importlib.util
 import os
 import sys
 import threading
@@ -48,6 +46,7 @@ from ..planning.workers import WorkerLayout, worker_layout
 from ..record import field, record
 from . import registry
 from . import threads as _threads
+from .importwatch import ImportWatch
 from .openmp import OpenMPRuntime
 from .runtimes import GNU_PLACEMENT, family_of, meaning_notes
 
@@ -207,48 +206,6 @@ def size_interop(n: int) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------- the import watch
-class ImportWatch(importlib.abc.MetaPathFinder):
-    """Runs ``before()`` just before ``import torch`` executes and ``after()`` right
-    after it completed (or ``failed()`` when it raised), the first time it happens
-    while the watch is installed; every other import passes through untouched."""
-
-    def __init__(self, before: Callable[[], Any], after: Callable[[Any], None]):
-        self.before, self.after = before, after
-        self._busy = False
-        sys.meta_path.insert(0, self)
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != "torch" or self._busy:
-            return None
-        self._busy = True
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            self._busy = False
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return None
-        orig, watch = spec.loader, self
-
-        class Loader(importlib.abc.Loader):
-            def create_module(self, spec_: Any) -> Any:
-                return orig.create_module(spec_)
-
-            def exec_module(self, module: Any) -> None:
-                watch.remove()
-                token = watch.before()
-                try:
-                    orig.exec_module(module)
-                finally:
-                    module.__loader__ = spec.loader = orig  # the module keeps its own loader
-                    watch.after(token)
-
-        spec.loader = Loader()
-        return spec
-
-    def remove(self) -> None:
-        with contextlib.suppress(ValueError):
-            sys.meta_path.remove(self)
 
 
 # ---------------------------------------------------------------- the adapter
@@ -300,12 +257,12 @@ class TorchAdapter:
             del os.environ[k]
         return hidden
 
-    def imported_now(self, hidden: dict[str, str]) -> None:
+    def imported_now(self, hidden: dict[str, str], ok: bool = True) -> None:
         """After ``import torch`` (inside the binding): put the variables back, then
-        size and pin."""
+        size and pin (``ok``: the import did not raise)."""
         os.environ.update(hidden)
         self.prevented = tuple(sorted(hidden))
-        if not self.binding.active or not imported() or not hasattr(sys.modules["torch"], "set_num_threads"):
+        if not (ok and self.binding.active and imported() and hasattr(sys.modules["torch"], "set_num_threads")):
             return
         try:
             for n in self.attach_now() + meaning_notes(self.binding.plan):
@@ -397,7 +354,7 @@ def attach(b: Any, mode: Any, workers: int | None, pin_cls: Any) -> TorchAdapter
     if mode is True or imported():
         b.notes.extend(ad.attach_now())
     else:
-        ad._watch = ImportWatch(ad.hide_load_pin_variables, ad.imported_now)
+        ad._watch = ImportWatch("torch", ad.imported_now, before=ad.hide_load_pin_variables)
     return ad
 
 
