@@ -210,6 +210,15 @@ class Binding:
         assert self._snapshot is not None
         snap, own_masks = registry.release(self)  # what is ours to put back; the rest is a newer binding's
         errors: list[str] = []
+        # in the reverse order of apply(): the BLAS limiter recorded the counts after the
+        # adapters had set them, and the adapters (torch.set_num_threads) put back the user's
+        if self._blas is not None:
+            with contextlib.suppress(Exception):
+                self._blas.restore_original_limits()
+        for rt in self.openmp:
+            if rt.path in snap.omp_threads:
+                with contextlib.suppress(Exception):
+                    rt.set_num_threads(snap.omp_threads[rt.path])
         for hook in reversed(self._hooks):
             hook.remove()
         self._hooks.clear()
@@ -218,13 +227,6 @@ class Binding:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        if self._blas is not None:
-            with contextlib.suppress(Exception):
-                self._blas.restore_original_limits()
-        for rt in self.openmp:
-            if rt.path in snap.omp_threads:
-                with contextlib.suppress(Exception):
-                    rt.set_num_threads(snap.omp_threads[rt.path])
         if own_masks:
             errors.extend(_restore_masks(snap))
         if snap.mempolicy is not None:

@@ -266,3 +266,21 @@ def test_the_readme_card_line_for_a_pytorch_user():
         assert any(f"thread {i} [torch-intra python] bound to OS proc set {{{format_list(s)}}}" in line
                    for line in intra), (i, rows)
     assert "MISMATCH" not in r.stdout and "bundled by torch" in r.stdout
+
+
+@pytest.mark.parametrize("blas", ["auto", "off"])
+def test_the_users_thread_count_comes_back(blas):
+    """pytorch.md, "Restored": ``torch.set_num_threads`` as the user left it.  The BLAS
+    limiter records libgomp's count after the adapter has set the plan's, so the
+    restore must undo it first (it used to put the plan's count back last: 2, not 1)."""
+    script = """
+import sys, json
+import torch
+import affinity
+torch.set_num_threads(1)
+with affinity.pinned("granularity=fine,scatter", threads=2, blas=(sys.argv[1] == "auto")):
+    inside = torch.get_num_threads()
+    torch.ones(64, 64) @ torch.ones(64, 64)
+print(json.dumps({"inside": inside, "after": torch.get_num_threads()}))
+"""
+    assert run_scenario(blas, script=script) == {"inside": 2, "after": 1}
