@@ -33,11 +33,16 @@
  * sched_setaffinity is always reported on stderr; the thread then runs with the
  * mask it inherited.
  *
+ * A process forked without exec (a multiprocessing or DataLoader worker under
+ * the "fork" start method) is such a process too: a pthread_atfork handler gives
+ * it every CPU of the plan and stops pinning in it, or with AFFINITY_PIN_CHILDREN=1
+ * pins it from slot 0 again, as an exec'd child would be.
+ *
  * Safety: the creation counter is a lock-free atomic; the only allocation is a
  * 3-word record per pthread_create (freed by the new thread, or at once if the
- * creation fails); no lock is ever held, so fork() at any moment is harmless and
- * a forked child keeps counting where its parent was.  Reports are formatted in
- * a stack buffer and written with one write(2).
+ * creation fails); no lock is ever held, so fork() at any moment is harmless; the
+ * fork handler makes one system call on a set computed at load.  Reports are
+ * formatted in a stack buffer and written with one write(2).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -63,6 +68,8 @@ static size_t setsize;
 static unsigned char *skip;    /* skip[i] != 0: the i-th created thread is skipped */
 static unsigned nskip;
 static int pin_main = 1;
+static int pin_children;       /* AFFINITY_PIN_CHILDREN=1 */
+static cpu_set_t *plan_cpus;   /* every CPU of the slots: a started process's mask */
 static int verbose;
 static unsigned created;       /* pthread_create calls so far (atomic) */
 static unsigned pinned;        /* created threads that took a slot (atomic) */
@@ -256,6 +263,18 @@ static int owned_here(void)
     return 1;
 }
 
+/* The union of the slots (NULL if it cannot be allocated). */
+static cpu_set_t *slots_union(void)
+{
+    cpu_set_t *all = CPU_ALLOC((int)(setsize * 8));
+    if (all) {
+        CPU_ZERO_S(setsize, all);
+        for (int i = 0; i < nslots; i++)
+            CPU_OR_S(setsize, all, all, slots[i]);
+    }
+    return all;
+}
+
 /* A process the command started inherits the one-slot mask of the thread that
  * started it: give it every CPU of the plan instead, and pin nothing in it. */
 static void release_child(const char *text)
@@ -264,15 +283,30 @@ static void release_child(const char *text)
         free_config();
         return;
     }
-    cpu_set_t *all = CPU_ALLOC((int)(setsize * 8));
+    cpu_set_t *all = slots_union();
     if (all) {
-        CPU_ZERO_S(setsize, all);
-        for (int i = 0; i < nslots; i++)
-            CPU_OR_S(setsize, all, all, slots[i]);
         sched_setaffinity(0, setsize, all); /* best effort: the inherited mask stays otherwise */
         CPU_FREE(all);
     }
     free_config();
+}
+
+/* pthread_atfork's child handler: the forked process is one the command started
+ * (it runs the forking thread alone, on that thread's slot). */
+static void forked_child(void)
+{
+    if (nslots == 0)
+        return;
+    if (pin_children) { /* from slot 0 again, as a process that execs this library is */
+        __atomic_store_n(&created, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&pinned, 0, __ATOMIC_RELAXED);
+        if (pin_main)
+            pin_self(0, 0);
+        return;
+    }
+    if (plan_cpus)
+        sched_setaffinity(0, setsize, plan_cpus); /* best effort, as release_child */
+    nslots = 0; /* pin nothing here (the slots stay allocated: no free() after fork) */
 }
 
 static void init(void)
@@ -298,7 +332,12 @@ static void init(void)
     if (v && *v && parse_skip(v) < 0) {
         report_bad_config("AFFINITY_PIN_SKIP", v);
         free_config();
+        return;
     }
+    v = getenv("AFFINITY_PIN_CHILDREN");
+    pin_children = v && strcmp(v, "1") == 0;
+    plan_cpus = slots_union();
+    pthread_atfork(NULL, NULL, forked_child);
 }
 
 __attribute__((constructor)) static void pin_main_thread(void)

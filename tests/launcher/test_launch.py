@@ -513,21 +513,24 @@ def test_shell_dry_run_reproduces_the_launch(probe):
     assert format_list(direct["cpus"]) == str(CPUS[-1])
 
 
-POOL = ("import multiprocessing as mp, os, json\n"
+POOL = ("import multiprocessing as mp, os, json, sys\n"
         "def mask(_): return sorted(os.sched_getaffinity(0))\n"
         "if __name__ == '__main__':\n"
-        "    with mp.get_context('spawn').Pool(2) as p: print(json.dumps(p.map(mask, range(2))))\n")
+        "    with mp.get_context(sys.argv[1]).Pool(2) as p: print(json.dumps(p.map(mask, range(2))))\n")
 
 
 @TWO
+@pytest.mark.parametrize("method", ["spawn", "fork"])
 @pytest.mark.parametrize("children", [False, True])
-def test_pin_threads_and_a_multiprocessing_pool(tmp_path, children):
+def test_pin_threads_and_a_multiprocessing_pool(tmp_path, children, method):
     """Spawned pool workers used to pin themselves to the first slot, every one;
-    by default they now run on the plan's CPUs, and --pin-children asks for the old way."""
+    by default they now run on the plan's CPUs, and --pin-children asks for the old way.
+    Forked ones (no exec: the library's constructor does not run again; PyTorch's
+    DataLoader forks by default) used to stay on the forking thread's slot."""
     script = tmp_path / "pool.py"
     script.write_text(POOL)
     args = ["-t", "2", "--pin-threads"] + (["--pin-children"] if children else [])
-    r = affinity_run(*args, "--", sys.executable, str(script))
+    r = affinity_run(*args, "--", sys.executable, str(script), method)
     assert r.returncode == 0, r.stderr
     workers = json.loads(r.stdout.strip().splitlines()[-1])
     first = sorted(os.sched_getaffinity(0))[:1]

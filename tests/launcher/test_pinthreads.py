@@ -110,14 +110,21 @@ def test_skip_mask_verbose_report_and_main_thread_option(program):
 
 
 @pytest.mark.skipif(len(CPUS) < 2, reason="needs a process mask of at least 2 CPUs")
-def test_a_forked_child_keeps_counting_and_does_not_hang(program):
+def test_a_forked_child_gets_the_plan_and_does_not_hang(program):
+    """A process forked without exec is one the command started, as an exec'd one is:
+    every CPU of the plan and no pinning (it used to stay on its forking thread's slot
+    and go on counting: a DataLoader worker on one CPU); with AFFINITY_PIN_CHILDREN=1
+    it pins from slot 0 again."""
     slots = [frozenset({CPUS[0]}), frozenset({CPUS[1]})]
-    seen, _ = run_pinned(program, "3", "fork", AFFINITY_PIN_SLOTS=f"{CPUS[0]};{CPUS[1]}")
-    # parent: main + 3 threads use slots 0,1,0,1; the child (forked from the main
-    # thread, so on slot 0) creates threads 4 and 5 of the sequence: slots 0, 1
+    text = f"{CPUS[0]};{CPUS[1]}"
+    seen, _ = run_pinned(program, "3", "fork", AFFINITY_PIN_SLOTS=text)
+    # parent: main + 3 threads use slots 0,1,0,1
     assert [seen[("main", i)][1] for i in range(4)] == [slots[0], slots[1], slots[0], slots[1]]
-    assert seen[("child", 0)][1] == slots[0]
-    assert [seen[("child", i)][1] for i in (1, 2)] == [slots[0], slots[1]]
+    # the child (forked from the main thread, on slot 0): the plan's CPUs, its threads too
+    assert [seen[("child", i)][1] for i in (0, 1, 2)] == [slots[0] | slots[1]] * 3
+    seen, _ = run_pinned(program, "3", "fork", AFFINITY_PIN_SLOTS=text, AFFINITY_PIN_CHILDREN="1")
+    assert [seen[("main", i)][1] for i in range(4)] == [slots[0], slots[1], slots[0], slots[1]]
+    assert [seen[("child", i)][1] for i in (0, 1, 2)] == [slots[0], slots[1], slots[0]]
 
 
 def test_without_slots_the_library_changes_nothing(program):
