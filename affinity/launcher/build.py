@@ -19,7 +19,7 @@ from ..planning import precedence
 from ..planning.envvars import plan_environment
 from ..planning.gnu.exports import check_inherited
 from ..planning.memory import check_nodes
-from ..planning.planner import plan, plan_env
+from ..planning.planner import plan, plan_env, unread
 from ..planning.spec import DEFAULT_SPEC, PLACEMENT_VARIABLES
 from ..record import field, record
 from .options import RunOptions
@@ -247,6 +247,7 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
     team_env, said = _team_environ(ctx.environ, rank)
     notes.extend(said)  # torchrun's OMP_NUM_THREADS=1 is no team size for a share
     env_threads = _env_threads(team_env, warnings)
+    warnings.extend(_unread(opts, ctx))
     instances = []
     for i, share in enumerate(shares):
         cpus = share.cpus if share is not None else work.allowed
@@ -422,6 +423,18 @@ def _thread_count(i: int, cores: int, opts: RunOptions, ctx: Context, env_thread
         notes.append(f"instance {i}: {threads} threads for {cores} cores: CFS quota "
                      f"{ctx.quota}" + (f" shared by {sharing} processes" if sharing > 1 else ""))
     return threads
+
+
+def _unread(opts: RunOptions, ctx: Context) -> list[str]:
+    """What SPEC (or the default spec) sets that the plan's runtime never reads:
+    ``compact`` under ``--runtime gnu`` binds nothing (the environment's own
+    placement variables are the environment's business)."""
+    if opts.spec is not None:
+        return [f"planner: {w}" for w in unread(opts.spec, opts.runtime)]
+    if any(v in ctx.environ for v in PLACEMENT_VARIABLES):
+        return []
+    return [f"planner: {w} (the default spec: give SPEC in the runtime's own variables)"
+            for w in unread(DEFAULT_SPEC, opts.runtime)]
 
 
 def _make_plan(spec: str | None, threads: int, topology: Topology, cpus: frozenset[int],

@@ -44,7 +44,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinit
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Plan", "RUNTIMES", "plan", "plan_env"]
+__all__ = ["Plan", "RUNTIMES", "plan", "plan_env", "unread"]
 
 #: The runtimes whose rules the planner follows: name -> the module of its rules
 #: (the interface is described in :mod:`affinity.planning.rules`).  A new runtime
@@ -556,6 +556,27 @@ def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,
 
 
 _ENV_FORM = re.compile(r"^\s*(" + "|".join(SETTINGS_VARIABLES) + r")=")
+
+
+def unread(spec: Any, runtime: str = DEFAULT_RUNTIME) -> list[str]:
+    """One sentence per variable ``spec`` sets that ``runtime`` does not read: the
+    caller asked for it, and :func:`plan` drops it as the runtime would (libgomp never
+    reads ``KMP_AFFINITY``: ``compact`` under ``runtime="gnu"`` binds nothing).
+
+    Parameters
+    ----------
+    spec, runtime
+        As :func:`plan` takes them.
+
+    Returns
+    -------
+    list of str
+        Empty when the runtime reads every variable of ``spec``.
+    """
+    rules = _rules(runtime)
+    words = ", ".join(v for v in rules.VARIABLES if v not in ("OMP_NUM_THREADS", "OMP_THREAD_LIMIT"))
+    return [f"{k}={v} is not read by the {runtime} runtime, which places threads by {words} alone: "
+            f"it changes nothing in this plan" for k, v in _spec_env(spec).items() if k not in rules.VARIABLES]
 
 
 def _spec_env(spec: Any) -> dict[str, str]:

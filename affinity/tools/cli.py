@@ -103,6 +103,10 @@ def _plan_text(p: object, spec: str | None) -> str:
              f"{_plural(p.threads, 'thread')}, {p.affinity_type}{gran} (proc_bind {p.proc_bind}):"]
     lines += [f"  thread {i} -> {{{format_list(s)}}}" for i, s in enumerate(p.cpusets)]
     lines += [f"warning: {w}" for w in p.warnings]
+    if spec is not None:
+        from ..planning.planner import unread  # lazy: a command loads only its own layers
+
+        lines += [f"warning: {w}" for w in unread(spec, p.runtime)]
     return "\n".join(lines)
 
 
