@@ -104,7 +104,7 @@ def _rank_environments(environ: Mapping[str, str], topology: Topology,
 
 
 def plan_ranks(topology: Topology, count: str, spec: str | None = None, threads: int | None = None,
-               ctx: Context | None = None) -> tuple[list[RankPlan], str]:
+               ctx: Context | None = None, runtime: str = "intel") -> tuple[list[RankPlan], str]:
     """Every local rank's launch, and a header saying where the rank count came from.
 
     Parameters
@@ -113,8 +113,8 @@ def plan_ranks(topology: Topology, count: str, spec: str | None = None, threads:
         The machine, ``allowed`` being what the ranks start from.
     count : str
         ``"N"`` or ``"auto"`` (read from ``ctx.environ``).
-    spec, threads
-        As ``affinity run [SPEC] --threads``.
+    spec, threads, runtime
+        As ``affinity run [SPEC] --threads --runtime`` (a runtime's name, not ``auto``).
     ctx : Context, optional
         The environment and cgroup limits (default: none).
 
@@ -127,7 +127,7 @@ def plan_ranks(topology: Topology, count: str, spec: str | None = None, threads:
     envs, header = _rank_environments(ctx.environ, topology, count)
     plans = []
     for env, topo, ranks in envs:
-        opts = RunOptions(command=("-",), spec=spec, threads=threads, ranks=ranks)
+        opts = RunOptions(command=("-",), spec=spec, threads=threads, ranks=ranks, runtime=runtime)
         launch = build_launch(opts, topo, Context(env, ctx.quota, ctx.cgroup_cpus, ctx.mems_allowed))
         assert launch.rank is not None
         plans.append(RankPlan(launch.rank.rank, launch.rank.size, launch.instances[0], launch.notices))
@@ -154,13 +154,19 @@ def cmd_plan_ranks(args: argparse.Namespace, topology: Topology, write_picture: 
 
     other = [name for name, given in (("--mask", args.mask is not None), ("--env", bool(args.env)),
                                       ("--lenient", args.lenient), ("--translate", args.translate),
-                                      ("-v", args.verbose)) if given]
+                                      ("-v", args.verbose), ("--compare", bool(args.compare)),
+                                      ("--dataloader-workers", args.dataloader_workers is not None)) if given]
     if other:  # each rank's mask and settings come from its share, as affinity run's
         print(f"affinity plan: error: --ranks does not go with {', '.join(other)} (see 'affinity plan --help')",
               file=sys.stderr)
         return 2
     ctx = Context.of_this_process() if topology.is_this_system else Context(dict(os.environ))
-    plans, header = plan_ranks(topology, args.ranks, args.spec, args.threads, ctx)
+    runtime = args.runtime
+    if runtime == "auto":  # this process's loaded runtime, as affinity plan without --ranks
+        from ..binding.which import resolve_runtime  # lazy: only for --runtime auto
+
+        runtime = resolve_runtime("auto", caller="affinity plan --runtime")
+    plans, header = plan_ranks(topology, args.ranks, args.spec, args.threads, ctx, runtime)
     if args.json:
         print(json.dumps({"source": header, "ranks": [p.to_dict() for p in plans]}, indent=2))
     else:
