@@ -101,7 +101,8 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="stop a run after this long (infeasible); default 10x the defaults' time + 30 s")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--plot", metavar="FILE", default=None, help="draw the trials (.svg or .png)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress line (a resumed study, or one not resumed, is still said on stderr)")
     p.add_argument("words", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_tune, _tune_parser=p)
     return p

@@ -85,6 +85,7 @@ class _Setup:
     split: bool
     notes: list[str] = field(default_factory=list)
     warm_from: str = ""
+    resumed: dict[str, Any] | None = None
 
     @property
     def direction(self) -> str:
@@ -150,13 +151,12 @@ class _Setup:
                          what=f"--from {args.from_study}")
         search = Search(self.space, self.topology, direction=self.direction, seed=args.seed,
                         storage=self.storage, study_name=args.study, key=key.text(), pruning=args.prune, warm=warm)
-        resumed = self._remember(search, key)
+        self.resumed = self._remember(search, key)
         stored = warm.source.attrs.get(_KEY_ATTR) if warm.source is not None else None
         self.warm_from = warm.said(len(search.warm), key.changes(stored) if stored else [])
         if self.warm_from and not self.quiet:
             print(f"affinity tune: {self.warm_from}", file=sys.stderr)
-        bar = Progress(args.budget, self.direction, enabled=not self.quiet, done=search.done(),
-                       label="affinity tune", resumed=resumed)
+        bar = Progress(args.budget, self.direction, enabled=not self.quiet, label="affinity tune")
         t0 = time.monotonic()
         try:
             search.run(_objective(runner, search, args.prune), args.budget, on_trial=bar.update, reports=True)
@@ -187,21 +187,22 @@ class _Setup:
         what = "time" if self.args.time else f"metric {self.args.metric}" if self.args.metric else "throughput"
         return f"{what}, {'split' if self.split else 'copies'}"
 
-    def _remember(self, search: Search, key: StudyKey) -> str:
-        """Store the key in a new study; say what a resumed one is, or why a study of
-        the same command was not resumed."""
-        attrs = search.study.user_attrs
-        if search.done():
-            return f" (study {search.study_name}: the same command, files, environment and machine)"
-        if _KEY_ATTR not in attrs:
+    def _remember(self, search: Search, key: StudyKey) -> dict[str, Any] | None:
+        """Store the key in a new study; say (on stderr, -q or not) what a resumed one
+        is, or why a study of the same command was not resumed.  Returns the resumed
+        study and its finished trials (``--json``'s ``resumed``), None for a new one."""
+        done = search.done()
+        if done:
+            print(f"affinity tune: resuming, {done} of {self.args.budget} trials already done "
+                  f"(study {search.study_name}: the same command, files, environment and machine)", file=sys.stderr)
+            return {"study": search.study_name, "trials": done}
+        if _KEY_ATTR not in search.study.user_attrs:
             search.study.set_user_attr(_KEY_ATTR, key.to_attr())
-        if self.storage is None or self.quiet:
-            return ""
-        for name, stored in _same_command(self.storage, search.study_name, key):
+        for name, stored in _same_command(self.storage, search.study_name, key) if self.storage else []:
             why = "; ".join(key.changes(stored)) or "another space or machine"
             print(f"affinity tune: not resuming study {name} of the same command ({why}): a new study",
                   file=sys.stderr)
-        return ""
+        return None
 
     def _interrupted(self, search: Search) -> None:
         n = search.done()
@@ -248,7 +249,7 @@ class _Setup:
         if args.plot:
             report.save_plot(args.plot, result.trials, baseline=result.baseline, direction=self.direction,
                              unit=self.unit, title=f"affinity tune: {' '.join(self.command)[:70]}")
-        facts = {"warm_start": self.warm_from or None, "search_seconds": round(searched, 3),
+        facts = {"warm_start": self.warm_from or None, "resumed": self.resumed, "search_seconds": round(searched, 3),
                  "trial_seconds": round(_trial_seconds(result.trials), 3),
                  "exhausted": search.exhausted, "split": self.split,
                  "pruned": sum(t.state == "pruned" for t in result.trials)}

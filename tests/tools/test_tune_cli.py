@@ -426,3 +426,24 @@ def test_a_resume_reports_the_speed_up_within_the_first_runs_interval(tmp_path, 
     lo, hi = first["speedup_interval"]
     assert lo <= second["speedup"] <= hi and second["best"] == first["best"]
     assert [row["values"] != [] for row in second["remeasured"]] == [True, True]  # measured again, not stored
+
+
+def _study_args(tmp_path, script, *more):
+    return ["--budget", "2", "--repeats", "1", "--top", "1", "--param", "threads=1,2", "--storage",
+            f"sqlite:///{tmp_path / 's.db'}", *more, "--", sys.executable, str(script)]
+
+
+def test_a_resume_is_said_with_quiet_and_in_json(tmp_path):
+    """-q removes only the progress line; --json says what was resumed (the audit: both silent)."""
+    script = tmp_path / "w.py"
+    script.write_text("import os\nprint(int(os.environ['N']) * 1.0, 'images/sec')\n")
+    r = tune(_study_args(tmp_path, script, "--json"), tmp_path, env=_env(tmp_path, N="100"))
+    assert r.returncode == 0 and json.loads(r.stdout)["resumed"] is None, r.stderr[-2000:]
+    r = tune(_study_args(tmp_path, script, "-q"), tmp_path, env=_env(tmp_path, N="100"))
+    assert "resuming, 2 of 2 trials already done (study " in r.stderr, r.stderr
+    r = tune(_study_args(tmp_path, script, "--json"), tmp_path, env=_env(tmp_path, N="100"))
+    out = json.loads(r.stdout)
+    assert out["resumed"] == {"study": out["study_name"], "trials": 2} and "resuming, 2 of 2" in r.stderr
+    r = tune(_study_args(tmp_path, script, "-q"), tmp_path, env=_env(tmp_path, N="200"))
+    assert "(variables changed: N): a new study" in r.stderr, r.stderr
+
