@@ -87,7 +87,8 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="keep the study in sqlite:///FILE (default sqlite:///$XDG_CACHE_HOME/affinity/tune.db, "
                         "that is ~/.cache/affinity/tune.db; 'none': in memory)")
     p.add_argument("--study", metavar="NAME", default=None,
-                   help="study name (default: from the machine, the command, the metric and the space)")
+                   help="study name (default: from the machine, the command, the metric and the space); a "
+                        "study made for another command, files, environment or machine is refused")
     p.add_argument("--from", dest="from_study", metavar="STUDY", default=None,
                    help="warm start: try the best configurations of STUDY (in the same storage, made on this "
                         "machine) first; default: those of the latest study of the same command on this machine")

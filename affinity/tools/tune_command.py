@@ -28,7 +28,7 @@ from ..tuning.config import Config
 from ..tuning.search import Search, TrialRecord, TuneResult, check_budget, machine_id
 from ..tuning.space import ENV_PREFIX, KNOWN, Space, default_space, describe, parse_param
 from ..tuning.storage import check_storage, default_storage
-from ..tuning.warm import WarmStart
+from ..tuning.warm import MACHINE_ATTR, WarmStart
 from . import tune_report as report
 from .tune_key import StudyKey, reads_instance_share
 from .tune_metric import compile_metric
@@ -191,10 +191,13 @@ class _Setup:
         """Store the key in a new study; say (on stderr, -q or not) what a resumed one
         is, or why a study of the same command was not resumed.  Returns the resumed
         study and its finished trials (``--json``'s ``resumed``), None for a new one."""
+        self._check_key(search, key)
         done = search.done()
         if done:
+            same = "the same command, files, environment and machine" if _KEY_ATTR in search.study.user_attrs \
+                else "made without a key: its command, files and environment not compared"
             print(f"affinity tune: resuming, {done} of {self.args.budget} trials already done "
-                  f"(study {search.study_name}: the same command, files, environment and machine)", file=sys.stderr)
+                  f"(study {search.study_name}: {same})", file=sys.stderr)
             return {"study": search.study_name, "trials": done}
         if _KEY_ATTR not in search.study.user_attrs:
             search.study.set_user_attr(_KEY_ATTR, key.to_attr())
@@ -203,6 +206,17 @@ class _Setup:
             print(f"affinity tune: not resuming study {name} of the same command ({why}): a new study",
                   file=sys.stderr)
         return None
+
+    def _check_key(self, search: Search, key: StudyKey) -> None:
+        """A study (``--study NAME``) made for another command, files, environment,
+        metric or machine is refused, as one made for another space is."""
+        attrs = search.study.user_attrs
+        differs = key.changes(attrs[_KEY_ATTR]) if _KEY_ATTR in attrs else []
+        if attrs.get(MACHINE_ATTR, machine_id(self.topology)) != machine_id(self.topology):
+            differs.append(f"made on another machine ({attrs.get('affinity.machine', '?')})")
+        if differs:
+            raise TuneUsageError(f"study {search.study_name!r} in {self.storage} was made for another command "
+                                 f"or inputs ({'; '.join(differs)}): give another study name (--study)")
 
     def _interrupted(self, search: Search) -> None:
         n = search.done()

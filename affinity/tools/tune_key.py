@@ -113,8 +113,10 @@ class StudyKey:
                 "measure": self.measure}
 
     def changes(self, stored: Mapping[str, Any]) -> list[str]:
-        """What differs from a stored key of the same command: files, variables, the measure."""
+        """What differs from a stored key: the command, files, variables, the measure."""
         out = []
+        if stored.get("command") != list(self.command):
+            out.append(f"command was {' '.join(stored.get('command') or [])!r}")
         files, before = dict(self.files), dict(stored.get("files") or {})
         out += [f"{os.path.basename(p)} changed" for p in files if p in before and before[p] != files[p]]
         out += [f"{os.path.basename(p)} is new" for p in files if p not in before]

@@ -447,3 +447,21 @@ def test_a_resume_is_said_with_quiet_and_in_json(tmp_path):
     r = tune(_study_args(tmp_path, script, "-q"), tmp_path, env=_env(tmp_path, N="200"))
     assert "(variables changed: N): a new study" in r.stderr, r.stderr
 
+
+
+def test_a_named_study_of_another_command_is_refused(tmp_path):
+    """--study NAME resumed another command's trials, saying "the same command, files ..."."""
+    w, e = tmp_path / "w.py", tmp_path / "e.py"
+    w.write_text("print('20 images/sec')\n")
+    e.write_text("print('11 images/sec')\n")
+    r = tune(_study_args(tmp_path, w, "--study", "mine"), tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = tune(_study_args(tmp_path, w, "--study", "mine"), tmp_path)
+    assert "resuming, 2 of 2 trials already done (study mine: the same command, files" in r.stderr, r.stderr
+    r = tune(_study_args(tmp_path, e, "--study", "mine"), tmp_path)
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and "study 'mine'" in err[0], r.stderr
+    assert f"command was '{sys.executable} {w}'" in err[0] and "e.py is new" in err[0], err
+    w.write_text("print('21 images/sec')\n")
+    r = tune(_study_args(tmp_path, w, "--study", "mine"), tmp_path)
+    assert r.returncode == 2 and "w.py changed" in r.stderr, r.stderr
