@@ -30,7 +30,7 @@ from ..tuning.space import ENV_PREFIX, KNOWN, Space, default_space, describe, pa
 from ..tuning.storage import check_storage, default_storage
 from ..tuning.warm import MACHINE_ATTR, WarmStart
 from . import tune_report as report
-from .tune_key import StudyKey, reads_instance_share
+from .tune_key import StudyKey, reads_instance_share, unkeyed_modules
 from .tune_metric import compile_metric
 from .tune_report import Progress, fmt
 from .tune_runner import CommandRunner, Measurement, remove_stale_folders
@@ -194,10 +194,8 @@ class _Setup:
         self._check_key(search, key)
         done = search.done()
         if done:
-            same = "the same command, files, environment and machine" if _KEY_ATTR in search.study.user_attrs \
-                else "made without a key: its command, files and environment not compared"
             print(f"affinity tune: resuming, {done} of {self.args.budget} trials already done "
-                  f"(study {search.study_name}: {same})", file=sys.stderr)
+                  f"(study {search.study_name}: {self._same(search)})", file=sys.stderr)
             return {"study": search.study_name, "trials": done}
         if _KEY_ATTR not in search.study.user_attrs:
             search.study.set_user_attr(_KEY_ATTR, key.to_attr())
@@ -206,6 +204,16 @@ class _Setup:
             print(f"affinity tune: not resuming study {name} of the same command ({why}): a new study",
                   file=sys.stderr)
         return None
+
+    def _same(self, search: Search) -> str:
+        """What a resumed study is known to share with this command."""
+        if _KEY_ATTR not in search.study.user_attrs:
+            return "made without a key: its command, files and environment not compared"
+        unkeyed = unkeyed_modules(self.command)
+        if unkeyed:
+            return (f"the same command, environment and machine; the file of module {', '.join(unkeyed)} "
+                    f"not found, not compared")
+        return "the same command, files, environment and machine"
 
     def _check_key(self, search: Search, key: StudyKey) -> None:
         """A study (``--study NAME``) made for another command, files, environment,

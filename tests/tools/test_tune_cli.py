@@ -465,3 +465,18 @@ def test_a_named_study_of_another_command_is_refused(tmp_path):
     w.write_text("print('21 images/sec')\n")
     r = tune(_study_args(tmp_path, w, "--study", "mine"), tmp_path)
     assert r.returncode == 2 and "w.py changed" in r.stderr, r.stderr
+
+
+def test_a_module_run_with_dash_m_is_keyed_by_its_file(tmp_path):
+    """python -m wmod resumed after wmod.py changed, claiming the same files."""
+    (tmp_path / "wmod.py").write_text("print('20 images/sec')\n")
+    args = ["--budget", "1", "--repeats", "1", "--top", "1", "-q", "--storage", f"sqlite:///{tmp_path / 's.db'}",
+            "--", sys.executable, "-m", "wmod"]
+    env = _env(tmp_path, PYTHONPATH=str(Path(__file__).parents[2]))  # this checkout's affinity, from tmp_path
+    r = tune(args, tmp_path, cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = tune(args, tmp_path, cwd=tmp_path, env=env)
+    assert "resuming, 1 of 1 trials already done" in r.stderr, r.stderr
+    (tmp_path / "wmod.py").write_text("print('30 images/sec')\n")
+    r = tune(args, tmp_path, cwd=tmp_path, env=env)
+    assert "resuming," not in r.stderr and "(wmod.py changed): a new study" in r.stderr, r.stderr
