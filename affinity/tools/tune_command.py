@@ -30,7 +30,7 @@ from ..tuning.space import ENV_PREFIX, KNOWN, Space, default_space, describe, pa
 from ..tuning.storage import check_storage, default_storage
 from ..tuning.warm import MACHINE_ATTR, WarmStart
 from . import tune_report as report
-from .tune_key import StudyKey, reads_instance_share, unkeyed_modules
+from .tune_key import SHARE_VAR, StudyKey, reads_instance_share, unkeyed_modules
 from .tune_metric import compile_metric
 from .tune_report import Progress, fmt
 from .tune_runner import CommandRunner, Measurement, remove_stale_folders
@@ -114,10 +114,10 @@ class _Setup:
         params = _params(args.param, words)
         notes = []
         share = reads_instance_share(words)
-        split = bool(args.split or share)
-        if share and not args.split:
-            notes.append(f"{os.path.basename(share)} reads AFFINITY_NUM_INSTANCES: the work splits between "
-                         f"instances (their metrics add up)")
+        split = bool(args.split or (share and not args.copies))
+        if split and not args.split:
+            notes.append(f"{os.path.basename(share)} reads {SHARE_VAR}: the work splits between "
+                         f"instances (their metrics add up; --copies if they are copies)")
         if "instances" in params and not split:
             notes.append("instances are copies of CMD, each doing the whole work: measured per copy "
                          "(give --split if the work splits between them)")

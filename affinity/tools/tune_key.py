@@ -22,7 +22,7 @@ from typing import Any
 
 from ..record import record
 
-__all__ = ["StudyKey", "command_files", "reads_instance_share", "unkeyed_modules"]
+__all__ = ["SHARE_VAR", "StudyKey", "command_files", "reads_instance_share", "unkeyed_modules"]
 
 _SESSION_PREFIXES = ("SSH_", "XDG_", "DBUS_", "GPG_", "KRB5", "VTE_", "WSL", "PYTEST_", "SUDO_", "SYSTEMD_",
                      "HIST", "TMUX", "TERM", "LESS", "MOTD_", "COLORTERM")
@@ -30,7 +30,8 @@ _SESSION_NAMES = frozenset({"DISPLAY", "WINDOWID", "SHLVL", "PWD", "OLDPWD", "_"
                             "PROMPT_COMMAND", "COLUMNS", "LINES", "MAIL", "SESSION_MANAGER", "STY", "LOGNAME",
                             "EDITOR", "VISUAL", "PAGER", "INVOCATION_ID", "JOURNAL_STREAM"})
 _MAX_FILE = 64 << 20  # larger files are keyed by size and modification time
-_SHARE_VARS = (b"AFFINITY_INSTANCE", b"AFFINITY_NUM_INSTANCES")
+#: what a command reads to take its share of the work (a share needs the count)
+SHARE_VAR = "AFFINITY_NUM_INSTANCES"
 _PYTHON = re.compile(r"python[0-9.]*$")
 
 
@@ -99,8 +100,8 @@ def _file_key(path: str) -> str:
 
 
 def reads_instance_share(command: Sequence[str]) -> str | None:
-    """The first file of ``command`` that mentions ``AFFINITY_INSTANCE`` or
-    ``AFFINITY_NUM_INSTANCES`` (it takes its share of the work), else None."""
+    """The first file of ``command`` that mentions :data:`SHARE_VAR` (it takes its share
+    of the work; ``AFFINITY_INSTANCE`` alone may number copies), else None."""
     for path in command_files(command):
         try:
             if os.path.getsize(path) > _MAX_FILE:
@@ -109,7 +110,7 @@ def reads_instance_share(command: Sequence[str]) -> str | None:
                 data = fh.read()
         except OSError:
             continue
-        if any(v in data for v in _SHARE_VARS):
+        if SHARE_VAR.encode() in data:
             return path
     return None
 

@@ -480,3 +480,17 @@ def test_a_module_run_with_dash_m_is_keyed_by_its_file(tmp_path):
     (tmp_path / "wmod.py").write_text("print('30 images/sec')\n")
     r = tune(args, tmp_path, cwd=tmp_path, env=env)
     assert "resuming," not in r.stderr and "(wmod.py changed): a new study" in r.stderr, r.stderr
+
+
+def test_copies_says_the_instances_are_copies_and_excludes_split(tmp_path, fake_cmd):
+    script = tmp_path / "share.py"
+    script.write_text("import os\nk = int(os.environ.get('AFFINITY_NUM_INSTANCES', '1'))\n"
+                      "print(f'{100 / k} images/sec')\n")
+    r = tune(["--storage", "none", "--budget", "2", "--repeats", "1", "--top", "1", "--param", "instances=1,2",
+              "--param", "threads=1", "--copies", "--json", "--", sys.executable, str(script)], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["split"] is False and not any("reads AFFINITY" in n for n in out["notes"])
+    assert sorted(t["value"] for t in out["trials"]) == [pytest.approx(50.0), pytest.approx(100.0)]
+    r = tune(["--storage", "none", "--split", "--copies", "--"] + fake_cmd(), tmp_path)
+    assert r.returncode == 2 and "--copies" in r.stderr and "--split" in r.stderr, r.stderr
