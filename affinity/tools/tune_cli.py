@@ -20,7 +20,8 @@
 
 Instances are copies of CMD (each does the whole work: the value is one copy's)
 unless ``--split`` says the work splits between them, or CMD's files read
-``AFFINITY_NUM_INSTANCES``; only then are they in the default space.
+``AFFINITY_NUM_INSTANCES`` (``--copies`` says they are copies all the same); only
+then are they in the default space.
 
 Exit status: 0 done, 1 failure (CMD fails or prints no metric, every trial
 failed, a storage that is not a study), 2 usage, 130 interrupted (143 SIGTERM,
@@ -67,11 +68,16 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "the variable VAR; a name written {NAME} in CMD is replaced there; any other name is "
                         "an error. Several full KMP_AFFINITY strings: separate them with ';'. Default: a "
                         "space built from this machine")
-    p.add_argument("--split", action="store_true",
+    w = p.add_mutually_exclusive_group()
+    w.add_argument("--split", action="store_true",
                    help="the work splits between instances (a service under load, or a command that takes "
                         "its share by AFFINITY_INSTANCE/AFFINITY_NUM_INSTANCES): their metrics add up and "
                         "'instances' is tuned. Default: instances are copies, each doing the whole work, "
-                        "measured per copy, and not in the default space")
+                        "measured per copy, and not in the default space -- unless CMD's files mention "
+                        "AFFINITY_NUM_INSTANCES (then split, said in a note)")
+    w.add_argument("--copies", action="store_true",
+                   help="instances are copies, each doing the whole work, even if CMD's files mention "
+                        "AFFINITY_NUM_INSTANCES")
     m = p.add_mutually_exclusive_group()
     m.add_argument("--metric", metavar="REGEX",
                    help="read the value from the last match of REGEX (its first group); default: the "
@@ -87,7 +93,8 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="keep the study in sqlite:///FILE (default sqlite:///$XDG_CACHE_HOME/affinity/tune.db, "
                         "that is ~/.cache/affinity/tune.db; 'none': in memory)")
     p.add_argument("--study", metavar="NAME", default=None,
-                   help="study name (default: from the machine, the command, the metric and the space)")
+                   help="study name (default: from the machine, the command, the metric and the space); a "
+                        "study made for another command, files, environment or machine is refused")
     p.add_argument("--from", dest="from_study", metavar="STUDY", default=None,
                    help="warm start: try the best configurations of STUDY (in the same storage, made on this "
                         "machine) first; default: those of the latest study of the same command on this machine")
@@ -101,7 +108,8 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="stop a run after this long (infeasible); default 10x the defaults' time + 30 s")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--plot", metavar="FILE", default=None, help="draw the trials (.svg or .png)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress line (a resumed study, or one not resumed, is still said on stderr)")
     p.add_argument("words", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_tune, _tune_parser=p)
     return p

@@ -28,9 +28,9 @@ from ..tuning.config import Config
 from ..tuning.search import Search, TrialRecord, TuneResult, check_budget, machine_id
 from ..tuning.space import ENV_PREFIX, KNOWN, Space, default_space, describe, parse_param
 from ..tuning.storage import check_storage, default_storage
-from ..tuning.warm import WarmStart
+from ..tuning.warm import MACHINE_ATTR, WarmStart
 from . import tune_report as report
-from .tune_key import StudyKey, reads_instance_share
+from .tune_key import SHARE_VAR, StudyKey, reads_instance_share, unkeyed_modules
 from .tune_metric import compile_metric
 from .tune_report import Progress, fmt
 from .tune_runner import CommandRunner, Measurement, remove_stale_folders
@@ -85,6 +85,7 @@ class _Setup:
     split: bool
     notes: list[str] = field(default_factory=list)
     warm_from: str = ""
+    resumed: dict[str, Any] | None = None
 
     @property
     def direction(self) -> str:
@@ -113,10 +114,10 @@ class _Setup:
         params = _params(args.param, words)
         notes = []
         share = reads_instance_share(words)
-        split = bool(args.split or share)
-        if share and not args.split:
-            notes.append(f"{os.path.basename(share)} reads AFFINITY_NUM_INSTANCES: the work splits between "
-                         f"instances (their metrics add up)")
+        split = bool(args.split or (share and not args.copies))
+        if split and not args.split:
+            notes.append(f"{os.path.basename(share)} reads {SHARE_VAR}: the work splits between "
+                         f"instances (their metrics add up; --copies if they are copies)")
         if "instances" in params and not split:
             notes.append("instances are copies of CMD, each doing the whole work: measured per copy "
                          "(give --split if the work splits between them)")
@@ -150,13 +151,12 @@ class _Setup:
                          what=f"--from {args.from_study}")
         search = Search(self.space, self.topology, direction=self.direction, seed=args.seed,
                         storage=self.storage, study_name=args.study, key=key.text(), pruning=args.prune, warm=warm)
-        resumed = self._remember(search, key)
+        self.resumed = self._remember(search, key)
         stored = warm.source.attrs.get(_KEY_ATTR) if warm.source is not None else None
         self.warm_from = warm.said(len(search.warm), key.changes(stored) if stored else [])
         if self.warm_from and not self.quiet:
             print(f"affinity tune: {self.warm_from}", file=sys.stderr)
-        bar = Progress(args.budget, self.direction, enabled=not self.quiet, done=search.done(),
-                       label="affinity tune", resumed=resumed)
+        bar = Progress(args.budget, self.direction, enabled=not self.quiet, label="affinity tune")
         t0 = time.monotonic()
         try:
             search.run(_objective(runner, search, args.prune), args.budget, on_trial=bar.update, reports=True)
@@ -187,21 +187,44 @@ class _Setup:
         what = "time" if self.args.time else f"metric {self.args.metric}" if self.args.metric else "throughput"
         return f"{what}, {'split' if self.split else 'copies'}"
 
-    def _remember(self, search: Search, key: StudyKey) -> str:
-        """Store the key in a new study; say what a resumed one is, or why a study of
-        the same command was not resumed."""
-        attrs = search.study.user_attrs
-        if search.done():
-            return f" (study {search.study_name}: the same command, files, environment and machine)"
-        if _KEY_ATTR not in attrs:
+    def _remember(self, search: Search, key: StudyKey) -> dict[str, Any] | None:
+        """Store the key in a new study; say (on stderr, -q or not) what a resumed one
+        is, or why a study of the same command was not resumed.  Returns the resumed
+        study and its finished trials (``--json``'s ``resumed``), None for a new one."""
+        self._check_key(search, key)
+        done = search.done()
+        if done:
+            print(f"affinity tune: resuming, {done} of {self.args.budget} trials already done "
+                  f"(study {search.study_name}: {self._same(search)})", file=sys.stderr)
+            return {"study": search.study_name, "trials": done}
+        if _KEY_ATTR not in search.study.user_attrs:
             search.study.set_user_attr(_KEY_ATTR, key.to_attr())
-        if self.storage is None or self.quiet:
-            return ""
-        for name, stored in _same_command(self.storage, search.study_name, key):
+        for name, stored in _same_command(self.storage, search.study_name, key) if self.storage else []:
             why = "; ".join(key.changes(stored)) or "another space or machine"
             print(f"affinity tune: not resuming study {name} of the same command ({why}): a new study",
                   file=sys.stderr)
-        return ""
+        return None
+
+    def _same(self, search: Search) -> str:
+        """What a resumed study is known to share with this command."""
+        if _KEY_ATTR not in search.study.user_attrs:
+            return "made without a key: its command, files and environment not compared"
+        unkeyed = unkeyed_modules(self.command)
+        if unkeyed:
+            return (f"the same command, environment and machine; the file of module {', '.join(unkeyed)} "
+                    f"not found, not compared")
+        return "the same command, files, environment and machine"
+
+    def _check_key(self, search: Search, key: StudyKey) -> None:
+        """A study (``--study NAME``) made for another command, files, environment,
+        metric or machine is refused, as one made for another space is."""
+        attrs = search.study.user_attrs
+        differs = key.changes(attrs[_KEY_ATTR]) if _KEY_ATTR in attrs else []
+        if attrs.get(MACHINE_ATTR, machine_id(self.topology)) != machine_id(self.topology):
+            differs.append(f"made on another machine ({attrs.get('affinity.machine', '?')})")
+        if differs:
+            raise TuneUsageError(f"study {search.study_name!r} in {self.storage} was made for another command "
+                                 f"or inputs ({'; '.join(differs)}): give another study name (--study)")
 
     def _interrupted(self, search: Search) -> None:
         n = search.done()
@@ -248,7 +271,7 @@ class _Setup:
         if args.plot:
             report.save_plot(args.plot, result.trials, baseline=result.baseline, direction=self.direction,
                              unit=self.unit, title=f"affinity tune: {' '.join(self.command)[:70]}")
-        facts = {"warm_start": self.warm_from or None, "search_seconds": round(searched, 3),
+        facts = {"warm_start": self.warm_from or None, "resumed": self.resumed, "search_seconds": round(searched, 3),
                  "trial_seconds": round(_trial_seconds(result.trials), 3),
                  "exhausted": search.exhausted, "split": self.split,
                  "pruned": sum(t.state == "pruned" for t in result.trials)}

@@ -14,12 +14,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import sys
 from collections.abc import Mapping, Sequence
+from importlib.machinery import PathFinder
 from typing import Any
 
 from ..record import record
 
-__all__ = ["StudyKey", "reads_instance_share"]
+__all__ = ["SHARE_VAR", "StudyKey", "command_files", "reads_instance_share", "unkeyed_modules"]
 
 _SESSION_PREFIXES = ("SSH_", "XDG_", "DBUS_", "GPG_", "KRB5", "VTE_", "WSL", "PYTEST_", "SUDO_", "SYSTEMD_",
                      "HIST", "TMUX", "TERM", "LESS", "MOTD_", "COLORTERM")
@@ -27,7 +30,9 @@ _SESSION_NAMES = frozenset({"DISPLAY", "WINDOWID", "SHLVL", "PWD", "OLDPWD", "_"
                             "PROMPT_COMMAND", "COLUMNS", "LINES", "MAIL", "SESSION_MANAGER", "STY", "LOGNAME",
                             "EDITOR", "VISUAL", "PAGER", "INVOCATION_ID", "JOURNAL_STREAM"})
 _MAX_FILE = 64 << 20  # larger files are keyed by size and modification time
-_SHARE_VARS = (b"AFFINITY_INSTANCE", b"AFFINITY_NUM_INSTANCES")
+#: what a command reads to take its share of the work (a share needs the count)
+SHARE_VAR = "AFFINITY_NUM_INSTANCES"
+_PYTHON = re.compile(r"python[0-9.]*$")
 
 
 def _session_variable(name: str) -> bool:
@@ -39,14 +44,51 @@ def _digest(data: bytes) -> str:
 
 
 def command_files(command: Sequence[str]) -> list[str]:
-    """The words of ``command`` that name regular files (the program, its scripts, inputs)."""
+    """The words of ``command`` that name regular files (the program, its scripts, inputs),
+    and the files of the modules it runs with ``python -m``."""
     out = []
     for w in command:
         if "=" in w and not os.path.exists(w):
             w = w.split("=", 1)[1]
         if w and os.path.isfile(w) and w not in out:
             out.append(w)
-    return out
+    return out + [f for f in map(_module_file, command_modules(command)) if f and f not in out]
+
+
+def command_modules(command: Sequence[str]) -> list[str]:
+    """The modules ``command`` runs with ``python -m NAME`` (``-mNAME``)."""
+    out = []
+    for i, w in enumerate(command):
+        j = i + 1
+        while _PYTHON.match(os.path.basename(w)) and j < len(command) and command[j].startswith("-"):
+            if command[j].startswith("-m"):
+                out.append(command[j][2:] or (command[j + 1] if j + 1 < len(command) else ""))
+                break
+            j += 2 if command[j] in ("-W", "-X") else 1
+    return [m for m in out if m]
+
+
+def unkeyed_modules(command: Sequence[str]) -> list[str]:
+    """The modules of ``command``'s ``python -m`` whose file is not found (not keyed)."""
+    return [m for m in command_modules(command) if _module_file(m) is None]
+
+
+def _module_file(name: str) -> str | None:
+    """The file ``python -m name`` runs from the current folder (a package's
+    ``__main__.py``), found as Python would without running any of it; else None."""
+    path: list[str] | None = [os.getcwd(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)),
+                              *sys.path]
+    parts = name.split(".")
+    spec = None
+    for i in range(len(parts)):
+        spec = PathFinder.find_spec(".".join(parts[:i + 1]), path) if path is not None else None
+        if spec is None:
+            return None
+        path = spec.submodule_search_locations
+    if path is not None:  # a package: its __main__
+        spec = PathFinder.find_spec(f"{name}.__main__", path)
+    origin = spec.origin if spec is not None else None
+    return origin if origin and os.path.isfile(origin) else None
 
 
 def _file_key(path: str) -> str:
@@ -58,8 +100,8 @@ def _file_key(path: str) -> str:
 
 
 def reads_instance_share(command: Sequence[str]) -> str | None:
-    """The first file of ``command`` that mentions ``AFFINITY_INSTANCE`` or
-    ``AFFINITY_NUM_INSTANCES`` (it takes its share of the work), else None."""
+    """The first file of ``command`` that mentions :data:`SHARE_VAR` (it takes its share
+    of the work; ``AFFINITY_INSTANCE`` alone may number copies), else None."""
     for path in command_files(command):
         try:
             if os.path.getsize(path) > _MAX_FILE:
@@ -68,7 +110,7 @@ def reads_instance_share(command: Sequence[str]) -> str | None:
                 data = fh.read()
         except OSError:
             continue
-        if any(v in data for v in _SHARE_VARS):
+        if SHARE_VAR.encode() in data:
             return path
     return None
 
@@ -113,8 +155,10 @@ class StudyKey:
                 "measure": self.measure}
 
     def changes(self, stored: Mapping[str, Any]) -> list[str]:
-        """What differs from a stored key of the same command: files, variables, the measure."""
+        """What differs from a stored key: the command, files, variables, the measure."""
         out = []
+        if stored.get("command") != list(self.command):
+            out.append(f"command was {' '.join(stored.get('command') or [])!r}")
         files, before = dict(self.files), dict(stored.get("files") or {})
         out += [f"{os.path.basename(p)} changed" for p in files if p in before and before[p] != files[p]]
         out += [f"{os.path.basename(p)} is new" for p in files if p not in before]

@@ -53,25 +53,19 @@ class Progress:
         Which values are better.
     enabled : bool
         False: say nothing.
-    done : int
-        Trials already done (a resumed study).
     stream : file, optional
         Default ``sys.stderr``.
     label : str
         The line's first word.
-    resumed : str
-        What a resumed study is (said after "resuming, N of M trials already done").
     """
 
-    def __init__(self, budget: int, direction: str, *, enabled: bool = True, done: int = 0,
-                 stream: TextIO | None = None, label: str = "tune", resumed: str = ""):
+    def __init__(self, budget: int, direction: str, *, enabled: bool = True,
+                 stream: TextIO | None = None, label: str = "tune"):
         self.budget, self.direction, self.enabled = budget, direction, enabled
         self.stream = stream if stream is not None else sys.stderr
         self.label = label
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self._open = False
-        if enabled and done:
-            self._say(f"{label}: resuming, {done} of {budget} trials already done{resumed}")
 
     def _say(self, text: str, *, inplace: bool = False) -> None:
         if inplace and self.tty:

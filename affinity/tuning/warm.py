@@ -19,11 +19,12 @@ from typing import Any
 from ..errors import TuneUsageError
 from ..record import record
 
-__all__ = ["KEEP", "WarmSource", "WarmStart"]
+__all__ = ["KEEP", "MACHINE_ATTR", "WarmSource", "WarmStart"]
 
 #: configurations a warm start hands over: the best distinct ones of the source
 KEEP = 3
-_MACHINE = "affinity.machine_id"
+#: the user attribute of a study that holds its machine's fingerprint
+MACHINE_ATTR = "affinity.machine_id"
 
 
 @record
@@ -89,7 +90,7 @@ class WarmStart:
             src = summaries.get(self.named)
             if src is None:
                 raise TuneUsageError(f"{self.what}: no study {self.named!r} in {self.storage}")
-            if src.user_attrs.get(_MACHINE) != self.machine:
+            if src.user_attrs.get(MACHINE_ATTR) != self.machine:
                 raise TuneUsageError(f"{self.what}: study {self.named!r} was made on another machine "
                                      f"({src.user_attrs.get('affinity.machine', '?')}); warm starts use this "
                                      f"machine's results only")
@@ -97,7 +98,7 @@ class WarmStart:
         if self.same is None:
             return []
         names = [n for n, s in summaries.items()
-                 if n != name and s.user_attrs.get(_MACHINE) == self.machine and self.same(s.user_attrs)]
+                 if n != name and s.user_attrs.get(MACHINE_ATTR) == self.machine and self.same(s.user_attrs)]
         return sorted(names, key=lambda n: summaries[n].datetime_start or datetime.min, reverse=True)
 
     def _best(self, study: Any) -> list[dict[str, Any]]:

@@ -316,7 +316,7 @@ def test_a_warm_start_uses_only_this_machines_studies_of_the_command(tmp_path):
     assert out["warm_start"].startswith(f"warm start from study {a['study_name']} (this machine, 4 trials; "
                                         f"variables changed: BEST)"), out["warm_start"]
     assert out["trials"][0]["config"]["rate"] == 2  # A's best first; B's (3) never came from B
-    assert b["study_name"] not in r.stderr
+    assert f"warm start from study {b['study_name']}" not in r.stderr + out["warm_start"]  # "not resuming" may name it
     r = tune(["--from", b["study_name"]] + args, tmp_path, env=_env(tmp_path, BEST="1"))
     assert r.returncode == 2 and "made on another machine" in r.stderr, r.stderr
 
@@ -426,3 +426,71 @@ def test_a_resume_reports_the_speed_up_within_the_first_runs_interval(tmp_path, 
     lo, hi = first["speedup_interval"]
     assert lo <= second["speedup"] <= hi and second["best"] == first["best"]
     assert [row["values"] != [] for row in second["remeasured"]] == [True, True]  # measured again, not stored
+
+
+def _study_args(tmp_path, script, *more):
+    return ["--budget", "2", "--repeats", "1", "--top", "1", "--param", "threads=1,2", "--storage",
+            f"sqlite:///{tmp_path / 's.db'}", *more, "--", sys.executable, str(script)]
+
+
+def test_a_resume_is_said_with_quiet_and_in_json(tmp_path):
+    """-q removes only the progress line; --json says what was resumed (the audit: both silent)."""
+    script = tmp_path / "w.py"
+    script.write_text("import os\nprint(int(os.environ['N']) * 1.0, 'images/sec')\n")
+    r = tune(_study_args(tmp_path, script, "--json"), tmp_path, env=_env(tmp_path, N="100"))
+    assert r.returncode == 0 and json.loads(r.stdout)["resumed"] is None, r.stderr[-2000:]
+    r = tune(_study_args(tmp_path, script, "-q"), tmp_path, env=_env(tmp_path, N="100"))
+    assert "resuming, 2 of 2 trials already done (study " in r.stderr, r.stderr
+    r = tune(_study_args(tmp_path, script, "--json"), tmp_path, env=_env(tmp_path, N="100"))
+    out = json.loads(r.stdout)
+    assert out["resumed"] == {"study": out["study_name"], "trials": 2} and "resuming, 2 of 2" in r.stderr
+    r = tune(_study_args(tmp_path, script, "-q"), tmp_path, env=_env(tmp_path, N="200"))
+    assert "(variables changed: N): a new study" in r.stderr, r.stderr
+
+
+
+def test_a_named_study_of_another_command_is_refused(tmp_path):
+    """--study NAME resumed another command's trials, saying "the same command, files ..."."""
+    w, e = tmp_path / "w.py", tmp_path / "e.py"
+    w.write_text("print('20 images/sec')\n")
+    e.write_text("print('11 images/sec')\n")
+    r = tune(_study_args(tmp_path, w, "--study", "mine"), tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = tune(_study_args(tmp_path, w, "--study", "mine"), tmp_path)
+    assert "resuming, 2 of 2 trials already done (study mine: the same command, files" in r.stderr, r.stderr
+    r = tune(_study_args(tmp_path, e, "--study", "mine"), tmp_path)
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and "study 'mine'" in err[0], r.stderr
+    assert f"command was '{sys.executable} {w}'" in err[0] and "e.py is new" in err[0], err
+    w.write_text("print('21 images/sec')\n")
+    r = tune(_study_args(tmp_path, w, "--study", "mine"), tmp_path)
+    assert r.returncode == 2 and "w.py changed" in r.stderr, r.stderr
+
+
+def test_a_module_run_with_dash_m_is_keyed_by_its_file(tmp_path):
+    """python -m wmod resumed after wmod.py changed, claiming the same files."""
+    (tmp_path / "wmod.py").write_text("print('20 images/sec')\n")
+    args = ["--budget", "1", "--repeats", "1", "--top", "1", "-q", "--storage", f"sqlite:///{tmp_path / 's.db'}",
+            "--", sys.executable, "-m", "wmod"]
+    env = _env(tmp_path, PYTHONPATH=str(Path(__file__).parents[2]))  # this checkout's affinity, from tmp_path
+    r = tune(args, tmp_path, cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = tune(args, tmp_path, cwd=tmp_path, env=env)
+    assert "resuming, 1 of 1 trials already done" in r.stderr, r.stderr
+    (tmp_path / "wmod.py").write_text("print('30 images/sec')\n")
+    r = tune(args, tmp_path, cwd=tmp_path, env=env)
+    assert "resuming," not in r.stderr and "(wmod.py changed): a new study" in r.stderr, r.stderr
+
+
+def test_copies_says_the_instances_are_copies_and_excludes_split(tmp_path, fake_cmd):
+    script = tmp_path / "share.py"
+    script.write_text("import os\nk = int(os.environ.get('AFFINITY_NUM_INSTANCES', '1'))\n"
+                      "print(f'{100 / k} images/sec')\n")
+    r = tune(["--storage", "none", "--budget", "2", "--repeats", "1", "--top", "1", "--param", "instances=1,2",
+              "--param", "threads=1", "--copies", "--json", "--", sys.executable, str(script)], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["split"] is False and not any("reads AFFINITY" in n for n in out["notes"])
+    assert sorted(t["value"] for t in out["trials"]) == [pytest.approx(50.0), pytest.approx(100.0)]
+    r = tune(["--storage", "none", "--split", "--copies", "--"] + fake_cmd(), tmp_path)
+    assert r.returncode == 2 and "--copies" in r.stderr and "--split" in r.stderr, r.stderr
