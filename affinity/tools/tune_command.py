@@ -88,7 +88,7 @@ class _Setup:
 
     @property
     def direction(self) -> str:
-        return "minimize" if self.args.time else "maximize"
+        return "minimize" if self.args.time or self.args.minimize else "maximize"
 
     @property
     def unit(self) -> str:
@@ -108,6 +108,9 @@ class _Setup:
             raise TuneUsageError(f"--timeout must be a number of seconds > 0, got {args.timeout}")
         if args.metric is not None:
             compile_metric(args.metric)
+        elif args.minimize and not args.time:
+            raise TuneUsageError("--minimize: the default metric is a throughput (higher is better); give "
+                                 "--metric REGEX for a value where lower is better, or --time")
         _check_plot(args.plot)
         topology = Topology.from_system()
         params = _params(args.param, words)
@@ -185,7 +188,8 @@ class _Setup:
 
     def _measure(self) -> str:
         what = "time" if self.args.time else f"metric {self.args.metric}" if self.args.metric else "throughput"
-        return f"{what}, {'split' if self.split else 'copies'}"
+        lower = ", lower is better" if self.args.minimize and not self.args.time else ""
+        return f"{what}{lower}, {'split' if self.split else 'copies'}"
 
     def _remember(self, search: Search, key: StudyKey) -> str:
         """Store the key in a new study; say what a resumed one is, or why a study of

@@ -198,7 +198,8 @@ def table(rows: Sequence[tuple[str, Sequence[float]]], *, unit: str, direction: 
     str
         One line per row: median, spread (min-max), and the comparison with the defaults.
     """
-    head = ("", f"{unit} (median)", "spread", "vs defaults")
+    better = "lower" if direction == "minimize" else "higher"
+    head = ("", f"{unit} (median, {better} is better)", "spread", "vs defaults")
     lines = [head]
     base = rows[0][1] if rows else []
     for i, (label, vals) in enumerate(rows):

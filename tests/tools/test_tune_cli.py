@@ -125,6 +125,22 @@ def test_a_json_metric_a_pattern_and_wall_time(tmp_path, fake_cmd):
     assert out["direction"] == "minimize" and out["best_value"] > 0
 
 
+def test_minimize_a_printed_metric_where_lower_is_better(tmp_path):
+    """A latency is better lower: with --minimize the best is the lowest, and the table
+    says so (the audit saw 50 ms reported as "5.00x faster" than 10 ms)."""
+    lat = tmp_path / "lat.py"
+    lat.write_text('import os; print("latency: %s ms" % ("50.0" if os.environ.get("OMP_NUM_THREADS") == "1" '
+                   'else "10.0"))\n')
+    base = ["--storage", "none", "--metric", r"latency: ([\d.]+) ms", "--param", "threads=1,2", "--repeats", "2",
+            "-q", "--minimize", "--", sys.executable, str(lat)]
+    r = tune(base, tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "lower is better" in r.stdout and "threads=1" in next(ln for ln in r.stdout.splitlines() if "5.00x slower" in ln)
+    r = tune(base[:-3] + ["--json", "--", sys.executable, str(lat)], tmp_path)
+    out = json.loads(r.stdout)
+    assert out["direction"] == "minimize" and out["best"]["threads"] == 2 and out["best_value"] == 10.0
+
+
 def test_ctrl_c_keeps_the_finished_trials_and_the_same_command_resumes(tmp_path, fake_cmd):
     db = tmp_path / "study.db"
     args = ["--budget", "40", "--repeats", "1", "--top", "1", "--storage", f"sqlite:///{db}", "--"] + \
@@ -223,6 +239,7 @@ def _finished(db) -> int:
     (["--param", "MY_VAR=1,2"], "an environment variable is --param env:MY_VAR=..."),
     (["--param", "env:1X=1"], "is not an environment variable name"),
     (["--timeout", "-5"], "--timeout must be a number of seconds > 0"),
+    (["--minimize"], "--minimize: the default metric is a throughput"),
     (["--plot", str(Path("/no/such/dir/p.svg"))], "does not exist or is not writable"),
 ])
 def test_usage_errors_exit_2_naming_the_problem(tmp_path, fake_cmd, args, words):
