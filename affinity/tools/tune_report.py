@@ -7,6 +7,7 @@
   configuration side by side: its median, lowest and highest (a difference that
   not every round shows is "no significant difference", never a win);
 * :func:`fmt`: values as people read them (``15,210``, not ``1.521e+04``);
+* :func:`reason`: the line of a failed run's output that says why;
 * :func:`table`: defaults vs the re-measured best configurations;
 * :func:`save_plot`: the trials, the best so far and the defaults, as SVG (no
   dependency) or PNG (Pillow, the ``picture`` extra).
@@ -25,7 +26,7 @@ from ..errors import TuneError, TuneUsageError
 from ..record import record
 from ..tuning.space import describe
 
-__all__ = ["Comparison", "Progress", "compare", "fmt", "save_plot", "summarize", "table"]
+__all__ = ["Comparison", "Progress", "compare", "fmt", "reason", "save_plot", "summarize", "table"]
 
 
 def fmt(v: float | None) -> str:
@@ -40,6 +41,23 @@ def fmt(v: float | None) -> str:
         text = f"{v:.4g}"
         return text if "e" not in text else f"{v:.4f}"
     return f"{v:.2e}"
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def reason(output: str) -> str:
+    """The line of a failed run's ``output`` that says why: a Python traceback's
+    exception line (``ValueError: ...``, the first unindented line after the last
+    traceback), else the last non-empty line; "" when it printed nothing."""
+    lines = [ln.rstrip() for ln in output.splitlines()
+             if ln.strip() and not ln.startswith("--- instance ")]
+    starts = [i for i, ln in enumerate(lines) if ln.startswith(_TRACEBACK)]
+    if starts:
+        said = next((ln for ln in lines[starts[-1] + 1:] if not ln[0].isspace()), None)
+        if said is not None:
+            return said
+    return lines[-1] if lines else ""
 
 
 class Progress:

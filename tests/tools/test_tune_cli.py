@@ -259,13 +259,31 @@ def test_more_usage_errors(tmp_path, fake_cmd):
 
 @pytest.mark.parametrize("extra, words", [
     (["--no-metric"], "no metric in the output"),
-    (["--fail"], "fails as it is (exit status 3)"),
+    (["--fail"], "fails as it is (exit status 3: failing as asked)"),
     (["--fail-placed"], "every trial failed (2): first"),
 ])
 def test_failures_exit_1_naming_the_problem(tmp_path, fake_cmd, extra, words):
     r = tune(["--budget", "2", "--storage", "none", "--"] + fake_cmd(*extra), tmp_path)
     assert r.returncode == 1, r.stderr
     assert words in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_failed_run_is_said_by_its_reason_on_one_line(tmp_path):
+    """The audit saw "output ends: Traceback (most recent call last):" where the reason
+    belonged, a multi-line "every trial failed", and "Its output ends:" over nothing."""
+    f2 = tmp_path / "f2.py"
+    f2.write_text('import os\nif os.environ.get("OMP_NUM_THREADS") == "1":\n'
+                  '    raise ValueError("this config is unsupported")\nprint("50 images/sec")\n')
+    r = tune(["--storage", "none", "--param", "threads=1,2", "--repeats", "1", "-q", "--", sys.executable, str(f2)],
+             tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "  threads=1: RuntimeError: exit status 1: ValueError: this config is unsupported\n" in r.stdout
+    r = tune(["--storage", "none", "-q", "--param", "threads=1", "--param", "env:X=1,2", "--", sys.executable, str(f2)],
+             tmp_path)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.rstrip().endswith("exit status 1: ValueError: this config is unsupported")
+    r = tune(["--storage", "none", "--", "no-such-command-here"], tmp_path)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "; no output)" in r.stderr, r.stderr
 
 
 def test_a_storage_that_is_not_a_study_is_an_error_and_left_untouched(tmp_path, fake_cmd):

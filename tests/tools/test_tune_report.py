@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from affinity.tools.tune_report import compare, fmt, table
+from affinity.tools.tune_report import compare, fmt, reason, table
 
 
 def test_the_speed_up_is_the_median_of_the_rounds_with_their_interval():
@@ -38,3 +38,12 @@ def test_the_table_compares_each_row_round_by_round():
                  direction="maximize")
     lines = text.splitlines()
     assert "1.48x faster (1.45x - 1.50x in 2 rounds)" in lines[2] and lines[3].split()[-3:] == ["failed", "-", "-"]
+
+
+def test_the_reason_of_a_failed_run_is_its_last_meaningful_line():
+    tb = ("Traceback (most recent call last):\n  File \"f2.py\", line 2, in <module>\n"
+          "    raise ValueError(\"this config is unsupported\")\nValueError: this config is unsupported\n"
+          "    note: added by add_note\n\n")
+    assert reason("warming up\n" + tb) == "ValueError: this config is unsupported"
+    assert reason("step 1\nSegmentation fault (core dumped)\n\n--- instance 1 ---\n") == "Segmentation fault (core dumped)"
+    assert reason("\n \n") == ""
