@@ -29,18 +29,23 @@ from ..tuning.space import describe
 __all__ = ["Comparison", "Progress", "compare", "fmt", "reason", "save_plot", "summarize", "table"]
 
 
+#: significant digits of a value that is not a whole number below 1,000
+DIGITS = 4
+
+
 def fmt(v: float | None) -> str:
-    """A measured value as people read it: ``15,210``, ``330.1``, ``0.0123`` (never
-    ``1.521e+04``)."""
+    """A measured value as people read it, never in e-notation: 1,000 and above whole,
+    with separators (``15,210``); below, :data:`DIGITS` significant digits, trailing
+    zeros kept so that values compare at a glance (``1.020`` beside ``1.002``,
+    ``0.0009900`` beside ``0.001358``, ``50.00``)."""
     if v is None:
         return "-"
-    a = abs(v)
-    if a >= 1000:
+    if v == 0 or not math.isfinite(v):
+        return "0" if v == 0 else str(v)
+    rounded = float(f"{v:.{DIGITS - 1}e}")
+    if abs(rounded) >= 1000:
         return f"{v:,.0f}"
-    if a >= 0.001 or a == 0:
-        text = f"{v:.4g}"
-        return text if "e" not in text else f"{v:.4f}"
-    return f"{v:.2e}"
+    return f"{v:.{max(0, DIGITS - 1 - math.floor(math.log10(abs(rounded))))}f}"
 
 
 _TRACEBACK = "Traceback (most recent call last):"

@@ -85,7 +85,7 @@ def test_instances_are_copies_measured_per_copy_unless_the_work_splits(tmp_path,
     out = json.loads(r.stdout)
     assert {t["config"]["rate"]: t["value"] for t in out["trials"]} == {1: pytest.approx(200.0), 3: pytest.approx(600.0)}
     r = tune(base + fake_cmd("--rate", "{rate}"), tmp_path)  # the text labels the copies
-    assert "(2 copies: 2 x 300, the value is one copy's)" in r.stdout, r.stdout
+    assert "(2 copies: 2 x 300.0, the value is one copy's)" in r.stdout, r.stdout
 
 
 def test_copies_of_sleep_are_no_speed_up(tmp_path):
