@@ -85,6 +85,9 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "line's throughput; one copy's (the mean over instances), summed with --split")
     m.add_argument("--time", action="store_true",
                    help="minimize the wall time of CMD instead (affinity run's own start-up not counted)")
+    p.add_argument("--minimize", action="store_true",
+                   help="lower is better: minimize the --metric value (a latency, seconds per step); the "
+                        "default maximizes it; --time implies it")
     p.add_argument("--repeats", type=int, default=3, metavar="R",
                    help="re-measure the defaults and the best configurations R times each at the end "
                         "(default 3)")

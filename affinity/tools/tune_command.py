@@ -89,7 +89,7 @@ class _Setup:
 
     @property
     def direction(self) -> str:
-        return "minimize" if self.args.time else "maximize"
+        return "minimize" if self.args.time or self.args.minimize else "maximize"
 
     @property
     def unit(self) -> str:
@@ -109,6 +109,9 @@ class _Setup:
             raise TuneUsageError(f"--timeout must be a number of seconds > 0, got {args.timeout}")
         if args.metric is not None:
             compile_metric(args.metric)
+        elif args.minimize and not args.time:
+            raise TuneUsageError("--minimize: the default metric is a throughput (higher is better); give "
+                                 "--metric REGEX for a value where lower is better, or --time")
         _check_plot(args.plot)
         topology = Topology.from_system()
         params = _params(args.param, words)
@@ -170,7 +173,7 @@ class _Setup:
         if not any(r.state == "complete" for r in records):
             bad = next((r for r in records if r.error), None)
             raise TuneError(f"every trial failed ({len(records)}): first {describe(bad.config) if bad else '-'}: "
-                            f"{bad.error if bad else '-'}")
+                            f"{bad.error.splitlines()[0] if bad else '-'}")
         try:
             rows = self._remeasure(runner, search)
         except KeyboardInterrupt as e:
@@ -185,7 +188,8 @@ class _Setup:
 
     def _measure(self) -> str:
         what = "time" if self.args.time else f"metric {self.args.metric}" if self.args.metric else "throughput"
-        return f"{what}, {'split' if self.split else 'copies'}"
+        lower = ", lower is better" if self.args.minimize and not self.args.time else ""
+        return f"{what}{lower}, {'split' if self.split else 'copies'}"
 
     def _remember(self, search: Search, key: StudyKey) -> dict[str, Any] | None:
         """Store the key in a new study; say (on stderr, -q or not) what a resumed one
@@ -455,7 +459,7 @@ def _objective(runner: CommandRunner, search: Search, pruning: bool) -> Any:
         if m.pruned is not None:
             raise TrialPruned(m.pruned)
         if m.value is None:  # MemoryError: the sampler does not retry the same memory footprint next
-            raise (MemoryError if m.out_of_memory else RuntimeError)(f"{m.error}; output ends: {m.output[-400:]}")
+            raise (MemoryError if m.out_of_memory else RuntimeError)(f"{_why(m)}\noutput ends:\n{m.output[-400:]}")
         return m.value
 
     return objective
@@ -465,10 +469,21 @@ def _check_defaults(m: Measurement, command: list[str], args: argparse.Namespace
     """CMD as it is must work and print the metric: else there is nothing to tune."""
     cmd = " ".join(command)
     if m.status != 0 or (m.error and "exit status" in m.error) or m.status == 127:
-        raise TuneError(f"{cmd!r} fails as it is ({m.error or f'exit status {m.status}'}): fix it before "
-                        f"tuning it. Its output ends:\n{m.output}")
+        raise TuneError(f"{cmd!r} fails as it is ({_why(m)}): fix it before tuning it."
+                        + (_tail(m) if m.output.strip() else ""))
     if m.value is None:
         what = f"a match of --metric {args.metric!r}" if args.metric else \
             "a number with images/sec, examples/sec, samples/sec or tokens/sec, or a JSON line's throughput"
         raise TuneError(f"no metric in the output of {cmd!r}: looked for {what}; give --metric REGEX or "
-                        f"--time. Its output ends:\n{m.output}")
+                        f"--time.{_tail(m)}")
+
+
+def _why(m: Measurement) -> str:
+    """Why run ``m`` failed, on one line: its error and the line of its output that says why."""
+    error, said = m.error or f"exit status {m.status}", report.reason(m.output)
+    return f"{error}: {said}" if said else f"{error}; no output"
+
+
+def _tail(m: Measurement) -> str:
+    """The end of run ``m``'s output, to follow an error message."""
+    return f" Its output ends:\n{m.output.strip()}" if m.output.strip() else " It printed nothing."

@@ -7,6 +7,7 @@
   configuration side by side: its median, lowest and highest (a difference that
   not every round shows is "no significant difference", never a win);
 * :func:`fmt`: values as people read them (``15,210``, not ``1.521e+04``);
+* :func:`reason`: the line of a failed run's output that says why;
 * :func:`table`: defaults vs the re-measured best configurations;
 * :func:`save_plot`: the trials, the best so far and the defaults, as SVG (no
   dependency) or PNG (Pillow, the ``picture`` extra).
@@ -25,21 +26,43 @@ from ..errors import TuneError, TuneUsageError
 from ..record import record
 from ..tuning.space import describe
 
-__all__ = ["Comparison", "Progress", "compare", "fmt", "save_plot", "summarize", "table"]
+__all__ = ["Comparison", "Progress", "compare", "fmt", "reason", "save_plot", "summarize", "table"]
+
+
+#: significant digits of a value that is not a whole number below 1,000
+DIGITS = 4
 
 
 def fmt(v: float | None) -> str:
-    """A measured value as people read it: ``15,210``, ``330.1``, ``0.0123`` (never
-    ``1.521e+04``)."""
+    """A measured value as people read it, never in e-notation: 1,000 and above whole,
+    with separators (``15,210``); below, :data:`DIGITS` significant digits, trailing
+    zeros kept so that values compare at a glance (``1.020`` beside ``1.002``,
+    ``0.0009900`` beside ``0.001358``, ``50.00``)."""
     if v is None:
         return "-"
-    a = abs(v)
-    if a >= 1000:
+    if v == 0 or not math.isfinite(v):
+        return "0" if v == 0 else str(v)
+    rounded = float(f"{v:.{DIGITS - 1}e}")
+    if abs(rounded) >= 1000:
         return f"{v:,.0f}"
-    if a >= 0.001 or a == 0:
-        text = f"{v:.4g}"
-        return text if "e" not in text else f"{v:.4f}"
-    return f"{v:.2e}"
+    return f"{v:.{max(0, DIGITS - 1 - math.floor(math.log10(abs(rounded))))}f}"
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def reason(output: str) -> str:
+    """The line of a failed run's ``output`` that says why: a Python traceback's
+    exception line (``ValueError: ...``, the first unindented line after the last
+    traceback), else the last non-empty line; "" when it printed nothing."""
+    lines = [ln.rstrip() for ln in output.splitlines()
+             if ln.strip() and not ln.startswith("--- instance ")]
+    starts = [i for i, ln in enumerate(lines) if ln.startswith(_TRACEBACK)]
+    if starts:
+        said = next((ln for ln in lines[starts[-1] + 1:] if not ln[0].isspace()), None)
+        if said is not None:
+            return said
+    return lines[-1] if lines else ""
 
 
 class Progress:
@@ -192,7 +215,8 @@ def table(rows: Sequence[tuple[str, Sequence[float]]], *, unit: str, direction: 
     str
         One line per row: median, spread (min-max), and the comparison with the defaults.
     """
-    head = ("", f"{unit} (median)", "spread", "vs defaults")
+    better = "lower" if direction == "minimize" else "higher"
+    head = ("", f"{unit} (median, {better} is better)", "spread", "vs defaults")
     lines = [head]
     base = rows[0][1] if rows else []
     for i, (label, vals) in enumerate(rows):

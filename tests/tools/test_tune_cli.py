@@ -85,7 +85,7 @@ def test_instances_are_copies_measured_per_copy_unless_the_work_splits(tmp_path,
     out = json.loads(r.stdout)
     assert {t["config"]["rate"]: t["value"] for t in out["trials"]} == {1: pytest.approx(200.0), 3: pytest.approx(600.0)}
     r = tune(base + fake_cmd("--rate", "{rate}"), tmp_path)  # the text labels the copies
-    assert "(2 copies: 2 x 300, the value is one copy's)" in r.stdout, r.stdout
+    assert "(2 copies: 2 x 300.0, the value is one copy's)" in r.stdout, r.stdout
 
 
 def test_copies_of_sleep_are_no_speed_up(tmp_path):
@@ -123,6 +123,22 @@ def test_a_json_metric_a_pattern_and_wall_time(tmp_path, fake_cmd):
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout)
     assert out["direction"] == "minimize" and out["best_value"] > 0
+
+
+def test_minimize_a_printed_metric_where_lower_is_better(tmp_path):
+    """A latency is better lower: with --minimize the best is the lowest, and the table
+    says so (the audit saw 50 ms reported as "5.00x faster" than 10 ms)."""
+    lat = tmp_path / "lat.py"
+    lat.write_text('import os; print("latency: %s ms" % ("50.0" if os.environ.get("OMP_NUM_THREADS") == "1" '
+                   'else "10.0"))\n')
+    base = ["--storage", "none", "--metric", r"latency: ([\d.]+) ms", "--param", "threads=1,2", "--repeats", "2",
+            "-q", "--minimize", "--", sys.executable, str(lat)]
+    r = tune(base, tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "lower is better" in r.stdout and "threads=1" in next(ln for ln in r.stdout.splitlines() if "5.00x slower" in ln)
+    r = tune(base[:-3] + ["--json", "--", sys.executable, str(lat)], tmp_path)
+    out = json.loads(r.stdout)
+    assert out["direction"] == "minimize" and out["best"]["threads"] == 2 and out["best_value"] == 10.0
 
 
 def test_ctrl_c_keeps_the_finished_trials_and_the_same_command_resumes(tmp_path, fake_cmd):
@@ -223,6 +239,7 @@ def _finished(db) -> int:
     (["--param", "MY_VAR=1,2"], "an environment variable is --param env:MY_VAR=..."),
     (["--param", "env:1X=1"], "is not an environment variable name"),
     (["--timeout", "-5"], "--timeout must be a number of seconds > 0"),
+    (["--minimize"], "--minimize: the default metric is a throughput"),
     (["--plot", str(Path("/no/such/dir/p.svg"))], "does not exist or is not writable"),
 ])
 def test_usage_errors_exit_2_naming_the_problem(tmp_path, fake_cmd, args, words):
@@ -242,13 +259,31 @@ def test_more_usage_errors(tmp_path, fake_cmd):
 
 @pytest.mark.parametrize("extra, words", [
     (["--no-metric"], "no metric in the output"),
-    (["--fail"], "fails as it is (exit status 3)"),
+    (["--fail"], "fails as it is (exit status 3: failing as asked)"),
     (["--fail-placed"], "every trial failed (2): first"),
 ])
 def test_failures_exit_1_naming_the_problem(tmp_path, fake_cmd, extra, words):
     r = tune(["--budget", "2", "--storage", "none", "--"] + fake_cmd(*extra), tmp_path)
     assert r.returncode == 1, r.stderr
     assert words in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_failed_run_is_said_by_its_reason_on_one_line(tmp_path):
+    """The audit saw "output ends: Traceback (most recent call last):" where the reason
+    belonged, a multi-line "every trial failed", and "Its output ends:" over nothing."""
+    f2 = tmp_path / "f2.py"
+    f2.write_text('import os\nif os.environ.get("OMP_NUM_THREADS") == "1":\n'
+                  '    raise ValueError("this config is unsupported")\nprint("50 images/sec")\n')
+    r = tune(["--storage", "none", "--param", "threads=1,2", "--repeats", "1", "-q", "--", sys.executable, str(f2)],
+             tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "  threads=1: RuntimeError: exit status 1: ValueError: this config is unsupported\n" in r.stdout
+    r = tune(["--storage", "none", "-q", "--param", "threads=1", "--param", "env:X=1,2", "--", sys.executable, str(f2)],
+             tmp_path)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.rstrip().endswith("exit status 1: ValueError: this config is unsupported")
+    r = tune(["--storage", "none", "--", "no-such-command-here"], tmp_path)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "; no output)" in r.stderr, r.stderr
 
 
 def test_a_storage_that_is_not_a_study_is_an_error_and_left_untouched(tmp_path, fake_cmd):

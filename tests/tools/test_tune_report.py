@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from affinity.tools.tune_report import compare, fmt, table
+from affinity.tools.tune_report import compare, fmt, reason, table
 
 
 def test_the_speed_up_is_the_median_of_the_rounds_with_their_interval():
@@ -29,8 +29,16 @@ def test_minimize_slower_and_tiny_differences():
 
 
 def test_values_read_as_people_write_them():
-    assert [fmt(v) for v in (15210.4, 1521.0, 330.14, 0.01234, 0.0, 1.2e-5, None)] == \
-        ["15,210", "1,521", "330.1", "0.01234", "0", "1.20e-05", "-"]
+    assert [fmt(v) for v in (15210.4, 1521.0, 999.96, 330.14, 50.0, 0.01234, 0.0, -0.0, 1.2e-5, None)] == \
+        ["15,210", "1,521", "1,000", "330.1", "50.00", "0.01234", "0", "0", "0.00001200", "-"]
+
+
+def test_values_and_the_ends_of_a_spread_keep_the_same_significant_digits():
+    """The audit saw ``9.00e-04``, a spread ``9.90e-04 - 0.001358`` and ``1.02`` beside ``1.002``."""
+    assert (fmt(0.0009), fmt(9.9e-4), fmt(0.001358), fmt(1.02), fmt(1.002)) == \
+        ("0.0009000", "0.0009900", "0.001358", "1.020", "1.002")
+    text = table([("defaults", [9.9e-4, 0.001358]), ("#1 a", [1.02, 1.002])], unit="seconds", direction="minimize")
+    assert "0.0009900 - 0.001358" in text and "1.002 - 1.020" in text and "e-" not in text
 
 
 def test_the_table_compares_each_row_round_by_round():
@@ -38,3 +46,12 @@ def test_the_table_compares_each_row_round_by_round():
                  direction="maximize")
     lines = text.splitlines()
     assert "1.48x faster (1.45x - 1.50x in 2 rounds)" in lines[2] and lines[3].split()[-3:] == ["failed", "-", "-"]
+
+
+def test_the_reason_of_a_failed_run_is_its_last_meaningful_line():
+    tb = ("Traceback (most recent call last):\n  File \"f2.py\", line 2, in <module>\n"
+          "    raise ValueError(\"this config is unsupported\")\nValueError: this config is unsupported\n"
+          "    note: added by add_note\n\n")
+    assert reason("warming up\n" + tb) == "ValueError: this config is unsupported"
+    assert reason("step 1\nSegmentation fault (core dumped)\n\n--- instance 1 ---\n") == "Segmentation fault (core dumped)"
+    assert reason("\n \n") == ""
