@@ -511,7 +511,7 @@ def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow
     b._seen = dict(snap.starts)  # (a thread gone before its start was read is left out)
     b.notes.extend(f"planner: {w}" for w in p.warnings)  # the runtime's own warnings
     b.notes.extend(unread(spec, runtime))  # what the runtime's rules never read (compact under libgomp)
-    b.notes.extend(env_warnings + rank_said)
+    b.notes.extend(env_warnings)
     b.notes.extend(precedence.oversubscription(p.threads, p.union, "threads" if asked is not None
                                                else "OMP_NUM_THREADS"))
     env_before = dict(os.environ)
@@ -525,6 +525,7 @@ def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow
     registry.add(b)
     for n in b.notes:  # planner notes first: what the runtime itself would print (a typo binds nothing)
         warnings.warn(f"affinity: {n}", AffinityWarning, stacklevel=_caller_level())
+    b.notes.extend(rank_said)  # a note, no warning: torchrun's default in every rank is as expected
     return b
 
 

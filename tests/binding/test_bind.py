@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -251,6 +252,20 @@ def test_rank_share_in_process(monkeypatch):
         assert b.plan.threads == len(share.cpus)
     with affinity.pinned("granularity=fine,compact", rank="0/2", **KW) as b0:
         assert not (frozenset().union(*b0.plan.cpusets) & share.cpus)
+
+
+def test_torchruns_default_team_size_is_a_note_not_a_warning(monkeypatch):
+    """Under torchrun every rank gets OMP_NUM_THREADS=1 when the user set none: apply()
+    sets it aside and says so in Binding.notes, without an AffinityWarning in every rank
+    (it used to warn, where ``affinity run`` says it only with -v)."""
+    for k, v in (("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "2"), ("OMP_NUM_THREADS", "1")):
+        monkeypatch.setenv(k, v)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with affinity.pinned("granularity=fine,compact", rank="auto", **KW) as b:
+            notes = list(b.notes)
+    assert any(n.startswith("OMP_NUM_THREADS=1 is what torchrun sets for every worker") for n in notes)
+    assert not [str(w.message) for w in caught if issubclass(w.category, AffinityWarning)]
 
 
 RANK_SCRIPT = r"""
