@@ -11,6 +11,8 @@ Sources:
 * :meth:`Topology.from_system` -- this machine, through hwloc (cached per process),
   restricted to the PUs this process may use (``allowed``) but knowing them all;
 * :meth:`Topology.from_xml` -- an hwloc XML export (``lstopo foo.xml``);
+* :meth:`Topology.from_json` -- a machine saved by ``affinity topology --json``
+  (:meth:`Topology.to_dict`), read back anywhere;
 * :meth:`Topology.from_synthetic` -- an hwloc synthetic description;
 * :meth:`Topology.from_cpuinfo` -- a ``/proc/cpuinfo``-format file, as Intel's
   OpenMP runtime reads through ``KMP_CPUINFO_FILE`` (pure Python, no hwloc).
@@ -300,6 +302,20 @@ class Topology:
         return _from_native(_native.load_topology("xml", path), source=path)
 
     @staticmethod
+    def from_json(path: str | os.PathLike[str]) -> Topology:
+        """A file written by ``affinity topology --json`` (:meth:`to_dict`): the machine
+        saved on its node, read back anywhere.  Every PU is allowed, as with the other
+        files; every index is checked against the objects it names."""
+        import json  # lazy: only a JSON topology needs it (affinity run starts without it)
+
+        path = os.fspath(path)
+        try:
+            d = json.loads(read_file(path))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise TopologyError(f"not JSON: {e}", path) from None
+        return _from_dict(d, path)
+
+    @staticmethod
     def from_synthetic(description: str) -> Topology:
         """An hwloc synthetic description, e.g.
         ``"pack:2 core:28 pu:2(indexes=2*56:1*2)"`` (``[numa]`` attaches NUMA nodes)."""
@@ -345,8 +361,9 @@ class Topology:
         ----------
         src : None, "system", str, path-like or Topology
             ``None``/``"system"`` for this machine, ``"synthetic:<description>"``,
-            an hwloc XML file, or a cpuinfo file (recognised by its ``processor``
-            records); a Topology is returned as it is.
+            an hwloc XML file, a JSON file of ``affinity topology --json``, or a
+            cpuinfo file (recognised by its ``processor`` records); a Topology is
+            returned as it is.
         numa_nodes : optional
             With a cpuinfo file, as in :meth:`from_cpuinfo`.
 
@@ -366,10 +383,12 @@ class Topology:
         s = os.fspath(src)
         if s.startswith("synthetic:"):
             return Topology.from_synthetic(s[len("synthetic:"):])
-        head = read_file(s, missing=" (expected an hwloc XML file, a cpuinfo file, "
+        head = read_file(s, missing=" (expected an hwloc XML file, a JSON file, a cpuinfo file, "
                                     "'synthetic:<description>' or 'system')")[:4096].lstrip()
         if head.startswith(b"<?xml") or head.startswith(b"<topology"):
             return Topology.from_xml(s)
+        if head.startswith(b"{"):
+            return Topology.from_json(s)
         return Topology.from_cpuinfo(s, numa_nodes)
 
 
@@ -654,6 +673,67 @@ def _check_xml_syntax(path: str, data: bytes) -> int:
 #: CPUs (``NR_CPUS`` with ``CONFIG_MAXSMP``), and loading a description beyond that
 #: costs hwloc minutes and gigabytes for a machine that cannot exist.
 MAX_PUS = 8192
+
+
+def _from_dict(d: Any, source: str) -> Topology:
+    """:meth:`Topology.to_dict`'s value back, or :class:`TopologyError` naming the
+    first entry that is missing, of the wrong type, or names an object that is not there."""
+    where = "the file"
+    try:
+        where = "pus"
+        _check_size(len(d["pus"]), source)
+        pus = tuple(PU(_int(u["os_index"]), _int(u["logical_index"]), _int(u["core"]), _int(u["package"]),
+                       None if u["numa"] is None else _int(u["numa"]), _int(u["thread"])) for u in d["pus"])
+        where = "cores"
+        cores = tuple(Core(_int(c["os_index"]), _int(c["logical_index"]), _int(c["package"]), _cpus(c["cpuset"]),
+                           c.get("kind"), c.get("efficiency")) for c in d["cores"])
+        where = "packages"
+        packages = tuple(Package(_int(p["os_index"]), _int(p["logical_index"]), _cpus(p["cpuset"]))
+                         for p in d["packages"])
+        where = "numa_nodes"
+        nodes = tuple(NumaNode(_int(n["os_index"]), _int(n["logical_index"]), _cpus(n["cpuset"]),
+                               _int(n.get("memory", 0))) for n in d.get("numa_nodes", ()))
+        where = "caches"
+        caches = tuple(Cache(_int(c["level"]), _int(c["logical_index"]), _cpus(c["cpuset"]), _int(c.get("size", 0)))
+                       for c in d.get("caches", ()))
+        where = "groups"
+        groups = tuple(Group(str(g["kind"]), None if g["os_index"] is None else _int(g["os_index"]),
+                             _int(g["logical_index"]), _cpus(g["cpuset"])) for g in d.get("groups", ()))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise TopologyError(f"{where}: not as 'affinity topology --json' writes it ({type(e).__name__}: {e})",
+                            source) from None
+    _check_links(pus, cores, packages, nodes, source)
+    return Topology(pus, cores, packages, nodes, caches, groups, frozenset(u.os_index for u in pus), source)
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"{v!r} is no index or count")
+    return v
+
+
+def _cpus(text: Any) -> frozenset[int]:
+    if not isinstance(text, str):
+        raise TypeError(f"a cpuset is a CPU list string, not {type(text).__name__}")
+    return frozenset(parse_list(text))
+
+
+def _check_links(pus: tuple[PU, ...], cores: tuple[Core, ...], packages: tuple[Package, ...],
+                 nodes: tuple[NumaNode, ...], source: str) -> None:
+    """Each object at its logical index; each PU in the core, package and node it names."""
+    for name, objs in (("pus", pus), ("cores", cores), ("packages", packages), ("numa_nodes", nodes)):
+        for i, o in enumerate(objs):
+            if o.logical_index != i:
+                raise TopologyError(f"{name}[{i}] has logical_index {o.logical_index}", source)
+    if not pus or len({u.os_index for u in pus}) != len(pus):
+        raise TopologyError("pus: none, or an OS index twice", source)
+    for u in pus:
+        ok = (u.core < len(cores) and u.os_index in cores[u.core].cpuset and u.package < len(packages)
+              and u.os_index in packages[u.package].cpuset and cores[u.core].package == u.package
+              and (u.numa is None or (u.numa < len(nodes) and u.os_index in nodes[u.numa].cpuset)))
+        if not ok:
+            raise TopologyError(f"PU {u.os_index} names core {u.core}, package {u.package}, NUMA node "
+                                f"{u.numa}, which do not hold it", source)
 
 
 def _check_size(pus: int | None, source: str) -> None:
