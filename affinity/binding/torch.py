@@ -348,6 +348,7 @@ def attach(b: Any, mode: Any, workers: int | None, pin_cls: Any) -> TorchAdapter
     ad = TorchAdapter(b, pin_cls, workers, layout)
     b._hooks.append(ad)
     if layout is not None:
+        b.notes.extend(n for n in [layout.shared_note()] if n)
         b.env_set[LAYOUT_VARIABLE] = layout.to_env_value()
         b._snapshot.env.setdefault(LAYOUT_VARIABLE, os.environ.get(LAYOUT_VARIABLE))
         os.environ[LAYOUT_VARIABLE] = layout.to_env_value()
@@ -401,11 +402,15 @@ class WorkerBinding:
 
 
 def _layout_of(workers: int) -> list[frozenset[int]]:
-    """The workers' CPU sets: the exported layout, else the active binding's plan."""
+    """The workers' CPU sets: the exported layout, else (or where the DataLoader has
+    more workers than it holds) the active binding's plan."""
     text = os.environ.get(LAYOUT_VARIABLE, "")
-    if text:
-        return [parse_list(part) for part in text.split(";")]
     active = registry.active()
+    if text:
+        sets = [parse_list(part) for part in text.split(";")]
+        if len(sets) >= workers or not active:
+            return sets
+        return list(worker_layout(active[-1].plan, workers).cpusets)
     if not active:
         raise PlanError("affinity.torch.worker_init_fn: no layout (run the DataLoader inside "
                         "affinity.pinned(..., dataloader_workers=K) or after apply())")
@@ -413,8 +418,15 @@ def _layout_of(workers: int) -> list[frozenset[int]]:
 
 
 def _place_this_worker(worker_id: int, workers: int) -> WorkerBinding:
+    planned = len(os.environ.get(LAYOUT_VARIABLE, "").split(";")) if os.environ.get(LAYOUT_VARIABLE) else None
     layout = _layout_of(workers)
     cpus = layout[worker_id % len(layout)]
+    if planned is not None and worker_id >= planned:  # more workers than pinned(dataloader_workers=K)
+        how = (f"planned again for {workers}" if len(layout) >= workers  # forked: the binding is here
+               else f"it shares the CPUs of worker {worker_id % len(layout)}")  # spawned: it is not
+        warnings.warn(f"affinity: DataLoader worker {worker_id} of {workers}, where dataloader_workers="
+                      f"{planned} planned {planned}: {how}, on {{{format_list(cpus)}}}", AffinityWarning,
+                      stacklevel=2)
     _threads.set_process_affinity(cpus)
     env = {"AFFINITY_WORKER_ID": str(worker_id), "AFFINITY_WORKER_CPUS": format_list(cpus),
            "AFFINITY_DATALOADER_WORKERS": str(workers), "OMP_NUM_THREADS": "1"}

@@ -54,6 +54,14 @@ class WorkerLayout:
             lines.append(f"  worker {i} -> {{{format_list(s)}}}{also}")
         return "\n".join(lines)
 
+    def shared_note(self) -> str | None:
+        """A sentence naming the workers that share a compute thread's CPUs (None: none do)."""
+        shared = [(i, j, s) for i, (s, j) in enumerate(zip(self.cpusets, self.sharing)) if j is not None]
+        if not shared:
+            return None
+        return (f"{self.workers} DataLoader workers, fewer free CPUs than workers: "
+                + ", ".join(f"worker {i} shares compute slot {j} ({{{format_list(s)}}})" for i, j, s in shared))
+
     def to_env_value(self) -> str:
         """The layout as one string, the sets separated by ``;`` (``AFFINITY_DATALOADER_CPUS``)."""
         return ";".join(format_list(s) for s in self.cpusets)

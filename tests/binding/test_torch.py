@@ -284,3 +284,59 @@ with affinity.pinned("granularity=fine,scatter", threads=2, blas=(sys.argv[1] ==
 print(json.dumps({"inside": inside, "after": torch.get_num_threads()}))
 """
     assert run_scenario(blas, script=script) == {"inside": 2, "after": 1}
+
+
+MORE_WORKERS = """
+import os, json, sys, torch, affinity
+from torch.utils.data import DataLoader, Dataset
+class D(Dataset):
+    def __len__(self): return 6
+    def __getitem__(self, i):
+        return torch.tensor([torch.utils.data.get_worker_info().id, *sorted(os.sched_getaffinity(0))])
+if __name__ == "__main__":
+    with affinity.pinned("compact", threads=1, dataloader_workers=1, tensorflow=False) as b:
+        seen = {}
+        for x in DataLoader(D(), batch_size=1, num_workers=2, multiprocessing_context=sys.argv[1]):
+            row = x[0].tolist(); seen[row[0]] = row[1:]
+    print(json.dumps({"workers": seen, "compute": sorted(b.plan.union)}))
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a compute CPU and a worker CPU")
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_more_workers_than_planned_are_said(method, tmp_path):
+    """pinned(..., dataloader_workers=1) and a DataLoader of 2 workers: the second used to
+    share the first's CPUs without a word.  Forked, it is planned again from the binding
+    (beside the compute thread: shared, said); spawned, it shares and says so."""
+    script = tmp_path / "more.py"
+    script.write_text(MORE_WORKERS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(CLEAN)}
+    r = subprocess.run([sys.executable, str(script), method], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    compute = out["compute"]
+    assert out["workers"]["0"] != compute  # the planned worker: a CPU the compute thread does not use
+    said = "DataLoader worker 1 of 2, where dataloader_workers=1 planned 1: "
+    assert said in r.stderr
+    if method == "fork":
+        assert out["workers"]["1"] == compute and "planned again for 2" in r.stderr
+    else:
+        assert out["workers"]["1"] == out["workers"]["0"] and "it shares the CPUs of worker 0" in r.stderr
+
+
+def test_workers_sharing_compute_cpus_are_a_note():
+    """pytorch.md: a layout that shares compute CPUs is said so (it was only in affinity plan's output)."""
+    script = """
+import json, warnings, affinity
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with affinity.pinned("granularity=fine,compact", threads=THREADS, dataloader_workers=2,
+                         tensorflow=False) as b:
+        notes = list(b.notes)
+print(json.dumps({"notes": notes, "warned": [str(w.message) for w in caught]}))
+"""
+    n = len(os.sched_getaffinity(0))  # a thread on every CPU: no CPU is free for the workers
+    out = run_scenario(script=script.replace("THREADS", str(n)))
+    shared = [x for x in out["notes"] if "fewer free CPUs than workers" in x]
+    assert len(shared) == 1 and shared[0].startswith("2 DataLoader workers") and "shares compute slot" in shared[0]
+    assert any("fewer free CPUs than workers" in w for w in out["warned"])
