@@ -35,6 +35,7 @@ _LAZY = {
     "TrialPruned": "errors",
     "Signalled": "errors",
     "SpaceError": "errors",
+    "SeedMismatch": "errors",
     "PictureError": "errors",
     "PictureUnavailableError": "errors",
     "MalformedValue": "errors",
@@ -93,7 +94,7 @@ if TYPE_CHECKING:  # pragma: no cover - the same names as _LAZY (tests/test_api_
     from .errors import (AccessDenied, AffinityError, AffinityWarning, ArgumentTypeError, BindError, CannotExecute,
                          CommandError, ForeignTopologyError, FrozenInstanceError, MalformedValue, MaskNarrowedError,
                          NativeUnavailableError, NoSuchThread, PictureError, PictureUnavailableError, PlanError,
-                         Signalled, SpaceError, SpecError, TopologyError, TrialPruned, TuneError,
+                         SeedMismatch, Signalled, SpaceError, SpecError, TopologyError, TrialPruned, TuneError,
                          TuneUnavailableError, TuneUsageError, UnsafeFile, UnsupportedError, UsageError)
     from .machine.topology import Topology
     from .binding.here import plan, plan_env

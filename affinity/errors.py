@@ -28,6 +28,7 @@ __all__ = [
     "PictureError",
     "PictureUnavailableError",
     "PlanError",
+    "SeedMismatch",
     "Signalled",
     "SpaceError",
     "SpecError",
@@ -217,6 +218,23 @@ class TuneUsageError(UsageError):
 class SpaceError(TuneUsageError):
     """A space that is empty, has an empty or unknown-typed list of choices, or a choice a
     known parameter cannot take."""
+
+
+class SeedMismatch(TuneUsageError):
+    """A stored study resumed with another seed than the one it was started with.
+
+    Attributes
+    ----------
+    study : str
+        The study's name.
+    stored : int
+        Its seed.
+    """
+
+    def __init__(self, study: str, stored: int):
+        super().__init__(f"study {study!r} was started with seed {stored}; resume it with seed={stored} "
+                         f"(or None), or give another study name")
+        self.study, self.stored = study, stored
 
 
 class TuneError(AffinityError):

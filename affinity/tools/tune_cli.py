@@ -28,7 +28,8 @@ failed, a storage that is not a study), 2 usage, 130 interrupted (143 SIGTERM,
 129 SIGHUP) -- :func:`affinity.errors.exit_status`.
 
 This module only registers the command (:func:`add_tune_parser`): it imports
-nothing but the standard library, so ``affinity``'s other commands do not pay for
+nothing but the standard library and the parameter names
+(:mod:`affinity.tuning.names`), so ``affinity``'s other commands do not pay for
 optuna.  The work is :func:`affinity.tools.tune_command.run`.
 """
 
@@ -36,6 +37,8 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
+
+from ..tuning.names import KNOWN
 
 __all__ = ["add_tune_parser", "cmd_tune"]
 
@@ -63,8 +66,8 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "to resume).")
     p.add_argument("--budget", type=int, default=20, metavar="N", help="trials to run (default 20)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=v1,v2,...",
-                   help="a parameter and its choices (repeat the option); known names: intra, inter, omp, "
-                        "blocktime, affinity, granularity, instances, threads, membind; env:VAR=... exports "
+                   help=f"a parameter and its choices (repeat the option); known names: {', '.join(KNOWN)}; "
+                        "env:VAR=... exports "
                         "the variable VAR; a name written {NAME} in CMD is replaced there; any other name is "
                         "an error. Several full KMP_AFFINITY strings: separate them with ';'. Default: a "
                         "space built from this machine")

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import Signalled, TrialPruned, TuneError, TuneUsageError, exit_status
+from ..errors import SeedMismatch, Signalled, TrialPruned, TuneError, TuneUsageError, exit_status
 from ..machine.topology import Topology
 from ..record import field, record
 from ..tuning.config import Config
@@ -152,11 +152,17 @@ class _Setup:
         warm = WarmStart(self.storage, machine_id(self.topology), self.direction, named=args.from_study,
                          same=lambda attrs: (attrs.get(_KEY_ATTR) or {}).get("command") == list(key.command),
                          what=f"--from {args.from_study}")
-        search = Search(self.space, self.topology, direction=self.direction, seed=args.seed,
-                        storage=self.storage, study_name=args.study, key=key.text(), pruning=args.prune, warm=warm)
+        try:
+            search = Search(self.space, self.topology, direction=self.direction, seed=args.seed,
+                            storage=self.storage, study_name=args.study, key=key.text(), pruning=args.prune,
+                            warm=warm)
+        except SeedMismatch as e:
+            raise TuneUsageError(f"--seed {args.seed}: study {e.study} was started with seed {e.stored}; resume "
+                                 f"it with --seed {e.stored} (or no --seed), or give another --study name") from e
         self.resumed = self._remember(search, key)
         stored = warm.source.attrs.get(_KEY_ATTR) if warm.source is not None else None
-        self.warm_from = warm.said(len(search.warm), key.changes(stored) if stored else [])
+        tried = min(len(search.warm), max(0, args.budget - search.done()))  # the budget may stop them
+        self.warm_from = warm.said(tried, key.changes(stored) if stored else [])
         if self.warm_from and not self.quiet:
             print(f"affinity tune: {self.warm_from}", file=sys.stderr)
         bar = Progress(args.budget, self.direction, enabled=not self.quiet, label="affinity tune")
@@ -198,7 +204,7 @@ class _Setup:
         self._check_key(search, key)
         done = search.done()
         if done:
-            print(f"affinity tune: resuming, {done} of {self.args.budget} trials already done "
+            print(f"affinity tune: resuming, {_already(done, self.args.budget)} "
                   f"(study {search.study_name}: {self._same(search)})", file=sys.stderr)
             return {"study": search.study_name, "trials": done}
         if _KEY_ATTR not in search.study.user_attrs:
@@ -326,8 +332,10 @@ class _Text:
             lines.append(f"the space has {s.space.size} configuration{'s' if s.space.size != 1 else ''}: "
                          f"all tried, before the budget of {s.args.budget}")
         if self.facts["pruned"]:
+            why = "still running at twice the best time so far" if s.args.time else \
+                "worse than the completed ones at the same point"
             lines.append(f"{self.facts['pruned']} trial{'s' if self.facts['pruned'] != 1 else ''} stopped early "
-                         f"(multi-fidelity: worse than the completed ones at the same point)")
+                         f"(multi-fidelity: {why})")
         if s.args.time:
             lines.append("times are CMD's own, from its start to its end (affinity run's start-up not counted)")
         lines += [f"note: {note}" for note in result.notes]
@@ -429,6 +437,13 @@ def _same_command(storage: str, name: str, key: StudyKey) -> list[tuple[str, dic
         if summary.study_name != name and stored and stored.get("command") == list(key.command):
             out.append((summary.study_name, stored))
     return out
+
+
+def _already(done: int, budget: int) -> str:
+    """How many trials of a resumed study are done, against the budget."""
+    if done <= budget:
+        return f"{done} of {budget} trials already done"
+    return f"{done} trials already done, more than the budget of {budget}: nothing new to try"
 
 
 def _trial_seconds(trials: Sequence[TrialRecord]) -> float:

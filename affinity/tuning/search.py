@@ -41,7 +41,7 @@ from ..machine.topology import Topology
 from . import forms
 from .priors import Priors
 from .sampler import FIXED, INTERRUPTED, TopologySampler, trial_config
-from ..errors import TrialPruned, TuneError, TuneUsageError
+from ..errors import SeedMismatch, TrialPruned, TuneError, TuneUsageError
 from .space import Space, default_space, describe
 from . import storage as storage_mod
 from .storage import check_storage, rdb_storage
@@ -354,8 +354,7 @@ class Search:
     def _seed(self, seed: int | None) -> int:
         stored = self.study.user_attrs.get(_ATTR + "seed")
         if stored is not None and seed is not None and int(seed) != int(stored):
-            raise TuneUsageError(f"study {self.study_name!r} was started with seed {stored}; resume it with "
-                                 f"seed={stored} (or None), or give another study name")
+            raise SeedMismatch(self.study_name, int(stored))
         value = int(seed) if seed is not None else int(stored) if stored is not None else secrets.randbelow(2 ** 31)
         if stored is None:
             self.study.set_user_attr(_ATTR + "seed", value)
@@ -788,8 +787,9 @@ def tune(objective: Callable[[dict[str, Any]], Any], space: Mapping[str, Sequenc
     if warm is not None:
         if _ATTR + "objective" not in search.study.user_attrs:
             search.study.set_user_attr(_ATTR + "objective", who)
-        notes += [n for n in [warm.said(len(search.warm))] if n]
     base, budget_left, note = _baseline(objective, baseline, budget, search)
+    if warm is not None:  # said of the trials the budget leaves them
+        notes += [n for n in [warm.said(min(len(search.warm), budget_left))] if n]
     notes += [note] if note else []
     if budget_left > 0:
         search.run(objective, budget_left, on_trial=_on_trial(progress, budget_left, search.direction))

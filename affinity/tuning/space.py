@@ -21,26 +21,10 @@ from ..errors import SpaceError, SpecError
 from ..machine.topology import Topology
 from ..planning.spec import parse_kmp_affinity
 from ..record import record
+from .names import KNOWN
 
 __all__ = ["AFFINITY_TYPES", "ENV_PREFIX", "KNOWN", "MEMBIND", "Space", "default_space", "describe", "parse_param"]
 
-#: the names the tuner reads with the topology, and what each means
-KNOWN = {
-    "intra": "TensorFlow intra-op pool (TF_NUM_INTRAOP_THREADS)",
-    "inter": "TensorFlow inter-op pool (TF_NUM_INTEROP_THREADS)",
-    "omp": "OpenMP team size (OMP_NUM_THREADS)",
-    "blocktime": "KMP_BLOCKTIME in ms, or 'infinite'",
-    "affinity": "KMP_AFFINITY type (none, compact, scatter, balanced) or a full KMP_AFFINITY string",
-    "granularity": "KMP_AFFINITY granularity (fine/thread, core, tile, die, socket, ...)",
-    "instances": "copies of the program on disjoint cores",
-    "threads": "threads per instance (affinity run -t)",
-    "membind": "memory policy: none, local or interleave",
-    "torch_threads": "PyTorch intra-op team (torch.set_num_threads; OMP_NUM_THREADS under affinity run)",
-    "interop": "PyTorch inter-op pool (torch.set_num_interop_threads; AFFINITY_TORCH_INTEROP_THREADS under "
-               "affinity run)",
-    "dataloader_workers": "PyTorch DataLoader worker processes, 0 = load in the main process "
-                          "(AFFINITY_DATALOADER_WORKERS; placed by pinned(dataloader_workers=K))",
-}
 #: the prefix of a parameter that is an environment variable of the command (``env:NAME``)
 ENV_PREFIX = "env:"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

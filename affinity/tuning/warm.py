@@ -123,5 +123,6 @@ class WarmStart:
         if self.source is None or not tried:
             return ""
         what = f"; {'; '.join(changes)}" if changes else ""
-        return (f"warm start from study {self.source.name} (this machine, {self.source.trials} trials{what}): "
+        n = self.source.trials
+        return (f"warm start from study {self.source.name} (this machine, {n} trial{'s' if n != 1 else ''}{what}): "
                 f"its best {tried} configuration{'s' if tried != 1 else ''} tried first")

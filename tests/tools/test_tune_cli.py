@@ -135,7 +135,8 @@ def test_minimize_a_printed_metric_where_lower_is_better(tmp_path):
             "-q", "--minimize", "--", sys.executable, str(lat)]
     r = tune(base, tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "lower is better" in r.stdout and "threads=1" in next(ln for ln in r.stdout.splitlines() if "5.00x slower" in ln)
+    slower = next(ln for ln in r.stdout.splitlines() if "5.00x slower" in ln)
+    assert "lower is better" in r.stdout and "threads=1" in slower
     r = tune(base[:-3] + ["--json", "--", sys.executable, str(lat)], tmp_path)
     out = json.loads(r.stdout)
     assert out["direction"] == "minimize" and out["best"]["threads"] == 2 and out["best_value"] == 10.0
@@ -284,6 +285,32 @@ def test_a_failed_run_is_said_by_its_reason_on_one_line(tmp_path):
     assert r.stderr.rstrip().endswith("exit status 1: ValueError: this config is unsupported")
     r = tune(["--storage", "none", "--", "no-such-command-here"], tmp_path)
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "; no output)" in r.stderr, r.stderr
+
+
+def test_a_study_with_more_trials_than_the_budget_says_nothing_new_runs(tmp_path, fake_cmd):
+    """The audit saw "resuming, 6 of 2 trials already done"."""
+    args = ["--repeats", "1", "--top", "1", "-q", "--storage", f"sqlite:///{tmp_path / 'b.db'}",
+            "--param", "threads=1,2", "--param", "blocktime=0,1", "--"] + fake_cmd()
+    assert tune(["--budget", "3"] + args, tmp_path).returncode == 0
+    r = tune(["--budget", "2"] + args, tmp_path)
+    assert r.returncode == 0 and "resuming, 3 trials already done, more than the budget of 2: nothing new to try " \
+        "(study" in r.stderr, r.stderr
+
+
+def test_the_help_lists_every_known_parameter(tmp_path):
+    from affinity.tuning.space import KNOWN
+
+    r = tune(["--help"], tmp_path)
+    assert r.returncode == 0 and all(name in " ".join(r.stdout.split()) for name in KNOWN)
+
+
+def test_another_seed_on_a_stored_study_names_the_option(tmp_path, fake_cmd):
+    args = ["--budget", "1", "--repeats", "1", "--top", "1", "-q", "--storage", f"sqlite:///{tmp_path / 's.db'}",
+            "--param", "threads=1,2", "--seed", "5", "--"] + fake_cmd()
+    assert tune(args, tmp_path).returncode == 0
+    args[args.index("5")] = "6"
+    r = tune(args, tmp_path)
+    assert r.returncode == 2 and "resume it with --seed 5 (or no --seed)" in r.stderr, r.stderr
 
 
 def test_a_storage_that_is_not_a_study_is_an_error_and_left_untouched(tmp_path, fake_cmd):
@@ -438,8 +465,9 @@ def test_pruning_reads_every_instances_log_as_it_grows(tmp_path, fake_cmd):
 
 
 def test_with_time_a_trial_running_twice_the_best_stops(tmp_path):
-    r = tune(["--time", "--budget", "3", "--seed", "0", "--repeats", "1", "--top", "1", "--json", "--storage",
-              "none", "--param", "threads=1", "--param", "s=0.2,0.3,6", "--", "sleep", "{s}"], tmp_path)
+    args = ["--time", "--budget", "3", "--seed", "0", "--repeats", "1", "--top", "1", "--json", "--storage",
+            "none", "--param", "threads=1", "--param", "s=0.2,0.3,6", "--", "sleep", "{s}"]
+    r = tune(args, tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout)
     states = {t["config"]["s"]: (t["number"], t["state"]) for t in out["trials"]}
@@ -447,6 +475,9 @@ def test_with_time_a_trial_running_twice_the_best_stops(tmp_path):
     if states[6][0] > first_done:  # 6 s after a 0.2 or 0.3 s trial: it cannot win
         assert states[6][1] == "pruned" and out["trials"][states[6][0]]["error"].startswith("pruned: still running")
     assert states[0.2][1] == "complete" and out["best"]["s"] == 0.2
+    r = tune([a for a in args if a != "--json"], tmp_path)  # the text says why, as --time stops a trial
+    if any(st == "pruned" for _, st in states.values()):
+        assert "stopped early (multi-fidelity: still running at twice the best time so far)" in r.stdout, r.stdout
 
 
 def test_a_resume_reports_the_speed_up_within_the_first_runs_interval(tmp_path, fake_cmd):

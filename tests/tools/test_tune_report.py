@@ -53,5 +53,7 @@ def test_the_reason_of_a_failed_run_is_its_last_meaningful_line():
           "    raise ValueError(\"this config is unsupported\")\nValueError: this config is unsupported\n"
           "    note: added by add_note\n\n")
     assert reason("warming up\n" + tb) == "ValueError: this config is unsupported"
-    assert reason("step 1\nSegmentation fault (core dumped)\n\n--- instance 1 ---\n") == "Segmentation fault (core dumped)"
+    crash = "step 1\nSegmentation fault (core dumped)\n\n--- instance 1 ---\n"
+    assert reason(crash) == "Segmentation fault (core dumped)"
     assert reason("\n \n") == ""
+

@@ -55,3 +55,16 @@ def test_only_this_machines_studies(tmp_path):
         tune(peak(4), SPACE, budget=2, topology=TOPO, storage=url, study_name="here3", warm_start="nope")
     with pytest.raises(TuneUsageError, match="give the storage"):
         tune(peak(4), SPACE, budget=2, topology=TOPO, warm_start="elsewhere")
+
+
+def test_the_warm_start_note_counts_what_the_budget_runs(tmp_path):
+    """The audit saw "its best 3 configurations tried first" with a budget of 2, and "1 trials"."""
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    obj = peak(2)
+    tune(obj, SPACE, budget=12, topology=TOPO, storage=url, study_name="a", seed=1)
+    two = tune(obj, SPACE, budget=2, topology=TOPO, storage=url, study_name="b", seed=1, warm_start="a")
+    assert any(n.endswith("its best 2 configurations tried first") for n in two.notes), two.notes
+    tune(obj, SPACE, budget=1, topology=TOPO, storage=url, study_name="one", seed=1)
+    again = tune(obj, SPACE, budget=1, topology=TOPO, storage=url, study_name="c", seed=1, warm_start="one")
+    assert any("(this machine, 1 trial)" in n and n.endswith("its best 1 configuration tried first")
+               for n in again.notes), again.notes
