@@ -32,6 +32,10 @@ __all__ = ["BINDING_VARIABLES", "JOB_VARIABLES", "LAUNCHER_DEFAULTS", "LAUNCHER_
            "SlurmStep", "job_of", "launcher_binding", "local_rank", "parse_rank", "partition", "place_rank",
            "rank_share", "rank_topology", "slurm_allocation", "slurm_step", "team_environ"]
 
+#: ``affinity run --instances K`` as a launcher: it exports the instance's number and the
+#: count, and it always binds each instance to its share before the command starts
+INSTANCES = "affinity run --instances"
+
 #: (launcher, local-rank variable, local-size variable), in the order they are
 #: tried: MPI launchers first (an mpirun inside a Slurm allocation inherits the
 #: allocation's SLURM_* variables), then torchrun, then Slurm's srun.
@@ -42,6 +46,7 @@ LAUNCHER_VARIABLES: tuple[tuple[str, str, str], ...] = (
     ("Cray PMI", "PMI_LOCAL_RANK", "PMI_LOCAL_SIZE"),
     ("torchrun", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
     ("Slurm srun", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE"),
+    (INSTANCES, "AFFINITY_INSTANCE", "AFFINITY_NUM_INSTANCES"),
 )
 
 #: (launcher, variable): the variable a launcher sets in a process it bound to CPUs
@@ -50,11 +55,13 @@ LAUNCHER_VARIABLES: tuple[tuple[str, str, str], ...] = (
 #: Intel MPI) sets ``HYDRA_USER_PROVIDED_BINDING=1`` for ``-bind-to``; srun sets
 #: ``SLURM_CPU_BIND_TYPE`` (``none``, or ``mask_cpu:`` with every local task's mask
 #: in ``SLURM_CPU_BIND_LIST``, which is how ``--cpu-bind=cores`` and Slurm's
-#: automatic binding arrive).  torchrun binds nothing itself.
+#: automatic binding arrive); ``affinity run --instances K`` always binds (its count,
+#: 2 or more, is the evidence).  torchrun binds nothing itself.
 BINDING_VARIABLES: tuple[tuple[str, str], ...] = (
     ("Open MPI", "OMPI_MCA_orte_bound_at_launch"),
     ("MPICH/Intel MPI (Hydra)", "HYDRA_USER_PROVIDED_BINDING"),
     ("Slurm srun", "SLURM_CPU_BIND_TYPE"),
+    (INSTANCES, "AFFINITY_NUM_INSTANCES"),
 )
 
 

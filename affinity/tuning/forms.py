@@ -147,8 +147,8 @@ def apply_call(config: Mapping[str, Any] | Config) -> str:
     if cfg.dataloader_workers is not None:
         lines.append(f"# and DataLoader(..., num_workers={int(cfg.dataloader_workers)}): apply() has placed them")
     if k > 1:
-        lines.insert(1, f"# {k} instances: start {k} processes (e.g. mpirun -n {k}, torchrun), each takes "
-                        f"its share; or use the affinity run line")
+        lines.insert(1, f"# {k} instances: start {k} processes (e.g. mpirun -n {k}, torchrun, or the "
+                        f"affinity run line), each takes its share")
     if cfg.intra is not None or cfg.inter is not None:
         lines.append("import tensorflow as tf  # after apply(): its pools are sized here")
         if cfg.intra is not None:

@@ -535,3 +535,18 @@ def test_pin_threads_and_a_multiprocessing_pool(tmp_path, children, method):
     workers = json.loads(r.stdout.strip().splitlines()[-1])
     first = sorted(os.sched_getaffinity(0))[:1]
     assert workers == ([first] * 2 if children else [CPUS[:2]] * 2)
+
+
+@TWO
+def test_apply_rank_auto_inside_an_instance(tmp_path):
+    """The tuner's apply() line for a split best (rank='auto') run under the launcher's own
+    --instances: each instance plans inside the share it was given (it used to raise)."""
+    code = ("import affinity, json, os\n"
+            "b = affinity.apply('none', threads=1, rank='auto', tensorflow=False, openmp=False, blas=False)\n"
+            "print(json.dumps([os.environ['AFFINITY_INSTANCE'], sorted(os.sched_getaffinity(0)), "
+            "sorted(b.plan.union)]))\n")
+    r = affinity_run("none", "-t", "1", "--instances", "2", "--", sys.executable, "-c", code)
+    assert r.returncode == 0, r.stderr
+    rows = sorted(json.loads(line) for line in r.stdout.splitlines() if line.startswith("["))
+    assert [row[0] for row in rows] == ["0", "1"]
+    assert all(row[1] == row[2] for row in rows) and rows[0][1] != rows[1][1]

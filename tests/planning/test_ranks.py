@@ -42,10 +42,25 @@ def cpus(*ranges: tuple[int, int]) -> frozenset[int]:
     ({"SLURM_LOCALID": "1", "SLURM_NODEID": "2", "SLURM_STEP_TASKS_PER_NODE": "4(x2),3"},
      (1, 3, "Slurm srun")),
     ({"SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "2"}, (0, 2, "Slurm srun")),
+    ({"AFFINITY_INSTANCE": "1", "AFFINITY_NUM_INSTANCES": "2"}, (1, 2, "affinity run --instances")),
 ])
 def test_each_launcher(env, want):
     r = local_rank(env)
     assert (r.rank, r.size) == want[:2] and r.source.startswith(want[2])
+
+
+def test_an_instance_of_affinity_run_is_a_bound_rank():
+    """``affinity run --instances K`` binds each instance to its share and exports its
+    number: ``apply(rank="auto")`` inside one plans inside that share (the tuner prints
+    such a call for a split best; it used to fail: "no launcher variables found")."""
+    xeon = Topology.from_synthetic(XEON)
+    env = {"AFFINITY_INSTANCE": "1", "AFFINITY_NUM_INSTANCES": "2"}
+    r = local_rank(env)
+    b = launcher_binding(env, r)
+    assert b is not None and b.launcher == "affinity run --instances"
+    second = partition(xeon, 2)[1].cpus  # what affinity run gave instance 1
+    share, said = place_rank(xeon.with_allowed(second), r, b)
+    assert share.cpus == second and "planning inside that mask" in said
 
 
 def test_precedence_and_absence():
