@@ -23,7 +23,7 @@ from ..planning.planner import plan, plan_env, unread
 from ..planning.spec import DEFAULT_SPEC, PLACEMENT_VARIABLES
 from ..record import field, record
 from .options import RunOptions
-from .preload import pin_environment
+from .preload import leave_binding_to_the_library, pin_environment
 from .torch_env import torch_environment
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
@@ -462,7 +462,8 @@ def _instance_env(i: int, count: int, p: Any, slots: tuple[frozenset[int], ...],
     if count > 1:
         env["AFFINITY_INSTANCE"] = str(i)
         env["AFFINITY_NUM_INSTANCES"] = str(count)
-    if opts.pin_threads:
+    if opts.pin_threads:  # the library binds every thread: the runtimes bind none
+        env = leave_binding_to_the_library(env)
         env.update(pin_environment(slots, environ, skip=opts.pin_skip, main=opts.pin_main,
                                    children=opts.pin_children,
                                    verbose=opts.verbose))

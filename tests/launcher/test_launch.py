@@ -20,6 +20,7 @@ from affinity.machine.topology import Topology
 from affinity.planning.ranks import partition
 from affinity.launcher.preload import pin_library
 
+from helpers.ompprog import build_program
 from helpers.launch import (affinity_run, clean_env, comm_of, environ_of, probe_result, status_of,
                             task_policy_of, wait_for, write_probe)
 from helpers.cgroups import run_in
@@ -318,6 +319,25 @@ def test_pin_threads_skip_mask_and_report(threads_program):
     assert f"tid {tids[1][0]} thread 1 bound to OS proc set {{{CPUS[1]}}}" in r.stderr
     assert f"tid {tids[2][0]} thread 2 skipped (AFFINITY_PIN_SKIP)" in r.stderr
     assert f"tid {tids[0][0]} thread 0 bound to OS proc set {{{CPUS[0]}}}" in r.stderr
+
+
+@TWO
+@pytest.mark.parametrize("runtime", ["libgomp", "libiomp5"])
+def test_pin_threads_with_an_openmp_runtime_that_starts_after_the_pin(runtime, tmp_path):
+    """The library pins the main thread to slot 0 when it loads; a runtime that starts
+    later reads that slot as the process's mask.  Told to bind by KMP_AFFINITY's
+    proclist, Intel's runtime then set every worker to it -- the whole team on one CPU
+    (threads [0], [0]) -- and a libgomp loaded later dropped the other places with a
+    warning; the runtimes are now told to bind nothing (KMP_AFFINITY=disabled,
+    OMP_PROC_BIND=false, no place list), and the library's pins hold."""
+    exe = build_program(runtime, tmp_path)
+    r = affinity_run("-t", "2", "--pin-threads", "--", str(exe))
+    assert r.returncode == 0, r.stderr
+    rows = sorted(line.split() for line in r.stdout.splitlines())
+    assert [row[1] for row in rows] == [str(c) for c in CPUS[:2]], r.stdout
+    assert "Number of places" not in r.stderr and "OMP: Warning" not in r.stderr
+    dry = affinity_run("-t", "2", "--pin-threads", "--dry-run", "--", str(exe)).stdout
+    assert "KMP_AFFINITY=disabled" in dry and "OMP_PROC_BIND=false" in dry and "OMP_PLACES" not in dry
 
 
 def test_pin_threads_environment(probe):
