@@ -300,6 +300,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     ``affinity run`` parses: it starts without building or importing the others)."""
     import argparse  # the standard parser: only once a command line is parsed
 
+    from ..launcher.options import positive, runtime_name  # lazy: a command loads only its own layers
+
     parser = _parser_class()(
         prog="affinity",
         description="Thread and memory placement for TensorFlow, OpenMP and processes, "
@@ -328,7 +330,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="the per-thread CPU sets an OpenMP runtime would bind to (Intel's by default)")
     p.add_argument("spec", nargs="?", default=None,
                    help="KMP_AFFINITY string (e.g. granularity=fine,compact,1,0); omit to plan --env only")
-    p.add_argument("--threads", "-t", type=int, default=None, help="team size (OMP_NUM_THREADS)")
+    p.add_argument("--threads", "-t", type=positive, default=None, help="team size (OMP_NUM_THREADS)")
     _add_topology_arg(p)
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="more runtime variables: OMP_PLACES, OMP_PROC_BIND, KMP_HW_SUBSET, ...")
@@ -336,15 +338,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="the process's initial affinity mask (default: every allowed PU)")
     p.add_argument("--lenient", action="store_true",
                    help="read malformed settings as the runtime does (warn, fall back) instead of failing")
-    p.add_argument("--runtime", default="intel", metavar="NAME",
+    p.add_argument("--runtime", default="intel", metavar="NAME", type=runtime_name(auto=True),
                    help="whose rules: intel (default, libiomp5), gnu (GCC 12 libgomp), gnu-torch "
                         "(PyTorch's bundled libgomp), llvm, or auto (the runtime loaded in this process: "
                         "none, so intel)")
-    p.add_argument("--compare", default=None, metavar="NAME",
+    p.add_argument("--compare", default=None, metavar="NAME", type=runtime_name(auto=False),
                    help="also plan under this runtime's rules and print both side by side, per thread")
     p.add_argument("--translate", action="store_true",
                    help="also print the equivalent KMP_AFFINITY, OMP_PLACES, GOMP_CPU_AFFINITY, taskset, numactl")
-    p.add_argument("--dataloader-workers", type=int, default=None, metavar="K",
+    p.add_argument("--dataloader-workers", type=positive, default=None, metavar="K",
                    help="also place K PyTorch DataLoader workers beside the compute threads")
     p.add_argument("--json", action="store_true")
     p.add_argument("--picture", metavar="FILE", default=None, help="draw the plan (.svg or .png)")
@@ -355,7 +357,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("show", help="the bind map of a process: every thread, its mask, CPU and node")
-    p.add_argument("pid", nargs="?", type=int, default=None, help="process id (default: this one)")
+    p.add_argument("pid", nargs="?", type=positive, default=None, help="process id (default: this one)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--picture", metavar="FILE", default=None, help="draw the live process (.svg or .png)")
     _ranks_args("add_show_args", p)

@@ -74,6 +74,29 @@ def test_usage_errors_exit_2(args, says):
     assert says in err and ("usage:" in err or "--help" in err)
 
 
+@pytest.mark.parametrize("args, says", [
+    (("plan", "compact", "-t", "0"), "argument --threads/-t: expected a positive integer, got '0'"),
+    (("plan", "--ranks", "abc"), "argument --ranks: expected a positive rank count or 'auto', got 'abc'"),
+    (("plan", "--ranks", "0"), "argument --ranks: expected a positive rank count or 'auto', got '0'"),
+    (("plan", "--dataloader-workers", "0"), "argument --dataloader-workers: expected a positive integer, got '0'"),
+    (("plan", "--runtime", "gnuu"),
+     "argument --runtime: unknown runtime 'gnuu': expected one of intel, llvm, gnu, gnu-torch, auto"),
+    (("plan", "--compare", "auto"), "argument --compare: unknown runtime 'auto': expected one of intel, llvm, "
+                                    "gnu, gnu-torch"),
+    (("run", "--runtime", "gnuu", "--", "true"),
+     "argument --runtime: unknown runtime 'gnuu': expected one of intel, llvm, gnu, gnu-torch, auto"),
+    (("show", "-5"), "argument pid: expected a positive integer, got '-5'"),
+])
+def test_every_bad_option_value_is_a_usage_error_as_in_run(args, says):
+    """plan's values are checked by its parser, as run's are: exit 2, the command's usage and one
+    error line naming the option (plan -t 0 was a failure, exit 1; --dataloader-workers 0 named
+    an internal function; --compare gnuu planned, exit 0)."""
+    r = run(*args)
+    err = one_line_error(r, 2)
+    assert err.startswith(f"usage: affinity {args[0]} ")
+    assert err.splitlines()[-1] == f"affinity {args[0]}: error: {says}"
+
+
 def test_the_api_and_the_cli_say_the_same_about_a_missing_numa_node():
     nodes = ",".join(str(n.os_index) for n in Topology.from_system().numa_nodes)
     cli = run("run", "--membind", "7", "--", "true").stderr
