@@ -19,7 +19,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinit
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["RunOptions", "options_from_args", "positive", "run_parser", "runtime_name", "say"]
+__all__ = ["RunOptions", "options_from_args", "positive", "run_parser", "runtime_name", "say", "unrecognized"]
 
 
 @record
@@ -236,6 +236,36 @@ def run_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+def unrecognized(parser: argparse.ArgumentParser, words: list[str]) -> str:
+    """The usage error for ``words`` that ``parser`` does not know, with the option
+    a mistyped one was probably meant to be (``--instanses``: ``--instances``).
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        The command's parser (its options are the candidates).
+    words : list of str
+        What it left unparsed.
+
+    Returns
+    -------
+    str
+        ``unrecognized arguments: ...``, and ``(did you mean --X?)`` for the first
+        word close to one of the parser's options.
+    """
+    import difflib  # lazy: only for a usage error
+
+    names = [o[2:] for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    hint = ""
+    for word in words:
+        if word.startswith("--"):  # compared without the dashes: '--' alone makes '--typo' like '--topology'
+            close = difflib.get_close_matches(word[2:].partition("=")[0], names, n=1, cutoff=0.75)
+            if close:
+                hint = f" (did you mean --{close[0]}?)"
+                break
+    return f"unrecognized arguments: {' '.join(words)}{hint}"
+
+
 def _ranks(text: str) -> str:
     """``auto`` or ``R/N`` with ``0 <= R < N`` (the variables behind ``auto`` are read later)."""
     rank, sep, size = text.partition("/")
@@ -331,6 +361,8 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         args.words = []
         _, extra = parser.parse_known_args(words[1:], namespace=args)
         words = list(args.words or [])
+        if any(w.startswith("-") for w in extra):  # a mistyped option, not a misplaced command
+            parser.error(unrecognized(parser, extra))
         if extra or (words and words[0] != "--"):
             rest = " ".join(extra + words)
             parser.error(f"unexpected {rest!r}: the command goes after '--' "

@@ -316,6 +316,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                              "and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    parser.commands = sub.choices  # name -> the command's parser (main: its usage errors)
     if only == "run":
         from ..launcher.run import add_run_parser  # lazy: a command loads only its own layers
 
@@ -420,7 +421,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         launch_key = start(sys.argv[2:])  # no return when the launch is remembered
     words = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser("run" if words[:1] == ["run"] else None)
-    args = parser.parse_args(words)
+    args, extra = parser.parse_known_args(words)
+    if extra:  # said by the command's parser: its usage, its options (parse_args says the top level's)
+        from ..launcher.options import unrecognized  # lazy: only for a usage error
+
+        command = parser.commands[args.command]
+        command.error(unrecognized(command, extra))
     if launch_key is not None:
         args.launch_key = launch_key
     try:

@@ -149,3 +149,19 @@ def test_a_missing_module_that_is_no_extra_keeps_its_traceback():
 
     assert _missing_extra(ModuleNotFoundError("No module named 'numpyy'", name="numpyy")) is None
     assert "kmp-affinity[tune]" in _missing_extra(ModuleNotFoundError("x", name="optuna.samplers"))
+
+
+@pytest.mark.parametrize("args, says", [
+    (("run", "--instanses", "2", "--", "true"), "unrecognized arguments: --instanses (did you mean --instances?)"),
+    (("run", "compact", "--instanses", "2", "--", "true"),
+     "unrecognized arguments: --instanses (did you mean --instances?)"),
+    (("plan", "--typo"), "unrecognized arguments: --typo"),
+    (("plan", "compact", "--comapre=gnu"), "unrecognized arguments: --comapre=gnu (did you mean --compare?)"),
+    (("topology", "--jsn"), "unrecognized arguments: --jsn (did you mean --json?)"),
+])
+def test_an_unknown_option_is_said_by_its_command(args, says):
+    """The command's usage and name, not the top level's ('usage: affinity [-h] [--version] COMMAND'
+    and 'affinity: error:'), and the option a typo was probably meant to be."""
+    err = one_line_error(run(*args), 2)
+    assert err.startswith(f"usage: affinity {args[0]} ")
+    assert err.splitlines()[-1] == f"affinity {args[0]}: error: {says}"
