@@ -330,7 +330,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="the per-thread CPU sets an OpenMP runtime would bind to (Intel's by default)")
     p.add_argument("spec", nargs="?", default=None,
-                   help="KMP_AFFINITY string (e.g. granularity=fine,compact,1,0); omit to plan --env only")
+                   help="KMP_AFFINITY string (e.g. granularity=fine,compact,1,0) or KEY=VALUE assignments, "
+                        "a value running to the next KEY= (e.g. 'GOMP_CPU_AFFINITY=0 2 4 6 OMP_PROC_BIND=true'); "
+                        "omit to plan --env only")
     p.add_argument("--threads", "-t", type=positive, default=None, help="team size (OMP_NUM_THREADS)")
     _add_topology_arg(p)
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",

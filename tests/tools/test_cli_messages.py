@@ -3,6 +3,7 @@ errors exit 2, and the API and the CLI saying the same thing about the same mist
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -165,3 +166,16 @@ def test_an_unknown_option_is_said_by_its_command(args, says):
     err = one_line_error(run(*args), 2)
     assert err.startswith(f"usage: affinity {args[0]} ")
     assert err.splitlines()[-1] == f"affinity {args[0]}: error: {says}"
+
+
+def test_a_spec_holds_libgomps_blank_separated_gomp_cpu_affinity():
+    """plan and run read 'GOMP_CPU_AFFINITY=0 2 4 6' as libgomp does (it failed with got '2')."""
+    four = "synthetic:pack:1 core:8 pu:1"
+    r = run("plan", "GOMP_CPU_AFFINITY=6 4 2 0 OMP_PROC_BIND=true", "-t", "4", "--runtime", "gnu",
+            "--topology", four)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[2:6] == ["  thread 0 -> {6}", "  thread 1 -> {4}", "  thread 2 -> {2}",
+                                          "  thread 3 -> {0}"]
+    r = run("run", "GOMP_CPU_AFFINITY=1 0", "-t", "2", "--runtime", "gnu", "--dry-run", "--json", "--", "true")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["instances"][0]["slots"] == ["1", "0"]
