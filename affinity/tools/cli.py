@@ -94,12 +94,19 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def _plan_text(p: object, spec: str | None) -> str:
+def _planned(spec: str | None, env: dict[str, str]) -> str:
+    """What ``affinity plan`` planned, as its headers and picture say it: the SPEC, the
+    ``--env`` settings, or the runtime's defaults when neither is given."""
+    given = ([spec] if spec else []) + ([" ".join(f"{k}={v}" for k, v in env.items()) + " (--env)"] if env else [])
+    return ", ".join(given) or "the runtime defaults"
+
+
+def _plan_text(p: object, spec: str | None, env: dict[str, str]) -> str:
     """The answer first: one line per thread; the runtime's verbose map is ``-v``."""
     from ..cpulist import format_list  # lazy: a command loads only its own layers
 
     gran = f" at {p.granularity} granularity" if p.granularity else ""
-    lines = [f"plan: {spec or 'the runtime defaults'} on {p.topology.describe()} ({p.runtime}'s rules)",
+    lines = [f"plan: {_planned(spec, env)} on {p.topology.describe()} ({p.runtime}'s rules)",
              f"{_plural(p.threads, 'thread')}, {p.affinity_type}{gran} (proc_bind {p.proc_bind}):"]
     lines += [f"  thread {i} -> {{{format_list(s)}}}" for i, s in enumerate(p.cpusets)]
     lines += [f"warning: {w}" for w in p.warnings]
@@ -159,7 +166,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps({**p.to_dict(), "translations": translations, "untranslatable": untranslatable,
                           **({"dataloader_workers": workers.to_dict()} if workers else {})}, indent=2))
     else:
-        print(_plan_text(p, args.spec))
+        print(_plan_text(p, args.spec, env))
         if workers is not None:
             print(workers.describe())
         if args.verbose:
@@ -172,7 +179,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 print(f"  {k}: {v if v is not None else 'not expressible: ' + untranslatable[k]}")
     if args.picture:
         _write_picture(args.picture, topo, p.cpusets,
-                       title=f"{args.spec or 'runtime defaults'}, {_plural(p.threads, 'thread')}")
+                       title=f"{_planned(args.spec, env)}, {_plural(p.threads, 'thread')}")
     return 0
 
 
@@ -197,7 +204,7 @@ def _plan_compare(args: argparse.Namespace, p: Any, env: dict[str, str], mask: A
         b = ("{" + format_list(q.cpusets[i]) + "}" if i < q.threads else "-") if q else "?"
         rows.append((str(i), a, b, "" if a == b else "differs"))
     w = [max(len(r[k]) for r in rows) for k in range(3)]
-    print(f"plan: {args.spec or 'the runtime defaults'} on {p.topology.describe()}: {p.runtime} vs {args.compare}")
+    print(f"plan: {_planned(args.spec, env)} on {p.topology.describe()}: {p.runtime} vs {args.compare}")
     for r in rows:
         print(f"  {r[0]:>{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]}".rstrip())
     same = q is not None and q.cpusets == p.cpusets

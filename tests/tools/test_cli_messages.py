@@ -179,3 +179,16 @@ def test_a_spec_holds_libgomps_blank_separated_gomp_cpu_affinity():
     r = run("run", "GOMP_CPU_AFFINITY=1 0", "-t", "2", "--runtime", "gnu", "--dry-run", "--json", "--", "true")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["instances"][0]["slots"] == ["1", "0"]
+
+
+def test_the_plan_header_says_the_env_settings_planned():
+    """Settings given with --env and no SPEC are what was planned, not 'the runtime defaults'."""
+    r = run("plan", "--env", "OMP_PLACES=cores", "--env", "OMP_PROC_BIND=spread", "-t", "2", "--topology", SMALL)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == ("plan: OMP_PLACES=cores OMP_PROC_BIND=spread (--env) on 1 package x 2 cores "
+                                        "x 1 PU (2 PUs, 1 NUMA node) (intel's rules)")
+    r = run("plan", "--env", "OMP_PLACES=cores", "--compare", "gnu", "-t", "2", "--topology", SMALL)
+    assert r.stdout.splitlines()[0] == ("plan: OMP_PLACES=cores (--env) on 1 package x 2 cores x 1 PU (2 PUs, "
+                                        "1 NUMA node): intel vs gnu")
+    r = run("plan", "-t", "2", "--topology", SMALL)
+    assert r.stdout.startswith("plan: the runtime defaults on ")
