@@ -192,3 +192,12 @@ def test_the_plan_header_says_the_env_settings_planned():
                                         "1 NUMA node): intel vs gnu")
     r = run("plan", "-t", "2", "--topology", SMALL)
     assert r.stdout.startswith("plan: the runtime defaults on ")
+
+
+@pytest.mark.parametrize("args", [("topology", "--numa-nodes", "/x"),
+                                  ("plan", "--numa-nodes", "/x", "--topology", SMALL)])
+def test_numa_nodes_without_a_cpuinfo_file_is_a_usage_error(args):
+    """--numa-nodes only goes with a cpuinfo file: with this machine or a synthetic one it
+    was silently dropped (exit 0)."""
+    err = one_line_error(run(*args), 2)
+    assert err.startswith(f"affinity {args[0]}: error: --numa-nodes /x: goes with a cpuinfo file as --topology")
