@@ -19,7 +19,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinit
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["RunOptions", "options_from_args", "run_parser", "say"]
+__all__ = ["RunOptions", "options_from_args", "positive", "run_parser", "runtime_name", "say", "unrecognized"]
 
 
 @record
@@ -167,7 +167,7 @@ def run_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "(no shell). Exit status: CMD's; 1 for affinity errors; 2 for usage errors; "
                     "126/127 when CMD cannot be executed / is not found.")
     g = p.add_argument_group("threads")
-    g.add_argument("-t", "--threads", type=_positive, metavar="N",
+    g.add_argument("-t", "--threads", type=positive, metavar="N",
                    help="thread count (default: OMP_NUM_THREADS, else one per core of the selected "
                         "CPUs, capped by the cgroup's CFS quota)")
     g.add_argument("--blocktime", metavar="MS|none",
@@ -207,10 +207,10 @@ def run_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "from the first slot again (default: only the command's own process -- and what "
                         "it exec's, like a pyenv shim -- is pinned; its children are left alone)")
     g = p.add_argument_group("several processes")
-    g.add_argument("--instances", type=_positive, default=1, metavar="K",
+    g.add_argument("--instances", type=positive, default=1, metavar="K",
                    help="start K copies on disjoint sets of whole cores, spread over NUMA nodes, "
                         "memory bound to each one's node(s); exit status: the worst copy's")
-    g.add_argument("--cores-per-instance", type=_positive, metavar="C", help="exactly C cores each")
+    g.add_argument("--cores-per-instance", type=positive, metavar="C", help="exactly C cores each")
     g.add_argument("--log-dir", metavar="DIR", help="write each instance's output to DIR/instance-I.log")
     g.add_argument("--ranks", metavar="auto|R/N", type=_ranks,
                    help="take local rank R's disjoint share of the node, R and N from Open MPI, "
@@ -228,12 +228,42 @@ def run_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "with --dry-run or --hardware")
     g.add_argument("-v", "--verbose", action="store_true",
                    help="say what is applied, and have --pin-threads report every pin")
-    g.add_argument("--runtime", default="intel", metavar="NAME",
+    g.add_argument("--runtime", default="intel", metavar="NAME", type=runtime_name(auto=True),
                    help="whose rules the plan follows: intel (default), llvm, gnu, gnu-torch, or auto (the "
                         "OpenMP runtime the command's executable links, read from its ELF file; else intel)")
     p.add_argument("words", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.set_defaults(_run_parser=p)
     return p
+
+
+def unrecognized(parser: argparse.ArgumentParser, words: list[str]) -> str:
+    """The usage error for ``words`` that ``parser`` does not know, with the option
+    a mistyped one was probably meant to be (``--instanses``: ``--instances``).
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        The command's parser (its options are the candidates).
+    words : list of str
+        What it left unparsed.
+
+    Returns
+    -------
+    str
+        ``unrecognized arguments: ...``, and ``(did you mean --X?)`` for the first
+        word close to one of the parser's options.
+    """
+    import difflib  # lazy: only for a usage error
+
+    names = [o[2:] for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    hint = ""
+    for word in words:
+        if word.startswith("--"):  # compared without the dashes: '--' alone makes '--typo' like '--topology'
+            close = difflib.get_close_matches(word[2:].partition("=")[0], names, n=1, cutoff=0.75)
+            if close:
+                hint = f" (did you mean --{close[0]}?)"
+                break
+    return f"unrecognized arguments: {' '.join(words)}{hint}"
 
 
 def _ranks(text: str) -> str:
@@ -245,10 +275,26 @@ def _ranks(text: str) -> str:
                                      f"got {text!r}")
 
 
-def _positive(text: str) -> int:
+def positive(text: str) -> int:
+    """The argparse type of a count: a positive integer (``-t``, ``--instances``, ...)."""
     if not text.strip().isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return int(text)
+
+
+def runtime_name(*, auto: bool) -> Callable[[str], str]:
+    """The argparse type of a runtime's name: a name of the planner's
+    :data:`~affinity.planning.planner.RUNTIMES`, and ``auto`` when ``auto``."""
+
+    def parse(text: str) -> str:
+        from ..planning.planner import RUNTIMES  # lazy: the planner only once a command line is parsed
+
+        names = [*RUNTIMES, *(["auto"] if auto else [])]
+        if text not in names:
+            raise argparse.ArgumentTypeError(f"unknown runtime {text!r}: expected one of {', '.join(names)}")
+        return text
+
+    return parse
 
 
 def _hexmask(text: str) -> int:
@@ -315,6 +361,8 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         args.words = []
         _, extra = parser.parse_known_args(words[1:], namespace=args)
         words = list(args.words or [])
+        if any(w.startswith("-") for w in extra):  # a mistyped option, not a misplaced command
+            parser.error(unrecognized(parser, extra))
         if extra or (words and words[0] != "--"):
             rest = " ".join(extra + words)
             parser.error(f"unexpected {rest!r}: the command goes after '--' "

@@ -34,6 +34,7 @@ what libiomp5 was observed to do (see ``docs/semantics.md``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 
 from ..errors import MalformedValue, SpecError
@@ -737,6 +738,10 @@ PLACEMENT_VARIABLES = ("KMP_AFFINITY", "OMP_PLACES", "OMP_PROC_BIND")
 DEFAULT_SPEC = "granularity=fine,compact,1,0"
 
 
+#: A word that starts an assignment in a string of them (:func:`parse_assignments`).
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
 def parse_assignments(items: str | Iterable[str], *, what: str = "settings",
                       keys: Iterable[str] | None = SETTINGS_VARIABLES) -> dict[str, str]:
     """Read ``KEY=VALUE`` assignments into a dict.
@@ -744,9 +749,12 @@ def parse_assignments(items: str | Iterable[str], *, what: str = "settings",
     Parameters
     ----------
     items : str or iterable of str
-        One string of assignments separated by blanks (values cannot hold blanks),
-        or one assignment per item (values may hold blanks, as in
-        ``GOMP_CPU_AFFINITY=0 2 4``).
+        One string of assignments separated by blanks, or one assignment per item.
+        In the string, an assignment starts at each word of the form ``NAME=``
+        (``NAME`` a letter or ``_``, then letters, digits and ``_``) and its value
+        runs to the next one, blanks included: ``GOMP_CPU_AFFINITY=0 2 4
+        OMP_PROC_BIND=true`` sets ``GOMP_CPU_AFFINITY`` to ``0 2 4``, libgomp's
+        own blank-separated form (no value of these variables has such a word).
     what : str
         Names the input in error messages.
     keys : iterable of str, optional
@@ -760,11 +768,12 @@ def parse_assignments(items: str | Iterable[str], *, what: str = "settings",
     """
     allowed = None if keys is None else tuple(keys)
     if isinstance(items, str):
-        text, parts, pos = items, [], 0
-        for word in items.split(" "):
-            if word.strip():
-                parts.append((word.strip(), pos + len(word) - len(word.lstrip())))
-            pos += len(word) + 1
+        text, parts = items, []
+        for m in re.finditer(r"\S+", items):
+            if parts and not _ASSIGNMENT.match(m.group()):  # the value goes on (GOMP_CPU_AFFINITY=0 2 4)
+                parts[-1] = (items[parts[-1][1]:m.end()], parts[-1][1])
+            else:
+                parts.append((m.group(), m.start()))
     else:
         parts, pos = [], 0
         words = list(items)
@@ -871,7 +880,8 @@ class Settings:
 
     @staticmethod
     def parse(text: str) -> "Settings":
-        """Read ``KEY=VALUE KEY=VALUE ...`` (values must not contain spaces).
+        """Read ``KEY=VALUE KEY=VALUE ...`` (a value runs to the next ``KEY=``, as
+        :func:`parse_assignments` reads it: ``GOMP_CPU_AFFINITY=0 2 4`` holds blanks).
 
         Parameters
         ----------

@@ -48,6 +48,10 @@ def _add_topology_arg(p: argparse.ArgumentParser) -> None:
 def _load_topology(args: argparse.Namespace):
     from ..machine.topology import Topology  # lazy: a command loads only its own layers
 
+    source = args.topology or "system"
+    if args.numa_nodes is not None and (source == "system" or source.startswith("synthetic:")):
+        raise UsageError(f"--numa-nodes {args.numa_nodes}: goes with a cpuinfo file as --topology, "
+                         f"not with {source!r}")
     return Topology.load(args.topology, numa_nodes=args.numa_nodes)
 
 
@@ -94,12 +98,19 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def _plan_text(p: object, spec: str | None) -> str:
+def _planned(spec: str | None, env: dict[str, str]) -> str:
+    """What ``affinity plan`` planned, as its headers and picture say it: the SPEC, the
+    ``--env`` settings, or the runtime's defaults when neither is given."""
+    given = ([spec] if spec else []) + ([" ".join(f"{k}={v}" for k, v in env.items()) + " (--env)"] if env else [])
+    return ", ".join(given) or "the runtime defaults"
+
+
+def _plan_text(p: object, spec: str | None, env: dict[str, str]) -> str:
     """The answer first: one line per thread; the runtime's verbose map is ``-v``."""
     from ..cpulist import format_list  # lazy: a command loads only its own layers
 
     gran = f" at {p.granularity} granularity" if p.granularity else ""
-    lines = [f"plan: {spec or 'the runtime defaults'} on {p.topology.describe()} ({p.runtime}'s rules)",
+    lines = [f"plan: {_planned(spec, env)} on {p.topology.describe()} ({p.runtime}'s rules)",
              f"{_plural(p.threads, 'thread')}, {p.affinity_type}{gran} (proc_bind {p.proc_bind}):"]
     lines += [f"  thread {i} -> {{{format_list(s)}}}" for i, s in enumerate(p.cpusets)]
     lines += [f"warning: {w}" for w in p.warnings]
@@ -159,7 +170,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps({**p.to_dict(), "translations": translations, "untranslatable": untranslatable,
                           **({"dataloader_workers": workers.to_dict()} if workers else {})}, indent=2))
     else:
-        print(_plan_text(p, args.spec))
+        print(_plan_text(p, args.spec, env))
         if workers is not None:
             print(workers.describe())
         if args.verbose:
@@ -172,7 +183,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 print(f"  {k}: {v if v is not None else 'not expressible: ' + untranslatable[k]}")
     if args.picture:
         _write_picture(args.picture, topo, p.cpusets,
-                       title=f"{args.spec or 'runtime defaults'}, {_plural(p.threads, 'thread')}")
+                       title=f"{_planned(args.spec, env)}, {_plural(p.threads, 'thread')}")
     return 0
 
 
@@ -197,7 +208,7 @@ def _plan_compare(args: argparse.Namespace, p: Any, env: dict[str, str], mask: A
         b = ("{" + format_list(q.cpusets[i]) + "}" if i < q.threads else "-") if q else "?"
         rows.append((str(i), a, b, "" if a == b else "differs"))
     w = [max(len(r[k]) for r in rows) for k in range(3)]
-    print(f"plan: {args.spec or 'the runtime defaults'} on {p.topology.describe()}: {p.runtime} vs {args.compare}")
+    print(f"plan: {_planned(args.spec, env)} on {p.topology.describe()}: {p.runtime} vs {args.compare}")
     for r in rows:
         print(f"  {r[0]:>{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]}".rstrip())
     same = q is not None and q.cpusets == p.cpusets
@@ -300,6 +311,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     ``affinity run`` parses: it starts without building or importing the others)."""
     import argparse  # the standard parser: only once a command line is parsed
 
+    from ..launcher.options import positive, runtime_name  # lazy: a command loads only its own layers
+
     parser = _parser_class()(
         prog="affinity",
         description="Thread and memory placement for TensorFlow, OpenMP and processes, "
@@ -314,6 +327,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                              "and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    parser.commands = sub.choices  # name -> the command's parser (main: its usage errors)
     if only == "run":
         from ..launcher.run import add_run_parser  # lazy: a command loads only its own layers
 
@@ -327,8 +341,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="the per-thread CPU sets an OpenMP runtime would bind to (Intel's by default)")
     p.add_argument("spec", nargs="?", default=None,
-                   help="KMP_AFFINITY string (e.g. granularity=fine,compact,1,0); omit to plan --env only")
-    p.add_argument("--threads", "-t", type=int, default=None, help="team size (OMP_NUM_THREADS)")
+                   help="KMP_AFFINITY string (e.g. granularity=fine,compact,1,0) or KEY=VALUE assignments, "
+                        "a value running to the next KEY= (e.g. 'GOMP_CPU_AFFINITY=0 2 4 6 OMP_PROC_BIND=true'); "
+                        "omit to plan --env only")
+    p.add_argument("--threads", "-t", type=positive, default=None, help="team size (OMP_NUM_THREADS)")
     _add_topology_arg(p)
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="more runtime variables: OMP_PLACES, OMP_PROC_BIND, KMP_HW_SUBSET, ...")
@@ -336,15 +352,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="the process's initial affinity mask (default: every allowed PU)")
     p.add_argument("--lenient", action="store_true",
                    help="read malformed settings as the runtime does (warn, fall back) instead of failing")
-    p.add_argument("--runtime", default="intel", metavar="NAME",
+    p.add_argument("--runtime", default="intel", metavar="NAME", type=runtime_name(auto=True),
                    help="whose rules: intel (default, libiomp5), gnu (GCC 12 libgomp), gnu-torch "
                         "(PyTorch's bundled libgomp), llvm, or auto (the runtime loaded in this process: "
                         "none, so intel)")
-    p.add_argument("--compare", default=None, metavar="NAME",
+    p.add_argument("--compare", default=None, metavar="NAME", type=runtime_name(auto=False),
                    help="also plan under this runtime's rules and print both side by side, per thread")
     p.add_argument("--translate", action="store_true",
                    help="also print the equivalent KMP_AFFINITY, OMP_PLACES, GOMP_CPU_AFFINITY, taskset, numactl")
-    p.add_argument("--dataloader-workers", type=int, default=None, metavar="K",
+    p.add_argument("--dataloader-workers", type=positive, default=None, metavar="K",
                    help="also place K PyTorch DataLoader workers beside the compute threads")
     p.add_argument("--json", action="store_true")
     p.add_argument("--picture", metavar="FILE", default=None, help="draw the plan (.svg or .png)")
@@ -355,7 +371,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("show", help="the bind map of a process: every thread, its mask, CPU and node")
-    p.add_argument("pid", nargs="?", type=int, default=None, help="process id (default: this one)")
+    p.add_argument("pid", nargs="?", type=positive, default=None, help="process id (default: this one)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--picture", metavar="FILE", default=None, help="draw the live process (.svg or .png)")
     _ranks_args("add_show_args", p)
@@ -418,7 +434,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         launch_key = start(sys.argv[2:])  # no return when the launch is remembered
     words = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser("run" if words[:1] == ["run"] else None)
-    args = parser.parse_args(words)
+    args, extra = parser.parse_known_args(words)
+    if extra:  # said by the command's parser: its usage, its options (parse_args says the top level's)
+        from ..launcher.options import unrecognized  # lazy: only for a usage error
+
+        command = parser.commands[args.command]
+        command.error(unrecognized(command, extra))
     if launch_key is not None:
         args.launch_key = launch_key
     try:

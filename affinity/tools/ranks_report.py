@@ -41,7 +41,7 @@ __all__ = ["RankPlan", "RankThreads", "add_plan_args", "add_show_args", "cmd_pla
 
 def add_plan_args(p: argparse.ArgumentParser) -> None:
     """``--ranks`` on ``affinity plan``."""
-    p.add_argument("--ranks", metavar="N|auto", default=None,
+    p.add_argument("--ranks", metavar="N|auto", default=None, type=_rank_count,
                    help="plan every local rank of a job of N ranks on this node (auto: as many as the "
                         "launcher variables or the Slurm allocation say), each on its share, as "
                         "'affinity run --ranks' will place them")
@@ -55,6 +55,13 @@ def add_show_args(p: argparse.ArgumentParser) -> None:
 
 
 # ------------------------------------------------------------------ plan --ranks
+
+def _rank_count(text: str) -> str:
+    """``plan --ranks``'s value: ``N`` (a positive rank count) or ``auto``."""
+    if text == "auto" or (text.isdigit() and int(text) >= 1):
+        return text
+    raise argparse.ArgumentTypeError(f"expected a positive rank count or 'auto', got {text!r}")
+
 
 @record
 class RankPlan:
@@ -75,8 +82,10 @@ def _rank_environments(environ: Mapping[str, str], topology: Topology,
                        count: str) -> tuple[list[tuple[dict[str, str], Topology, str]], str]:
     """One (environment, topology, --ranks value) per local rank to plan, and the header."""
     if count != "auto":
-        if not count.isdigit() or int(count) < 1:
-            raise PlanError(f"--ranks: expected a positive rank count or 'auto', got {count!r}")
+        try:
+            _rank_count(count)
+        except argparse.ArgumentTypeError as e:
+            raise PlanError(f"--ranks: {e}") from None
         n = int(count)
         return [(dict(environ), topology, f"{i}/{n}") for i in range(n)], f"--ranks {n}"
     me = local_rank(environ)

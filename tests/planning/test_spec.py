@@ -308,6 +308,25 @@ def test_settings_roundtrip() -> None:
         Settings.parse("FOO=1")
 
 
+def test_a_value_in_a_string_of_assignments_runs_to_the_next_name_equals() -> None:
+    """libgomp's GOMP_CPU_AFFINITY is a blank-separated list: in one string of assignments
+    (a spec, Settings.parse) a value goes on until the next word of the form NAME= (it
+    stopped at the first blank: 'GOMP_CPU_AFFINITY=0 2 4 6' failed with got '2')."""
+    from affinity.planning.spec import parse_assignments
+
+    assert parse_assignments("GOMP_CPU_AFFINITY=0 2 4 6") == {"GOMP_CPU_AFFINITY": "0 2 4 6"}
+    assert parse_assignments(" GOMP_CPU_AFFINITY=3  1-2:1 OMP_PROC_BIND=true ") == {
+        "GOMP_CPU_AFFINITY": "3  1-2:1", "OMP_PROC_BIND": "true"}
+    assert parse_assignments("OMP_PLACES=cores OMP_PROC_BIND=spread") == {"OMP_PLACES": "cores",
+                                                                         "OMP_PROC_BIND": "spread"}
+    assert Settings.parse("GOMP_CPU_AFFINITY=0 2 4 OMP_PROC_BIND=true") == Settings.from_env(
+        {"GOMP_CPU_AFFINITY": "0,2,4", "OMP_PROC_BIND": "true"})
+    with pytest.raises(SpecError, match=r"got 'OMP_PLACE=cores'\n    GOMP_CPU_AFFINITY=0 2 OMP_PLACE=cores\n {26}\^"):
+        parse_assignments("GOMP_CPU_AFFINITY=0 2 OMP_PLACE=cores")  # a mistyped name is no value
+    with pytest.raises(SpecError, match=r"got '0'"):
+        parse_assignments("0 GOMP_CPU_AFFINITY=2")  # nothing to go on from
+
+
 def test_values_are_frozen_and_hashable() -> None:
     a = parse_kmp_affinity("granularity=fine,compact")
     with pytest.raises(AttributeError):

@@ -3,6 +3,7 @@ errors exit 2, and the API and the CLI saying the same thing about the same mist
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -74,6 +75,29 @@ def test_usage_errors_exit_2(args, says):
     assert says in err and ("usage:" in err or "--help" in err)
 
 
+@pytest.mark.parametrize("args, says", [
+    (("plan", "compact", "-t", "0"), "argument --threads/-t: expected a positive integer, got '0'"),
+    (("plan", "--ranks", "abc"), "argument --ranks: expected a positive rank count or 'auto', got 'abc'"),
+    (("plan", "--ranks", "0"), "argument --ranks: expected a positive rank count or 'auto', got '0'"),
+    (("plan", "--dataloader-workers", "0"), "argument --dataloader-workers: expected a positive integer, got '0'"),
+    (("plan", "--runtime", "gnuu"),
+     "argument --runtime: unknown runtime 'gnuu': expected one of intel, llvm, gnu, gnu-torch, auto"),
+    (("plan", "--compare", "auto"), "argument --compare: unknown runtime 'auto': expected one of intel, llvm, "
+                                    "gnu, gnu-torch"),
+    (("run", "--runtime", "gnuu", "--", "true"),
+     "argument --runtime: unknown runtime 'gnuu': expected one of intel, llvm, gnu, gnu-torch, auto"),
+    (("show", "-5"), "argument pid: expected a positive integer, got '-5'"),
+])
+def test_every_bad_option_value_is_a_usage_error_as_in_run(args, says):
+    """plan's values are checked by its parser, as run's are: exit 2, the command's usage and one
+    error line naming the option (plan -t 0 was a failure, exit 1; --dataloader-workers 0 named
+    an internal function; --compare gnuu planned, exit 0)."""
+    r = run(*args)
+    err = one_line_error(r, 2)
+    assert err.startswith(f"usage: affinity {args[0]} ")
+    assert err.splitlines()[-1] == f"affinity {args[0]}: error: {says}"
+
+
 def test_the_api_and_the_cli_say_the_same_about_a_missing_numa_node():
     nodes = ",".join(str(n.os_index) for n in Topology.from_system().numa_nodes)
     cli = run("run", "--membind", "7", "--", "true").stderr
@@ -126,3 +150,54 @@ def test_a_missing_module_that_is_no_extra_keeps_its_traceback():
 
     assert _missing_extra(ModuleNotFoundError("No module named 'numpyy'", name="numpyy")) is None
     assert "kmp-affinity[tune]" in _missing_extra(ModuleNotFoundError("x", name="optuna.samplers"))
+
+
+@pytest.mark.parametrize("args, says", [
+    (("run", "--instanses", "2", "--", "true"), "unrecognized arguments: --instanses (did you mean --instances?)"),
+    (("run", "compact", "--instanses", "2", "--", "true"),
+     "unrecognized arguments: --instanses (did you mean --instances?)"),
+    (("plan", "--typo"), "unrecognized arguments: --typo"),
+    (("plan", "compact", "--comapre=gnu"), "unrecognized arguments: --comapre=gnu (did you mean --compare?)"),
+    (("topology", "--jsn"), "unrecognized arguments: --jsn (did you mean --json?)"),
+])
+def test_an_unknown_option_is_said_by_its_command(args, says):
+    """The command's usage and name, not the top level's ('usage: affinity [-h] [--version] COMMAND'
+    and 'affinity: error:'), and the option a typo was probably meant to be."""
+    err = one_line_error(run(*args), 2)
+    assert err.startswith(f"usage: affinity {args[0]} ")
+    assert err.splitlines()[-1] == f"affinity {args[0]}: error: {says}"
+
+
+def test_a_spec_holds_libgomps_blank_separated_gomp_cpu_affinity():
+    """plan and run read 'GOMP_CPU_AFFINITY=0 2 4 6' as libgomp does (it failed with got '2')."""
+    four = "synthetic:pack:1 core:8 pu:1"
+    r = run("plan", "GOMP_CPU_AFFINITY=6 4 2 0 OMP_PROC_BIND=true", "-t", "4", "--runtime", "gnu",
+            "--topology", four)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[2:6] == ["  thread 0 -> {6}", "  thread 1 -> {4}", "  thread 2 -> {2}",
+                                          "  thread 3 -> {0}"]
+    r = run("run", "GOMP_CPU_AFFINITY=1 0", "-t", "2", "--runtime", "gnu", "--dry-run", "--json", "--", "true")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["instances"][0]["slots"] == ["1", "0"]
+
+
+def test_the_plan_header_says_the_env_settings_planned():
+    """Settings given with --env and no SPEC are what was planned, not 'the runtime defaults'."""
+    r = run("plan", "--env", "OMP_PLACES=cores", "--env", "OMP_PROC_BIND=spread", "-t", "2", "--topology", SMALL)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == ("plan: OMP_PLACES=cores OMP_PROC_BIND=spread (--env) on 1 package x 2 cores "
+                                        "x 1 PU (2 PUs, 1 NUMA node) (intel's rules)")
+    r = run("plan", "--env", "OMP_PLACES=cores", "--compare", "gnu", "-t", "2", "--topology", SMALL)
+    assert r.stdout.splitlines()[0] == ("plan: OMP_PLACES=cores (--env) on 1 package x 2 cores x 1 PU (2 PUs, "
+                                        "1 NUMA node): intel vs gnu")
+    r = run("plan", "-t", "2", "--topology", SMALL)
+    assert r.stdout.startswith("plan: the runtime defaults on ")
+
+
+@pytest.mark.parametrize("args", [("topology", "--numa-nodes", "/x"),
+                                  ("plan", "--numa-nodes", "/x", "--topology", SMALL)])
+def test_numa_nodes_without_a_cpuinfo_file_is_a_usage_error(args):
+    """--numa-nodes only goes with a cpuinfo file: with this machine or a synthetic one it
+    was silently dropped (exit 0)."""
+    err = one_line_error(run(*args), 2)
+    assert err.startswith(f"affinity {args[0]}: error: --numa-nodes /x: goes with a cpuinfo file as --topology")
