@@ -306,38 +306,9 @@ def _parser_class() -> type[argparse.ArgumentParser]:
     return Parser
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The command line; ``only="run"``: with the ``run`` command alone (what
-    ``affinity run`` parses: it starts without building or importing the others)."""
-    import argparse  # the standard parser: only once a command line is parsed
-
+def _add_plan_parser(sub: Any) -> None:
+    """``affinity plan``'s options."""
     from ..launcher.options import positive, runtime_name  # lazy: a command loads only its own layers
-
-    parser = _parser_class()(
-        prog="affinity",
-        description="Thread and memory placement for TensorFlow, OpenMP and processes, "
-                    "with Intel KMP_AFFINITY semantics.")
-
-    class PrintVersion(argparse.Action):
-        def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
-            parser.exit(cmd_version(argparse.Namespace(json=False)))
-
-    parser.add_argument("--version", action=PrintVersion, nargs=0,
-                        help="print the versions of affinity and of the hwloc in use (as 'affinity version') "
-                             "and exit")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-    parser.commands = sub.choices  # name -> the command's parser (main: its usage errors)
-    if only == "run":
-        from ..launcher.run import add_run_parser  # lazy: a command loads only its own layers
-
-        add_run_parser(sub)
-        return parser
-
-    p = sub.add_parser("topology", help="show a machine: packages, NUMA nodes, cores, PUs")
-    _add_topology_arg(p)
-    p.add_argument("--json", action="store_true", help="print JSON instead of a tree")
-    p.set_defaults(func=cmd_topology)
 
     p = sub.add_parser("plan", help="the per-thread CPU sets an OpenMP runtime would bind to (Intel's by default)")
     p.add_argument("spec", nargs="?", default=None,
@@ -369,6 +340,42 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "map, one 'bound to OS proc set' line per thread)")
     _ranks_args("add_plan_args", p)
     p.set_defaults(func=cmd_plan)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line; ``only="run"``: with the ``run`` command alone (what
+    ``affinity run`` parses: it starts without building or importing the others)."""
+    import argparse  # the standard parser: only once a command line is parsed
+
+    from ..launcher.options import positive  # lazy: a command loads only its own layers
+
+    parser = _parser_class()(
+        prog="affinity",
+        description="Thread and memory placement for TensorFlow, OpenMP and processes, "
+                    "with Intel KMP_AFFINITY semantics.")
+
+    class PrintVersion(argparse.Action):
+        def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+            parser.exit(cmd_version(argparse.Namespace(json=False)))
+
+    parser.add_argument("--version", action=PrintVersion, nargs=0,
+                        help="print the versions of affinity and of the hwloc in use (as 'affinity version') "
+                             "and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    parser.commands = sub.choices  # name -> the command's parser (main: its usage errors)
+    if only == "run":
+        from ..launcher.run import add_run_parser  # lazy: a command loads only its own layers
+
+        add_run_parser(sub)
+        return parser
+
+    p = sub.add_parser("topology", help="show a machine: packages, NUMA nodes, cores, PUs")
+    _add_topology_arg(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a tree")
+    p.set_defaults(func=cmd_topology)
+
+    _add_plan_parser(sub)
 
     p = sub.add_parser("show", help="the bind map of a process: every thread, its mask, CPU and node")
     p.add_argument("pid", nargs="?", type=positive, default=None, help="process id (default: this one)")

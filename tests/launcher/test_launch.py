@@ -561,12 +561,13 @@ def test_pin_threads_and_a_multiprocessing_pool(tmp_path, children, method):
 def test_apply_rank_auto_inside_an_instance(tmp_path):
     """The tuner's apply() line for a split best (rank='auto') run under the launcher's own
     --instances: each instance plans inside the share it was given (it used to raise)."""
-    code = ("import affinity, json, os\n"
+    code = ("import affinity, json, os, sys\n"
             "b = affinity.apply('none', threads=1, rank='auto', tensorflow=False, openmp=False, blas=False)\n"
-            "print(json.dumps([os.environ['AFFINITY_INSTANCE'], sorted(os.sched_getaffinity(0)), "
-            "sorted(b.plan.union)]))\n")
-    r = affinity_run("none", "-t", "1", "--instances", "2", "--", sys.executable, "-c", code)
+            "i = os.environ['AFFINITY_INSTANCE']\n"
+            "with open(os.path.join(sys.argv[1], i + '.json'), 'w') as f:\n"  # one file each: no lines interleaved
+            "    json.dump([i, sorted(os.sched_getaffinity(0)), sorted(b.plan.union)], f)\n")
+    r = affinity_run("none", "-t", "1", "--instances", "2", "--", sys.executable, "-c", code, str(tmp_path))
     assert r.returncode == 0, r.stderr
-    rows = sorted(json.loads(line) for line in r.stdout.splitlines() if line.startswith("["))
+    rows = sorted(json.loads(f.read_text()) for f in tmp_path.glob("*.json"))
     assert [row[0] for row in rows] == ["0", "1"]
     assert all(row[1] == row[2] for row in rows) and rows[0][1] != rows[1][1]
