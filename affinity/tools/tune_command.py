@@ -21,8 +21,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import SeedMismatch, Signalled, TrialPruned, TuneError, TuneUsageError, exit_status
+from ..errors import AffinityError, SeedMismatch, Signalled, TrialPruned, TuneError, TuneUsageError, exit_status
 from ..machine.topology import Topology
+from ..planning.ranks import partition
 from ..record import field, record
 from ..tuning.config import Config
 from ..tuning.search import Search, TrialRecord, TuneResult, check_budget, machine_id
@@ -125,6 +126,7 @@ class _Setup:
             notes.append("instances are copies of CMD, each doing the whole work: measured per copy "
                          "(give --split if the work splits between them)")
         space = Space.of(params) if params else default_space(topology, instances=split)
+        _check_instances(params.get("instances", []), topology)
         storage = None if (args.storage or "").lower() == "none" else args.storage or default_storage()
         check_storage(storage)  # a file that is not a study: said before anything runs
         return cls(args, words, space, topology, storage, split, notes)
@@ -144,21 +146,19 @@ class _Setup:
 
     def _run(self, runner: CommandRunner) -> int:
         args = self.args
-        first = runner.defaults(self._plain())
-        _check_defaults(first, self.command, args)
-        if args.timeout is None:
-            runner.timeout = 10 * first.seconds + 30
         key = StudyKey.of(self.command, runner.environ, self._measure())
         warm = WarmStart(self.storage, machine_id(self.topology), self.direction, named=args.from_study,
                          same=lambda attrs: (attrs.get(_KEY_ATTR) or {}).get("command") == list(key.command),
                          what=f"--from {args.from_study}")
-        try:
+        self._preflight(key, warm)
+        first = runner.defaults(self._plain())
+        _check_defaults(first, self.command, args)
+        if args.timeout is None:
+            runner.timeout = 10 * first.seconds + 30
+        with _seed_option(args.seed):
             search = Search(self.space, self.topology, direction=self.direction, seed=args.seed,
                             storage=self.storage, study_name=args.study, key=key.text(), pruning=args.prune,
                             warm=warm)
-        except SeedMismatch as e:
-            raise TuneUsageError(f"--seed {args.seed}: study {e.study} was started with seed {e.stored}; resume "
-                                 f"it with --seed {e.stored} (or no --seed), or give another --study name") from e
         self.resumed = self._remember(search, key)
         stored = warm.source.attrs.get(_KEY_ATTR) if warm.source is not None else None
         tried = min(len(search.warm), max(0, args.budget - search.done()))  # the budget may stop them
@@ -187,6 +187,17 @@ class _Setup:
             return exit_status(e)
         return self._finish(search, rows, runner, searched)
 
+    def _preflight(self, key: StudyKey, warm: WarmStart) -> None:
+        """What would be refused after the defaults' run, refused before it: a stored
+        study made for another space, direction, seed, command or machine, and a
+        ``--from`` study that is not there or not of this machine."""
+        with _seed_option(self.args.seed):
+            stored = Search.check(self.space, self.topology, direction=self.direction, seed=self.args.seed,
+                                  storage=self.storage, study_name=self.args.study, key=key.text())
+        if stored is not None:
+            self._check_key(*stored, key)
+        warm.check()
+
     def _plain(self) -> dict[str, Any]:
         """The first choice of each placeholder (the defaults' run)."""
         return {n: self.space.choices(n)[0] for n in self.space.names
@@ -201,7 +212,7 @@ class _Setup:
         """Store the key in a new study; say (on stderr, -q or not) what a resumed one
         is, or why a study of the same command was not resumed.  Returns the resumed
         study and its finished trials (``--json``'s ``resumed``), None for a new one."""
-        self._check_key(search, key)
+        self._check_key(search.study_name, search.study.user_attrs, key)
         done = search.done()
         if done:
             print(f"affinity tune: resuming, {_already(done, self.args.budget)} "
@@ -225,15 +236,15 @@ class _Setup:
                     f"not found, not compared")
         return "the same command, files, environment and machine"
 
-    def _check_key(self, search: Search, key: StudyKey) -> None:
-        """A study (``--study NAME``) made for another command, files, environment,
-        metric or machine is refused, as one made for another space is."""
-        attrs = search.study.user_attrs
+    def _check_key(self, name: str, attrs: dict[str, Any], key: StudyKey) -> None:
+        """A study (``--study NAME``, its user attributes ``attrs``) made for another
+        command, files, environment, metric or machine is refused, as one made for
+        another space is."""
         differs = key.changes(attrs[_KEY_ATTR]) if _KEY_ATTR in attrs else []
         if attrs.get(MACHINE_ATTR, machine_id(self.topology)) != machine_id(self.topology):
             differs.append(f"made on another machine ({attrs.get('affinity.machine', '?')})")
         if differs:
-            raise TuneUsageError(f"study {search.study_name!r} in {self.storage} was made for another command "
+            raise TuneUsageError(f"study {name!r} in {self.storage} was made for another command "
                                  f"or inputs ({'; '.join(differs)}): give another study name (--study)")
 
     def _interrupted(self, search: Search) -> None:
@@ -376,6 +387,16 @@ class _Text:
         return out
 
 
+@contextmanager
+def _seed_option(seed: int | None) -> Iterator[None]:
+    """A stored study's other seed, said as the ``--seed`` option."""
+    try:
+        yield
+    except SeedMismatch as e:
+        raise TuneUsageError(f"--seed {seed}: study {e.study} was started with seed {e.stored}; resume "
+                             f"it with --seed {e.stored} (or no --seed), or give another --study name") from e
+
+
 def _command(words: Sequence[str] | None) -> list[str]:
     words = list(words or [])
     if words[:1] == ["--"]:
@@ -402,6 +423,18 @@ def _params(texts: Sequence[str], command: Sequence[str]) -> dict[str, list[Any]
                                  f"in the command")
         params[name] = params.get(name, []) + choices
     return params
+
+
+def _check_instances(counts: Sequence[Any], topology: Topology) -> None:
+    """An ``instances`` choice the launcher can never plan on this machine (more
+    disjoint shares than its PUs) is a usage error, said before anything runs; a
+    count that fails only with some other choices stays a trial."""
+    for k in counts:
+        try:
+            partition(topology, k)  # what 'affinity run --instances K' cuts
+        except AffinityError as e:
+            raise TuneUsageError(f"--param instances={k}: {e}; on this machine at most {len(topology.allowed)} "
+                                 f"instances") from e
 
 
 def _check_plot(path: str | None) -> None:

@@ -282,6 +282,10 @@ class Search:
         configurations learned elsewhere (the best of an earlier study of the same
         command on this machine); those of the space are tried first, before the
         seeds' rules (:attr:`warm` lists them).
+    first : mapping, optional
+        A configuration of the space to try before all others (:func:`tune`'s
+        baseline), unless the study has tried or queued it already
+        (:attr:`first_queued` says whether it was queued now).
 
     Raises
     ------
@@ -293,13 +297,14 @@ class Search:
 
     def __init__(self, space: Space, topology: Topology, *, direction: str = "maximize", seed: int | None = None,
                  storage: Any = None, study_name: str | None = None, key: str = "", pruning: bool = False,
-                 warm: Callable[[str], Sequence[Mapping[str, Any]]] | None = None):
+                 warm: Callable[[str], Sequence[Mapping[str, Any]]] | None = None,
+                 first: Mapping[str, Any] | None = None):
         if direction not in ("maximize", "minimize"):
             raise TuneUsageError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
         self.space, self.topology, self.direction = space, topology, direction
         self.exhausted = False  # set by run(): it stopped because every configuration was tried
         self.storage = check_storage(storage)
-        self.study_name = study_name or f"affinity-tune-{_fingerprint(topology, space, direction, key)}"
+        self.study_name = _study_name(study_name, topology, space, direction, key)
         self._rdb, self._lock = self._connect()
         with self._lock():
             self.study = self._open()
@@ -313,12 +318,36 @@ class Search:
             if not self.resumed:
                 self.warm = [dict(c) for c in (warm(self.study_name) if warm is not None else ())
                              if space.contains(c)]
-                for cfg in self.warm + [c for c in self.priors.seeds() if c not in self.warm]:
+            self.first_queued = first is not None and self.space.key(first) not in self._known()
+            queue = ([dict(first)] if self.first_queued else []) + \
+                ([] if self.resumed else self.warm + self.priors.seeds())
+            for i, cfg in enumerate(queue):
+                if cfg not in queue[:i]:
                     self.study.enqueue_trial(cfg, user_attrs={FIXED: dict(cfg)})
         self.sampler = TopologySampler(space, self.priors, seed=self.seed, direction=direction)
         self.study.sampler = self.sampler
         if pruning:  # a trial worse than the median of the completed ones at the same step stops there
             self.study.pruner = optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1)
+
+    @staticmethod
+    def check(space: Space, topology: Topology, *, direction: str = "maximize", seed: int | None = None,
+              storage: Any = None, study_name: str | None = None,
+              key: str = "") -> tuple[str, dict[str, Any]] | None:
+        """What opening this search would refuse (a stored study made for another space,
+        direction or seed), checked without creating or changing anything: for the
+        command line, before CMD runs.  Returns the stored study's name and user
+        attributes, None when there is no such study yet (or no storage)."""
+        name = _study_name(study_name, topology, space, direction, key)
+        if check_storage(storage) is None:
+            return None
+        target, lock = rdb_storage(storage, optuna) if isinstance(storage, str) else (storage, _no_lock)
+        with lock():  # a schema made by two tuners at once would clash
+            if name not in optuna.get_all_study_names(target):
+                return None
+            study = optuna.load_study(study_name=name, storage=target)
+        _check_study(study, space, direction, storage)
+        _stored_seed(study, seed)
+        return name, dict(study.user_attrs)
 
     def _connect(self) -> tuple[Any, Callable[[], Any]]:
         """(optuna's RDB storage with heartbeats or None, the lock of its file)."""
@@ -337,24 +366,14 @@ class Search:
         except Exception as e:  # noqa: BLE001 - SQLAlchemy/optuna errors: say which storage
             raise TuneError(f"storage {self.storage}: cannot open study {self.study_name!r}: "
                             f"{type(e).__name__}: {e}") from e
-        attrs = study.user_attrs
-        stored = attrs.get(_ATTR + "space")
-        if stored is not None and stored != json.loads(json.dumps(self.space.to_dict())):
-            raise TuneUsageError(f"study {self.study_name!r} in {self.storage} was made for another space "
-                                 f"({stored}); give another study name to search this one")
-        if study.direction.name.lower() != self.direction:
-            raise TuneUsageError(f"study {self.study_name!r} in {self.storage} is a "
-                                 f"{study.direction.name.lower()} study, not {self.direction}")
-        if stored is None:
+        if _check_study(study, self.space, self.direction, self.storage) is None:
             study.set_user_attr(_ATTR + "space", self.space.to_dict())
             study.set_user_attr(_ATTR + "machine", self.topology.describe())
             study.set_user_attr(_ATTR + "machine_id", machine_id(self.topology))
         return study
 
     def _seed(self, seed: int | None) -> int:
-        stored = self.study.user_attrs.get(_ATTR + "seed")
-        if stored is not None and seed is not None and int(seed) != int(stored):
-            raise SeedMismatch(self.study_name, int(stored))
+        stored = _stored_seed(self.study, seed)
         value = int(seed) if seed is not None else int(stored) if stored is not None else secrets.randbelow(2 ** 31)
         if stored is None:
             self.study.set_user_attr(_ATTR + "seed", value)
@@ -487,6 +506,13 @@ class Search:
         gone |= running
         return True
 
+    def _known(self) -> set[tuple[int, ...]]:
+        """The configurations tried (finished or running) or queued."""
+        trials = self.study.get_trials(deepcopy=False)
+        queued = {self.space.key(c) for t in trials if t.state == TrialState.WAITING
+                  for c in [t.user_attrs.get(FIXED) or {}] if self.space.contains(c)}
+        return self._tried(trials) | queued
+
     def _tried(self, trials: Sequence[FrozenTrial]) -> set[tuple[int, ...]]:
         """The configurations finished (not interrupted) or running."""
         out = set()
@@ -580,6 +606,32 @@ class Search:
         return TuneResult(cfg, val, tuple(self.records()), baseline, self.direction, self.space.to_dict(),
                           self.seed, self.study_name, storage, self.topology,
                           tuple(command) if command else None, tuple(notes), spread, significant, speedup_interval)
+
+
+def _study_name(name: str | None, topology: Topology, space: Space, direction: str, key: str) -> str:
+    """The study's name: the one given, else made of what can change the answer."""
+    return name or f"affinity-tune-{_fingerprint(topology, space, direction, key)}"
+
+
+def _check_study(study: optuna.Study, space: Space, direction: str, storage: Any) -> Any:
+    """Refuse a stored study made for another space or direction; returns the space it
+    was made for (None: a new study, not marked yet)."""
+    stored = study.user_attrs.get(_ATTR + "space")
+    if stored is not None and stored != json.loads(json.dumps(space.to_dict())):
+        raise TuneUsageError(f"study {study.study_name!r} in {storage} was made for another space "
+                             f"({stored}); give another study name to search this one")
+    if study.direction.name.lower() != direction:
+        raise TuneUsageError(f"study {study.study_name!r} in {storage} is a "
+                             f"{study.direction.name.lower()} study, not {direction}")
+    return stored
+
+
+def _stored_seed(study: optuna.Study, seed: int | None) -> int | None:
+    """The study's seed (None: not stored yet); :class:`SeedMismatch` when ``seed`` is another."""
+    stored = study.user_attrs.get(_ATTR + "seed")
+    if stored is not None and seed is not None and int(seed) != int(stored):
+        raise SeedMismatch(study.study_name, int(stored))
+    return stored
 
 
 def _countable(t: FrozenTrial) -> bool:
@@ -733,8 +785,9 @@ def tune(objective: Callable[[dict[str, Any]], Any], space: Mapping[str, Sequenc
         trial at INFO level to the ``affinity.tuning`` logger (the library writes
         nothing itself: configure :mod:`logging` to see it); False: nothing.
     baseline : mapping or float, optional
-        The defaults: a configuration to measure first (one call of ``objective``,
-        counted in the budget), or a value already measured.  Gives
+        The defaults: a configuration of the space (every parameter, one of its
+        choices), tried as the first trial -- counted in the budget, listed in
+        ``result.trials``, never tried again -- or a value already measured.  Gives
         ``result.baseline`` and ``result.speedup``.
 
     work : {"copies", "split"}
@@ -760,8 +813,8 @@ def tune(objective: Callable[[dict[str, Any]], Any], space: Mapping[str, Sequenc
     Raises
     ------
     TuneUsageError
-        A budget below 1, an empty or unknown-typed space, a bad direction, a stored
-        study made for another space or seed.
+        A budget below 1, an empty or unknown-typed space, a bad direction, a baseline
+        outside the space, a stored study made for another space or seed.
     TuneError
         A storage that is not a study; every trial infeasible (the message gives the
         first error).
@@ -782,18 +835,18 @@ def tune(objective: Callable[[dict[str, Any]], Any], space: Mapping[str, Sequenc
     sp = default_space(topo, instances=work == "split") if space is None else Space.of(space)
     who = f"{getattr(objective, '__module__', '')}.{getattr(objective, '__qualname__', type(objective).__name__)}"
     warm = _warm_start(warm_start, storage, topo, direction, who)
+    first = _baseline_config(baseline, sp)
     search = Search(sp, topo, direction=direction, seed=seed, storage=storage, study_name=study_name, key=who,
-                    warm=warm)
+                    warm=warm, first=first)
     if warm is not None:
         if _ATTR + "objective" not in search.study.user_attrs:
             search.study.set_user_attr(_ATTR + "objective", who)
-    base, budget_left, note = _baseline(objective, baseline, budget, search)
-    if warm is not None:  # said of the trials the budget leaves them
-        notes += [n for n in [warm.said(min(len(search.warm), budget_left))] if n]
-    notes += [note] if note else []
-    if budget_left > 0:
-        search.run(objective, budget_left, on_trial=_on_trial(progress, budget_left, search.direction))
+        left = budget - search.done() - search.first_queued  # said of the trials the budget leaves them
+        notes += [n for n in [warm.said(min(len(search.warm), max(0, left)))] if n]
+    search.run(objective, budget, on_trial=_on_trial(progress, budget, search.direction))
     records = search.records()
+    base, note = _baseline_value(baseline, first, records, sp)
+    notes += [note] if note else []
     if records and not any(r.state == "complete" for r in records if r.state != "interrupted"):
         first = next((r for r in records if r.error), None)
         raise TuneError(f"every configuration tried ({len(records)}) was infeasible; first error "
@@ -831,21 +884,35 @@ def _on_trial(progress: Any, budget: int, direction: str) -> Callable[[TrialReco
     return log
 
 
-def _baseline(objective: Callable[[dict[str, Any]], Any], baseline: Any, budget: int,
-              search: Search) -> tuple[float | None, int, str | None]:
-    """(the defaults' value, the budget left for the search, a note when they failed)."""
-    if baseline is None:
-        return None, budget, None
-    if isinstance(baseline, numbers.Real) and not isinstance(baseline, bool):
-        return float(baseline), budget, None
+def _baseline_config(baseline: Any, space: Space) -> dict[str, Any] | None:
+    """``baseline`` when it is a configuration (None for a value or nothing), checked:
+    it names every parameter of ``space`` with one of its choices, and nothing else."""
+    if baseline is None or (isinstance(baseline, numbers.Real) and not isinstance(baseline, bool)):
+        return None
     if not isinstance(baseline, Mapping):
         raise TuneUsageError(f"baseline: expected a configuration (mapping) or a value, got {baseline!r}")
-    stored = search.study.user_attrs.get(_ATTR + "baseline")
-    if stored is not None and stored.get("config") == dict(baseline):
-        return stored.get("value"), budget - 1, None
-    try:
-        value, error = _value(objective(dict(baseline)))
-    except Exception as e:  # noqa: BLE001 - the defaults failing is worth saying, not fatal
-        value, error = None, f"{type(e).__name__}: {e}"
-    search.study.set_user_attr(_ATTR + "baseline", {"config": dict(baseline), "value": value})
-    return value, budget - 1, (f"the defaults {dict(baseline)} failed: {error}" if error else None)
+    for name, value in baseline.items():
+        if name not in space.names:
+            raise TuneUsageError(f"baseline: unknown parameter {name!r}; the space has {', '.join(space.names)}")
+        if not space.contains({**{n: space.choices(n)[0] for n in space.names}, name: value}):
+            raise TuneUsageError(f"baseline: {name}={value!r} is not a choice of the space "
+                                 f"({list(space.choices(name))})")
+    missing = [n for n in space.names if n not in baseline]
+    if missing:
+        raise TuneUsageError(f"baseline: no value for {', '.join(missing)}: give a configuration of the space "
+                             f"(every parameter), or a value already measured")
+    return dict(baseline)
+
+
+def _baseline_value(baseline: Any, first: dict[str, Any] | None, records: Sequence[TrialRecord],
+                    space: Space) -> tuple[float | None, str | None]:
+    """(the defaults' value, a note when they were not measured): a value given, or
+    the trial of the baseline configuration."""
+    if first is None:
+        return (None if baseline is None else float(baseline)), None
+    rec = next((r for r in records if space.key(r.config) == space.key(first) and r.state != "interrupted"), None)
+    if rec is None:
+        return None, f"the defaults {first} were not measured (interrupted)"
+    if rec.state != "complete":
+        return None, f"the defaults {first} failed: {rec.error}"
+    return rec.value, None

@@ -65,16 +65,20 @@ class WarmStart:
         self.storage, self.machine, self.direction = storage, machine, direction
         self.named, self.same, self.what = named, same, what
         self.source: WarmSource | None = None
+        self.asked = False  # called: the study is new
+        self.empty = ""  # why the named study handed over nothing
+
+    def check(self) -> None:
+        """Refuse the named source (no storage, not in it, made on another machine)
+        without reading its trials: for the command line, before CMD runs."""
+        if self.named:
+            self._check_named(self._summaries())
 
     def __call__(self, name: str) -> list[dict[str, Any]]:
-        if self.storage is None:
-            if self.named:
-                raise TuneUsageError(f"{self.what}: give the storage that holds study {self.named!r} "
-                                     f"(an in-memory study starts from nothing)")
-            return []
-        from ._optuna import optuna  # lazy: loaded by the search already; summaries only here
+        self.asked = True
+        summaries = self._summaries()
+        from ._optuna import optuna  # lazy: loaded by the search already
 
-        summaries = {s.study_name: s for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False)}
         for src in self._candidates(summaries, name):
             study = optuna.load_study(study_name=src, storage=self.storage)
             best = self._best(study)
@@ -82,18 +86,35 @@ class WarmStart:
                 done = sum(t.state.name == "COMPLETE" for t in study.get_trials(deepcopy=False))
                 self.source = WarmSource(src, done, tuple(best), dict(summaries[src].user_attrs))
                 return best
+            self.empty = (f"is a {study.direction.name.lower()} study, this one {self.direction}s"
+                          if study.direction.name.lower() != self.direction else "has no completed trial")
         return []
+
+    def _summaries(self) -> dict[str, Any]:
+        """The studies of the storage by name (none in memory: refused when one is named)."""
+        if self.storage is None:
+            if self.named:
+                raise TuneUsageError(f"{self.what}: give the storage that holds study {self.named!r} "
+                                     f"(an in-memory study starts from nothing)")
+            return {}
+        from ._optuna import optuna  # lazy: summaries only here
+
+        return {s.study_name: s for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False)}
+
+    def _check_named(self, summaries: dict[str, Any]) -> None:
+        """The named source is in the storage and was made on this machine."""
+        src = summaries.get(self.named)
+        if src is None:
+            raise TuneUsageError(f"{self.what}: no study {self.named!r} in {self.storage}")
+        if src.user_attrs.get(MACHINE_ATTR) != self.machine:
+            raise TuneUsageError(f"{self.what}: study {self.named!r} was made on another machine "
+                                 f"({src.user_attrs.get('affinity.machine', '?')}); warm starts use this "
+                                 f"machine's results only")
 
     def _candidates(self, summaries: dict[str, Any], name: str) -> list[str]:
         """The source study named, checked; else this machine's accepted ones, newest first."""
         if self.named:
-            src = summaries.get(self.named)
-            if src is None:
-                raise TuneUsageError(f"{self.what}: no study {self.named!r} in {self.storage}")
-            if src.user_attrs.get(MACHINE_ATTR) != self.machine:
-                raise TuneUsageError(f"{self.what}: study {self.named!r} was made on another machine "
-                                     f"({src.user_attrs.get('affinity.machine', '?')}); warm starts use this "
-                                     f"machine's results only")
+            self._check_named(summaries)
             return [self.named]
         if self.same is None:
             return []
@@ -118,11 +139,21 @@ class WarmStart:
 
     def said(self, tried: int, changes: list[str] | None = None) -> str:
         """What the output says of the warm start that handed over ``tried``
-        configurations ("" when there was none); ``changes``: what differs from the
-        source (the CLI: the variables, files or metric)."""
+        configurations; ``changes``: what differs from the source (the CLI: the
+        variables, files or metric).  A named source that gave nothing says why; ""
+        when an unnamed one gave nothing."""
         if self.source is None or not tried:
-            return ""
+            return f"{self.what}: nothing used: {self._unused()}" if self.named else ""
         what = f"; {'; '.join(changes)}" if changes else ""
         n = self.source.trials
         return (f"warm start from study {self.source.name} (this machine, {n} trial{'s' if n != 1 else ''}{what}): "
                 f"its best {tried} configuration{'s' if tried != 1 else ''} tried first")
+
+    def _unused(self) -> str:
+        """Why the named source gave the study no configuration."""
+        if not self.asked:
+            return "the study resumes (a warm start only begins a new study)"
+        if self.source is None:
+            return f"study {self.named} {self.empty}"
+        n = len(self.source.best)
+        return f"none of study {self.named}'s best {n} configuration{'s' if n != 1 else ''} is in this space"

@@ -313,6 +313,44 @@ def test_another_seed_on_a_stored_study_names_the_option(tmp_path, fake_cmd):
     assert r.returncode == 2 and "resume it with --seed 5 (or no --seed)" in r.stderr, r.stderr
 
 
+MARKS = "import sys\nopen(sys.argv[1], 'a').write('ran\\n')\nprint('50 images/sec')\n"
+
+
+def test_what_needs_no_run_is_refused_before_cmd_runs(tmp_path):
+    """The audit saw --from nosuch, another --seed and another space refused only after
+    the defaults' run, and instances=PUs+1 fail as 'every trial failed' (exit 1)."""
+    script, marks = tmp_path / "m.py", tmp_path / "ran.txt"
+    script.write_text(MARKS)
+    base = ["--budget", "1", "--repeats", "1", "--top", "1", "-q", "--storage", f"sqlite:///{tmp_path / 'p.db'}",
+            "--study", "x"]
+    cmd = ["--", sys.executable, str(script), str(marks)]
+    assert tune(base + ["--seed", "5", "--param", "threads=1,2"] + cmd, tmp_path).returncode == 0
+    marks.unlink()
+    k = len(os.sched_getaffinity(0)) + 1
+    for extra, words in [(["--from", "nosuch", "--param", "threads=1,2"], "--from nosuch: no study 'nosuch'"),
+                         (["--seed", "6", "--param", "threads=1,2"], "--seed 6: study x was started with seed 5"),
+                         (["--param", "threads=1"], "study 'x' in sqlite"),
+                         (["--study", "y", "--param", f"instances=1,{k}"], f"--param instances={k}: cannot give")]:
+        r = tune(base + extra + cmd, tmp_path)
+        assert r.returncode == 2 and words in r.stderr and not marks.exists(), (extra, r.stderr)
+
+
+def test_an_explicit_from_always_says_what_it_did(tmp_path):
+    """The audit saw --from ignored without a word: none of its configurations in the
+    space, or the study resumed."""
+    script = tmp_path / "w.py"
+    script.write_text("print('50 images/sec')\n")
+    base = ["--repeats", "1", "--top", "1", "--json", "--storage", f"sqlite:///{tmp_path / 'f.db'}"]
+    cmd = ["--", sys.executable, str(script)]
+    assert tune(base + ["--study", "a", "--budget", "2", "--param", "threads=1,2"] + cmd, tmp_path).returncode == 0
+    r = tune(base + ["--study", "b", "--budget", "1", "--param", "blocktime=0", "--from", "a"] + cmd, tmp_path)
+    assert json.loads(r.stdout)["warm_start"] == \
+        "--from a: nothing used: none of study a's best 2 configurations is in this space", r.stderr
+    r = tune(base + ["--study", "a", "--budget", "2", "--param", "threads=1,2", "--from", "b"] + cmd, tmp_path)
+    assert json.loads(r.stdout)["warm_start"] == \
+        "--from b: nothing used: the study resumes (a warm start only begins a new study)", r.stderr
+
+
 def test_a_storage_that_is_not_a_study_is_an_error_and_left_untouched(tmp_path, fake_cmd):
     f = tmp_path / "results.txt"
     f.write_text("precious\n")

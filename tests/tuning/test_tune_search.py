@@ -6,6 +6,7 @@ result's forms, and every bad input."""
 from __future__ import annotations
 
 import math
+import re
 import sqlite3
 import time
 
@@ -154,6 +155,31 @@ def test_a_baseline_configuration_is_measured_within_the_budget(surfaces):
     res, calls = _run(s, budget=4, baseline=default)
     assert calls[0] == default and len(calls) == 4
     assert res.baseline == s.value(default) and res.speedup > 1.5
+
+
+def test_the_baseline_is_the_first_trial_never_tried_twice(tmp_path):
+    """The audit saw baseline={"threads": 1} called twice (as the baseline and as a
+    trial), result.trials list 2 of the 3 calls, and a baseline outside the space, or
+    with an unknown name, passed to the objective."""
+    calls = []
+    topo = Topology.from_synthetic("package:1 [numa] core:4 pu:1")
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+
+    def run(budget, baseline):
+        return tune(lambda c: calls.append(dict(c)) or float(c["threads"]), {"threads": [1, 2, 4]}, budget=budget,
+                    seed=0, topology=topo, baseline=baseline, storage=url)
+
+    res = run(2, {"threads": 1})
+    assert calls[0] == {"threads": 1} and len(calls) == 2
+    res = run(3, {"threads": 1})  # resumed: the baseline's trial is read, not run again
+    assert sorted(c["threads"] for c in calls) == [1, 2, 4]
+    assert [t.config for t in res.trials] == calls and res.baseline == 1.0 and res.speedup == 4.0
+    for bad, words in [({"threads": 3}, "baseline: threads=3 is not a choice of the space ([1, 2, 4])"),
+                       ({"threadz": 1}, "baseline: unknown parameter 'threadz'; the space has threads"),
+                       ({}, "baseline: no value for threads")]:
+        with pytest.raises(TuneUsageError, match=re.escape(words)):
+            run(3, bad)
+    assert len(calls) == 3
 
 
 def test_minimize_seconds(surfaces):

@@ -68,3 +68,19 @@ def test_the_warm_start_note_counts_what_the_budget_runs(tmp_path):
     again = tune(obj, SPACE, budget=1, topology=TOPO, storage=url, study_name="c", seed=1, warm_start="one")
     assert any("(this machine, 1 trial)" in n and n.endswith("its best 1 configuration tried first")
                for n in again.notes), again.notes
+
+
+def test_a_named_source_that_gives_nothing_says_why(tmp_path):
+    """The audit saw warm_start='a' (--from a) give nothing without a word."""
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    tune(peak(2), SPACE, budget=3, topology=TOPO, storage=url, study_name="a", seed=1)
+    elsewhere = tune(peak(2), {"threads": [3, 5], "blocktime": [0]}, budget=1, topology=TOPO, storage=url,
+                     study_name="b", warm_start="a")
+    assert "warm_start='a': nothing used: none of study a's best 3 configurations is in this space" \
+        in elsewhere.notes, elsewhere.notes
+    tune(peak(2), SPACE, budget=1, topology=TOPO, storage=url, study_name="m", direction="minimize")
+    other = tune(peak(2), SPACE, budget=1, topology=TOPO, storage=url, study_name="c", warm_start="m")
+    assert "warm_start='m': nothing used: study m is a minimize study, this one maximizes" in other.notes
+    resumed = tune(peak(2), SPACE, budget=4, topology=TOPO, storage=url, study_name="a", warm_start="b")
+    assert "warm_start='b': nothing used: the study resumes (a warm start only begins a new study)" \
+        in resumed.notes, resumed.notes
