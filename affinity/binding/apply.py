@@ -513,7 +513,8 @@ def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow
     b.notes.extend(unread(spec, runtime))  # what the runtime's rules never read (compact under libgomp)
     b.notes.extend(env_warnings)
     b.notes.extend(precedence.oversubscription(p.threads, p.union, "threads" if asked is not None
-                                               else "OMP_NUM_THREADS"))
+                                               else "OMP_NUM_THREADS" if threads is not None
+                                               else "the runtime's default team"))
     env_before = dict(os.environ)
     try:
         _apply_steps(b, tensorflow, openmp, blas, want_mem, env, blocktime, torch)

@@ -51,9 +51,11 @@ def replaced(exported: Mapping[str, str], environ: Mapping[str, str]) -> list[st
 
 
 def oversubscription(threads: int, cpus: Collection[int], what: str = "threads") -> list[str]:
-    """A warning when ``threads`` exceed ``cpus`` (``what`` names where the count came from)."""
+    """A warning when ``threads`` exceed ``cpus`` (``what`` names where the count came from:
+    a variable or argument, ``what=N``, or words such as ``the runtime's default team``)."""
     if threads <= len(cpus):
         return []
     n = len(cpus)
-    return [f"{what}={threads} on {n} CPU{'s' if n != 1 else ''} oversubscribes them "
+    count = f"{what}={threads}" if " " not in what else f"{what} of {threads} threads"
+    return [f"{count} on {n} CPU{'s' if n != 1 else ''} oversubscribes them "
             f"({format_list(cpus)}): several threads share a CPU"]

@@ -43,6 +43,28 @@ def test_the_rule():
     assert precedence.oversubscription(2, {0, 1}) == []
     assert precedence.oversubscription(8, {0, 1}, "OMP_NUM_THREADS") == [
         "OMP_NUM_THREADS=8 on 2 CPUs oversubscribes them (0-1): several threads share a CPU"]
+    assert precedence.oversubscription(3, {0}, "the runtime's default team") == [
+        "the runtime's default team of 3 threads on 1 CPU oversubscribes them (0): several threads share a CPU"]
+
+
+def test_a_default_team_is_not_called_omp_num_threads(monkeypatch):
+    """apply() with no threads= and no OMP_NUM_THREADS: the runtime's default team
+    oversubscribes a one-CPU proclist; the warning named OMP_NUM_THREADS, which the
+    user never set."""
+    import warnings
+
+    import affinity
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cpus = sorted(os.sched_getaffinity(0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with affinity.pinned(f"explicit,proclist=[{cpus[0]}]", tensorflow=False, openmp=False, blas=False,
+                             torch=False) as b:
+            notes = list(b.notes)
+    said = [n for n in notes if "oversubscribes" in n]
+    assert (said == [] if len(cpus) == 1 else
+            said[0].startswith(f"the runtime's default team of {len(cpus)} threads on 1 CPU"))
 
 
 def _run_launch(spec: str, threads: int | None, environ: dict[str, str]):
