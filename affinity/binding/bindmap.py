@@ -16,11 +16,14 @@ A thread whose actual set differs from the requested one is flagged
 
 from __future__ import annotations
 
+import errno
 import json
+import operator
 import os
 from typing import Any
 
 from ..cpulist import format_list, parse_list
+from ..errors import SpecError
 from ..machine import _native
 from ..machine.topology import Topology
 from ..record import asdict, record, replace
@@ -28,7 +31,7 @@ from . import registry
 from . import runtimes as _runtimes
 from .numa import get_membind
 from . import tf as _tf
-from .threads import task_ids, task_names
+from .threads import _tgid, task_ids, task_names
 
 __all__ = ["BindMap", "ThreadRow", "report"]
 
@@ -164,6 +167,21 @@ def _outside_pools(pid: int) -> dict[int, int]:
     return {tid: i for i, tid in enumerate(state.intra)}
 
 
+def _process_id(pid: object) -> int:
+    """``pid`` checked as the id of a live process (see :func:`report`)."""
+    if isinstance(pid, bool) or not hasattr(type(pid), "__index__"):
+        raise SpecError(f"report(pid={pid!r:.40}): a process id is an integer")
+    p = operator.index(pid)  # type: ignore[call-overload]
+    if p < 1:
+        raise SpecError(f"report(pid={p}): a process id is 1 or more")
+    tgid = _tgid(p)
+    if tgid is None:
+        raise FileNotFoundError(errno.ENOENT, f"report(pid={p}): no process {p}")
+    if tgid != p:
+        raise SpecError(f"report(pid={p}): {p} is a thread of process {tgid}, not a process: give {tgid}")
+    return p
+
+
 def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
     """The bind map of a process: every thread, where it is bound and where it runs.
 
@@ -185,9 +203,12 @@ def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
     ------
     FileNotFoundError
         No process ``pid``.
+    SpecError
+        ``pid`` is no process id (not an integer, below 1), or the TID of a thread
+        that is not its process's first (its process is named).
     """
     me = os.getpid()
-    pid = me if pid is None else int(pid)
+    pid = me if pid is None else _process_id(pid)
     pins: dict[int, Any] = {}
     bindings = ([binding] if binding is not None else registry.active()) if pid == me else []
     for b in bindings:

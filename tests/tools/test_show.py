@@ -47,3 +47,33 @@ def test_show_pid_finds_tensorflows_pools_as_the_process_itself_does():
     assert sorted(row["tid"] for row in rows if row["role"] == "tf-inter") == sorted(mine["inter"])
     lines = [line for line in text.splitlines() if line.startswith("affinity: pid")]
     assert lines and all(" last ran on cpu " in line for line in lines)
+
+
+@pytest.mark.parametrize("pid", [1.9, True, -1, 0, "1"])
+def test_report_refuses_what_is_no_process_id(pid):
+    """report(1.9) and report(True) used to show process 1 (int() of them)."""
+    import affinity
+    from affinity.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"report\(pid="):
+        affinity.report(pid)
+
+
+def test_a_thread_id_is_refused_naming_its_process():
+    """``affinity show TID`` of a thread that is not its process's first printed
+    'pid TID' and marked the wrong thread [main]; it now names the process."""
+    import threading
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        tid = t.native_id
+        r = subprocess.run([sys.executable, "-m", "affinity", "show", str(tid)], capture_output=True, text=True,
+                           timeout=60)
+    finally:
+        stop.set()
+        t.join()
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.strip() == (f"affinity show: error: report(pid={tid}): {tid} is a thread of process "
+                                f"{os.getpid()}, not a process: give {os.getpid()}")
