@@ -647,6 +647,7 @@ def _tensorflow_imported(b: Binding) -> None:
         if _tf.is_running():  # something started it during the import itself
             _attach_tensorflow(b, start=False)
             return
+        b._hooks.append(_tf.PoolSizes())  # put back at restore if no op started the runtime
         _tf.set_pool_sizes(b.intra_op_threads, b.inter_op_threads)
         b._hooks.append(_tf.on_runtime_start(lambda state: _tensorflow_started(b, state)))
     except Exception as e:  # noqa: BLE001 - never break the user's import

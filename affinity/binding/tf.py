@@ -30,7 +30,7 @@ from typing import Any
 from ..record import record
 from .threads import task_names
 
-__all__ = ["SessionHook", "TFState", "classify_new_threads", "config_proto",
+__all__ = ["PoolSizes", "SessionHook", "TFState", "classify_new_threads", "config_proto",
            "find_running_pools", "is_running", "on_runtime_start", "set_pool_sizes", "start_runtime"]
 
 INTER_NAME = "tf_Compute"
@@ -109,6 +109,24 @@ def set_pool_sizes(intra: int | None, inter: int | None) -> Any:
     if inter is not None:
         tf.config.threading.set_inter_op_parallelism_threads(int(inter))
     return tf
+
+
+class PoolSizes:
+    """The pool sizes TensorFlow is set to start with, as they were before
+    :func:`set_pool_sizes`; :meth:`remove` (a binding's hook, at restore) puts them
+    back while the runtime has not started -- once it has, TensorFlow keeps its pools."""
+
+    def __init__(self) -> None:
+        threading_ = _tf().config.threading
+        self.intra = threading_.get_intra_op_parallelism_threads()
+        self.inter = threading_.get_inter_op_parallelism_threads()
+
+    def remove(self) -> None:
+        if is_running():
+            return
+        threading_ = _tf().config.threading
+        threading_.set_intra_op_parallelism_threads(self.intra)
+        threading_.set_inter_op_parallelism_threads(self.inter)
 
 
 def start_runtime(intra: int | None, inter: int | None) -> TFState:

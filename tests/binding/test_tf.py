@@ -167,3 +167,22 @@ def test_tf_imported_after_apply_leaves_nothing_behind(spec, threads, mode):
     assert not set(out["set_by_tf_import"]) & {"OMP_NUM_THREADS", "KMP_AFFINITY", "TF_NUM_INTRAOP_THREADS"}
     assert out["restored"]["hooks"] == {"meta_path": [], "patched": []}
     assert out["hooks_before"] == {"meta_path": []}
+
+
+def test_pool_sizes_of_a_runtime_not_started_are_given_back():
+    """TensorFlow imported inside a block in which nothing started its runtime: the
+    sizes the binding set (1, 1) used to stay, and TensorFlow then ran single-threaded
+    for the rest of the process; they are put back (0, 0: TensorFlow's defaults)."""
+    script = """
+import json, affinity
+with affinity.pinned("granularity=fine,compact", threads=1):
+    import tensorflow as tf
+    th = tf.config.threading
+    inside = [th.get_intra_op_parallelism_threads(), th.get_inter_op_parallelism_threads()]
+print(json.dumps({"inside": inside,
+                  "after": [th.get_intra_op_parallelism_threads(), th.get_inter_op_parallelism_threads()]}))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "TF_NUM_", "GOMP_"))}
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"inside": [1, 1], "after": [0, 0]}
