@@ -238,6 +238,7 @@ class Binding:
                 errors.append(f"memory policy: {e}")
         self.active = False
         errors.extend(_repin_enclosing_teams())
+        errors.extend(_repin_enclosing_pins(snap))
         if errors:
             warnings.warn("affinity: restore was incomplete: " + "; ".join(errors), AffinityWarning,
                           stacklevel=2)
@@ -344,6 +345,25 @@ def _repin_enclosing_teams() -> list[str]:
         _pin_openmp(outer, outer.openmp)
     except Exception as e:  # noqa: BLE001 - the restore itself is done
         return [f"the enclosing binding's OpenMP team could not be pinned again: {e}"]
+    return []
+
+
+def _repin_enclosing_pins(snap: _Snapshot) -> list[str]:
+    """Threads born inside an inner block that the enclosing binding pinned too (its
+    hooks fire as well: TensorFlow's pools, started inside both blocks) go back to the
+    enclosing binding's sets: the restore gave them the process's mask, as threads born
+    inside, and the enclosing binding's refresh() counts them as seen."""
+    enclosing = registry.active()
+    if not enclosing or not isinstance(enclosing[-1], Binding):
+        return []
+    outer = enclosing[-1]
+    mine = {t: p.cpus for t, p in outer.pins.items() if t not in snap.masks and t in outer._seen}
+    alive = _threads.task_starts(tids=list(mine))
+    todo = {t: mine[t] for t, start in alive.items() if outer._seen[t] == start}
+    try:
+        _threads.set_threads_affinity(todo)
+    except BindError as e:
+        return [f"the enclosing binding's threads could not be pinned again: {e}"]
     return []
 
 

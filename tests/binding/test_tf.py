@@ -186,3 +186,31 @@ print(json.dumps({"inside": inside,
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout.strip().splitlines()[-1]) == {"inside": [1, 1], "after": [0, 0]}
+
+
+def test_tf_started_inside_an_inner_block_goes_back_to_the_outer_plan():
+    """Nested blocks, TensorFlow imported and started inside the inner one: both
+    bindings pin its pools (their runtime-start hooks both fire).  At the inner restore
+    the pools, born inside it, used to get the process's mask and stay there, the
+    outer binding reporting MISMATCH that refresh() did not fix."""
+    script = """
+import json, os, affinity
+def masks(): return {t: sorted(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")}
+with affinity.pinned("explicit,proclist=[1,0],granularity=fine", threads=2) as outer:
+    with affinity.pinned("explicit,proclist=[0,1],granularity=fine", threads=2) as inner:
+        import tensorflow as tf
+        x = tf.random.uniform((64, 64)); (x @ x).numpy()
+        inner_pins = {str(t): sorted(p.cpus) for t, p in inner.pins.items() if p.role == "tf-intra"}
+    after = masks()
+    out = {"outer": {str(t): sorted(p.cpus) for t, p in outer.pins.items() if p.role == "tf-intra"},
+           "inner": inner_pins, "after": after, "mismatches": len(outer.report().mismatches)}
+print(json.dumps(out))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "TF_NUM_", "GOMP_"))}
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    assert sorted(out["outer"].values()) == [[c] for c in cpus] and out["outer"] != out["inner"]
+    assert all(out["after"][t] == m for t, m in out["outer"].items()), out
+    assert out["mismatches"] == 0
