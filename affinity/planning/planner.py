@@ -585,13 +585,13 @@ def unread(spec: Any, runtime: str = DEFAULT_RUNTIME) -> list[str]:
             f"it changes nothing in this plan" for k, v in _spec_env(spec).items() if k not in rules.VARIABLES]
 
 
-def _spec_env(spec: Any) -> dict[str, str]:
-    """The variables a :func:`plan` spec stands for."""
+def _spec_env(spec: Any, strict: bool = False) -> dict[str, str]:
+    """The variables a :func:`plan` spec stands for (``strict``: a variable given twice is refused)."""
     if spec is None:
         return {}
     if isinstance(spec, str):
         if _ENV_FORM.match(spec):
-            return parse_assignments(spec, what="spec")
+            return parse_assignments(spec, what="spec", unique=strict)
         return {"KMP_AFFINITY": spec}
     if isinstance(spec, Settings):
         return spec.to_env()
@@ -654,7 +654,7 @@ def plan(spec: Any = None, threads: int | None = None, topology: Topology | None
     """
     rules = _rules(runtime)
     merged: dict[str, str] = dict(env or {})
-    merged.update(_spec_env(spec))
+    merged.update(_spec_env(spec, strict))
     if threads is not None:
         if isinstance(threads, bool) or not isinstance(threads, int):
             raise ArgumentTypeError(f"threads must be an int, not {type(threads).__name__} ({threads!r:.40})")

@@ -140,6 +140,14 @@ def test_a_mistyped_variable_name_is_refused_naming_it_strict_or_not(t2s: Topolo
         assert (p.cpusets, p.affinity_type, p.warnings) == (q.cpusets, q.affinity_type, q.warnings), spec
 
 
+def test_a_variable_given_twice_is_an_error_when_strict(t2s: Topology) -> None:
+    # the last one was kept silently
+    with pytest.raises(SpecError, match=r"^spec: KMP_AFFINITY is given twice\b.*\n.*\n {25}\^$"):
+        plan("KMP_AFFINITY=compact KMP_AFFINITY=scatter", 2, t2s)
+    lenient = plan("KMP_AFFINITY=compact KMP_AFFINITY=scatter", 2, t2s, strict=False)  # as `env A=1 A=2`
+    assert lenient.affinity_type == "scatter"
+
+
 def test_notices_survive_strict(t2s: Topology) -> None:
     p = plan("balanced", 3, t2s)
     assert p.warnings == ("KMP_AFFINITY: granularity=core will be used.",)
