@@ -148,6 +148,16 @@ def test_a_variable_given_twice_is_an_error_when_strict(t2s: Topology) -> None:
     assert lenient.affinity_type == "scatter"
 
 
+def test_strict_is_about_reading_placement_warnings_stay_warnings() -> None:
+    # docs/semantics.md: a well-formed spec that names CPUs this machine lacks binds nothing,
+    # with the runtime's warnings, strict or not (it binds on a machine that has them)
+    two = Topology.from_synthetic("pack:1 core:2 pu:1")
+    for strict in (True, False):
+        p = plan("explicit,proclist=[5]", topology=two, strict=strict)
+        assert p.warnings == ("Ignoring invalid OS proc ID 5.", "No valid OS proc IDs specified - not using affinity.")
+        assert p.affinity_type == "none"
+
+
 def test_notices_survive_strict(t2s: Topology) -> None:
     p = plan("balanced", 3, t2s)
     assert p.warnings == ("KMP_AFFINITY: granularity=core will be used.",)
