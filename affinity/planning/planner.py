@@ -555,7 +555,13 @@ def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,
     return _run(_env_items(env, rules.VARIABLES), topology, initial_mask, False, rules)
 
 
-_ENV_FORM = re.compile(r"^\s*(" + "|".join(SETTINGS_VARIABLES) + r")=")
+#: A spec string is ``KEY=VALUE`` assignments (else a ``KMP_AFFINITY`` string) when its first
+#: word is ``NAME=`` with NAME upper case and holding an underscore -- an environment variable's
+#: shape, known or not (``OMP_PLACE=cores`` is refused naming it, not read as KMP_AFFINITY).
+#: No KMP_AFFINITY string starts so: Intel reads it case-insensitively (``GRANULARITY=FINE,COMPACT``),
+#: but its only ``NAME=`` words (``intel.settings._AFF_ASSIGNMENTS``: ``granularity``, ``gran``,
+#: ``proclist``) hold no underscore.
+_ENV_FORM = re.compile(r"^\s*(?=[A-Z0-9]*_)[A-Z_][A-Z0-9_]*=")
 
 
 def unread(spec: Any, runtime: str = DEFAULT_RUNTIME) -> list[str]:
@@ -579,13 +585,13 @@ def unread(spec: Any, runtime: str = DEFAULT_RUNTIME) -> list[str]:
             f"it changes nothing in this plan" for k, v in _spec_env(spec).items() if k not in rules.VARIABLES]
 
 
-def _spec_env(spec: Any) -> dict[str, str]:
-    """The variables a :func:`plan` spec stands for."""
+def _spec_env(spec: Any, strict: bool = False) -> dict[str, str]:
+    """The variables a :func:`plan` spec stands for (``strict``: a variable given twice is refused)."""
     if spec is None:
         return {}
     if isinstance(spec, str):
         if _ENV_FORM.match(spec):
-            return parse_assignments(spec, what="spec")
+            return parse_assignments(spec, what="spec", unique=strict)
         return {"KMP_AFFINITY": spec}
     if isinstance(spec, Settings):
         return spec.to_env()
@@ -648,7 +654,7 @@ def plan(spec: Any = None, threads: int | None = None, topology: Topology | None
     """
     rules = _rules(runtime)
     merged: dict[str, str] = dict(env or {})
-    merged.update(_spec_env(spec))
+    merged.update(_spec_env(spec, strict))
     if threads is not None:
         if isinstance(threads, bool) or not isinstance(threads, int):
             raise ArgumentTypeError(f"threads must be an int, not {type(threads).__name__} ({threads!r:.40})")

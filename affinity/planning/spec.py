@@ -743,7 +743,7 @@ _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 
 def parse_assignments(items: str | Iterable[str], *, what: str = "settings",
-                      keys: Iterable[str] | None = SETTINGS_VARIABLES) -> dict[str, str]:
+                      keys: Iterable[str] | None = SETTINGS_VARIABLES, unique: bool = False) -> dict[str, str]:
     """Read ``KEY=VALUE`` assignments into a dict.
 
     Parameters
@@ -759,12 +759,14 @@ def parse_assignments(items: str | Iterable[str], *, what: str = "settings",
         Names the input in error messages.
     keys : iterable of str, optional
         The accepted keys (default: :data:`SETTINGS_VARIABLES`); ``None`` accepts any.
+    unique : bool
+        Refuse a key given twice; by default the last one wins (as in ``env A=1 A=2``).
 
     Raises
     ------
     SpecError
-        An item without ``=``, or a key not accepted; the message shows the input
-        with a caret under the bad item.
+        An item without ``=``, a key not accepted, or (``unique``) a key given twice;
+        the message shows the input with a caret under the bad item.
     """
     allowed = None if keys is None else tuple(keys)
     if isinstance(items, str):
@@ -787,6 +789,9 @@ def parse_assignments(items: str | Iterable[str], *, what: str = "settings",
         if not eq or not key or (allowed is not None and key not in allowed):
             expected = "KEY=VALUE" + ("" if allowed is None else " with KEY one of " + ", ".join(allowed))
             raise SpecError(f"expected {expected}, got {word!r}", text, at, what=what)
+        if unique and key in env:
+            raise SpecError(f"{key} is given twice (strict: the runtime would read only the last)", text, at,
+                            what=what)
         env[key] = val
     return env
 

@@ -124,6 +124,40 @@ def test_strict_raises_with_caret(t2s: Topology) -> None:
     assert lenient.affinity_type == "none"
 
 
+def test_a_mistyped_variable_name_is_refused_naming_it_strict_or_not(t2s: Topology) -> None:
+    # "OMP_PLACE=cores" alone was read as a KMP_AFFINITY string: "KMP_AFFINITY: parameter invalid",
+    # and with strict=False (apply()'s default) a plan that binds nothing
+    for spec in ("OMP_PLACE=cores", "  OMP_PLACE=cores OMP_PROC_BIND=spread", "KMP_AFINITY=compact"):
+        for strict in (True, False):
+            with pytest.raises(SpecError, match=r"^spec: expected KEY=VALUE with KEY one of .*, got '(OMP_PLACE|KMP_AFINITY)="):
+                plan(spec, 2, t2s, strict=strict)
+    # KMP_AFFINITY is read case-insensitively: its own NAME= words (granularity, gran, proclist) stay its own
+    from affinity.planning.intel.settings import _AFF_ASSIGNMENTS
+    assert not any(planner._ENV_FORM.match(k.upper() + "=x") for k, *_ in _AFF_ASSIGNMENTS)
+    for spec in ("GRANULARITY=FINE,COMPACT", "Granularity=core,scatter", "PROCLIST=[0,1],EXPLICIT", "GRAN=FINE,COMPACT"):
+        p, q = plan(spec, 2, t2s), plan("KMP_AFFINITY=" + spec.lower(), 2, t2s)
+        assert p.env == (("KMP_AFFINITY", spec), ("OMP_NUM_THREADS", "2")), spec
+        assert (p.cpusets, p.affinity_type, p.warnings) == (q.cpusets, q.affinity_type, q.warnings), spec
+
+
+def test_a_variable_given_twice_is_an_error_when_strict(t2s: Topology) -> None:
+    # the last one was kept silently
+    with pytest.raises(SpecError, match=r"^spec: KMP_AFFINITY is given twice\b.*\n.*\n {25}\^$"):
+        plan("KMP_AFFINITY=compact KMP_AFFINITY=scatter", 2, t2s)
+    lenient = plan("KMP_AFFINITY=compact KMP_AFFINITY=scatter", 2, t2s, strict=False)  # as `env A=1 A=2`
+    assert lenient.affinity_type == "scatter"
+
+
+def test_strict_is_about_reading_placement_warnings_stay_warnings() -> None:
+    # docs/semantics.md: a well-formed spec that names CPUs this machine lacks binds nothing,
+    # with the runtime's warnings, strict or not (it binds on a machine that has them)
+    two = Topology.from_synthetic("pack:1 core:2 pu:1")
+    for strict in (True, False):
+        p = plan("explicit,proclist=[5]", topology=two, strict=strict)
+        assert p.warnings == ("Ignoring invalid OS proc ID 5.", "No valid OS proc IDs specified - not using affinity.")
+        assert p.affinity_type == "none"
+
+
 def test_notices_survive_strict(t2s: Topology) -> None:
     p = plan("balanced", 3, t2s)
     assert p.warnings == ("KMP_AFFINITY: granularity=core will be used.",)

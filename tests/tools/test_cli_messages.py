@@ -181,6 +181,17 @@ def test_a_spec_holds_libgomps_blank_separated_gomp_cpu_affinity():
     assert json.loads(r.stdout)["instances"][0]["slots"] == ["1", "0"]
 
 
+@pytest.mark.parametrize("lenient", [(), ("--lenient",)])
+def test_a_mistyped_variable_is_refused_naming_it_as_any_spec_error(lenient):
+    """'plan OMP_PLACE=cores' said "KMP_AFFINITY: parameter invalid" (and planned nothing bound with
+    --lenient); now the error of 'OMP_PLACES=cores OMP_PROC_BND=spread': exit 1 like every spec error."""
+    r = run("plan", "OMP_PLACE=cores", *lenient, "--topology", SMALL)
+    err = one_line_error(r, 1)
+    assert err.startswith("affinity plan: error: spec: expected KEY=VALUE with KEY one of "), err
+    assert "got 'OMP_PLACE=cores'" in err.splitlines()[0]
+    assert run("plan", "compakt", "--topology", SMALL).returncode == r.returncode  # as a KMP_AFFINITY typo
+
+
 def test_the_plan_header_says_the_env_settings_planned():
     """Settings given with --env and no SPEC are what was planned, not 'the runtime defaults'."""
     r = run("plan", "--env", "OMP_PLACES=cores", "--env", "OMP_PROC_BIND=spread", "-t", "2", "--topology", SMALL)

@@ -68,3 +68,17 @@ def test_readme_example_runs():
         m = re.match(r"print\((.*)\)\s+# (.+)$", line.strip())
         if m and not m.group(2).startswith(("bind", "this")):
             assert m.group(2).split(":")[0].strip() in r.stdout, line
+
+
+def test_the_documented_apply_signature_is_apply_s():
+    """docs/index.md listed apply(..., env, inter, ...): keywords apply() does not take
+    (they are export= and inter_placement=), and not rank, torch, dataloader_workers, runtime."""
+    import inspect
+
+    import affinity
+
+    text = " ".join((DOCS / "index.md").read_text().split())
+    m = re.search(r"`affinity\.apply\(([^)]*)\)`", text)
+    assert m, "docs/index.md documents no affinity.apply(...) signature"
+    documented = [w.strip() for w in m.group(1).split(",") if w.strip() != "*"]
+    assert documented == list(inspect.signature(affinity.apply).parameters)
