@@ -233,8 +233,18 @@ def current_tid() -> int:
 
 
 def get_affinity(tid: int | None = None) -> frozenset[int]:
-    """CPU set of the calling thread (``tid=None``) or of thread ``tid`` of this process
-    (another process's TID: :class:`NoSuchThread`)."""
+    """CPU set of the calling thread (``tid=None``) or of thread ``tid`` of this process.
+
+    Raises
+    ------
+    AccessDenied
+        (a ``PermissionError``, ``EPERM``) ``tid`` is another process's thread: refused.
+    NoSuchThread
+        (a ``ProcessLookupError``, ``ESRCH``) no thread has ``tid`` (gone, or exited
+        during the call).
+    SpecError
+        ``tid`` is not a TID number (``1.5``, ``True``, ``-3``).
+    """
     with own_thread(tid, "get_affinity") as t:
         return _native.get_thread_cpubind(t)
 
@@ -359,7 +369,11 @@ def set_threads_affinity(masks: Mapping[int, Iterable[int]], *, topology: Topolo
     ----------
     masks : mapping of int to iterable of int
         TID -> OS CPU ids; every TID must be a thread of this process (another
-        process's: :class:`NoSuchThread`, nothing changed).
+        process's: :class:`AccessDenied`, nothing changed).  A TID that no task
+        holds is taken for a thread of ours that exited meanwhile (threads exit at
+        any time, between the caller's listing and this call): it is left out,
+        not an error -- so a TID that never was a thread is left out silently too
+        (``set_threads_affinity({999999: {0}})`` returns ``{}``).
     topology : Topology, optional
         Must be this system's.
 
@@ -368,6 +382,20 @@ def set_threads_affinity(masks: Mapping[int, Iterable[int]], *, topology: Topolo
     dict of int to frozenset of int
         The previous mask of every thread that was changed (a thread that exited
         meanwhile is left out): what a restore needs.
+
+    Raises
+    ------
+    AccessDenied
+        (a ``PermissionError``, ``EPERM``) a TID of another process's thread; no
+        thread was changed.
+    NoSuchThread
+        A TID no thread can ever hold (at or beyond ``PID_MAX_LIMIT``, ``2**22``).
+    SpecError, ArgumentTypeError, PlanError
+        A TID that is not a TID number, or a bad CPU set, as for :func:`set_affinity`.
+    BindError
+        The system call failed for one thread; no thread was changed.
+    ForeignTopologyError
+        ``topology`` does not describe this machine.
     """
     if topology is not None:
         require_system(topology)
