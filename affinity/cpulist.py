@@ -13,7 +13,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable
 
-from .errors import PlanError, SpecError
+from .errors import ArgumentTypeError, PlanError, SpecError
 from .record import record
 
 __all__ = ["MAX_CPUS", "MAX_NODES", "IdList", "check_id", "check_ids", "format_list", "parse_list",
@@ -132,10 +132,22 @@ def check_id(value: object, what: str = "CPU", limit: int | None = None, where: 
 def check_ids(values: Iterable[object], what: str = "CPU", limit: int | None = None, where: str = ""
               ) -> frozenset[int]:
     """:func:`check_id` on each of ``values``, as a frozenset (a string is refused:
-    ``"12"`` would otherwise be the ids 1 and 2)."""
+    ``"12"`` would otherwise be the ids 1 and 2).
+
+    Raises
+    ------
+    SpecError
+        (a ``ValueError``) a string, or a bad id (:func:`check_id`).
+    ArgumentTypeError
+        (a ``TypeError``) not a collection: one id (``0``) where a set of them is wanted.
+    """
     if isinstance(values, (str, bytes)):
         raise SpecError(f"{where + ': ' if where else ''}expected {what} ids, got the string {values!r}"
                         f" (parse_list reads a list's text)")
+    if not isinstance(values, Iterable):
+        shown = repr(values) if len(repr(values)) <= 40 else repr(values)[:40] + "..."
+        raise ArgumentTypeError(f"{where + ': ' if where else ''}expected a set of {what} ids "
+                                f"({{{shown}}} for one), got {type(values).__name__} {shown}")
     return frozenset(check_id(v, what, limit, where) for v in values)
 
 

@@ -105,3 +105,14 @@ def test_cli_refuses_in_one_line(argv):
     assert r.returncode not in (0, -9, -24), r  # refused, not killed by the limits
     assert "Traceback" not in r.stderr, r.stderr
     assert "out of range" in r.stderr or "bad CPU number '٣'" in r.stderr, r.stderr
+
+
+def test_check_ids_of_one_id_asks_for_a_set():
+    from affinity.errors import ArgumentTypeError
+
+    with pytest.raises(ArgumentTypeError) as ei:  # was "'int' object is not iterable"
+        check_ids(3, "node", where="set_membind")
+    assert str(ei.value) == "set_membind: expected a set of node ids ({3} for one), got int 3"
+    assert isinstance(ei.value, TypeError)
+    with pytest.raises(ArgumentTypeError, match=r"^expected a set of CPU ids \(\{None\} for one\), got NoneType"):
+        check_ids(None)

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..machine import _native
-from ..cpulist import format_list
+from ..cpulist import check_ids, format_list
 from ..errors import AccessDenied, BindError, UnsupportedError
 from ..planning.memory import POLICIES, check_nodes, policy_name
 from ..record import record
@@ -41,10 +41,12 @@ class MemPolicy:
 
 
 def _checked(call: str, nodes: Iterable[int], policy: str) -> tuple[str, frozenset[int]]:
-    """The policy's canonical name and its nodes, checked against this machine
-    (:func:`affinity.planning.memory.check_nodes`: the same messages as ``affinity run``)."""
+    """The policy's canonical name and its nodes: node ids as every id is read
+    (:func:`affinity.cpulist.check_ids`: ints, not bools or floats, not a string),
+    then checked against this machine (:func:`affinity.planning.memory.check_nodes`:
+    the same messages as ``affinity run``)."""
     pol = policy_name(policy)
-    ns = frozenset(int(n) for n in nodes)
+    ns = check_ids(nodes, "node", where=call)
     what = f"{call}(nodes={{{format_list(ns)}}}, policy={pol})"
     return pol, check_nodes(ns, Topology.from_system(), what, policy=pol)
 
@@ -97,7 +99,9 @@ def set_membind(nodes: Iterable[int] = (), policy: str = "bind", *, scope: str =
     Parameters
     ----------
     nodes : iterable of int
-        NUMA node OS indexes (none for ``local``).
+        NUMA node OS indexes (none for ``local``): ints, not a string (``"0-1"`` is
+        refused, as :func:`affinity.threads.set_affinity` refuses one for CPUs;
+        :func:`affinity.cpulist.parse_list` reads a list's text).
     policy : {"bind", "preferred", "interleave", "local"}
         As numactl's ``--membind``, ``--preferred``, ``--interleave``, ``--localalloc``.
     scope : {"thread", "process"}
@@ -117,12 +121,21 @@ def set_membind(nodes: Iterable[int] = (), policy: str = "bind", *, scope: str =
 
     Raises
     ------
+    SpecError
+        (a ``ValueError``) a node id that is not an int (a float, a bool), a negative
+        or too large one, or a string for ``nodes``.
+    PlanError
+        (a ``ValueError``) a node this machine does not have, or no node for a
+        policy that needs one.
+    ValueError
+        An unknown ``policy`` or ``scope``.
     UnsupportedError
         ``scope="process"`` in a multi-threaded process (set the policy before
         starting threads, or launch with ``affinity run --membind``).
+    AccessDenied
+        The kernel refused (EPERM in containers without CAP_SYS_NICE), saying so.
     BindError
-        The kernel refused (EPERM in containers without CAP_SYS_NICE, EINVAL for
-        a node that does not exist).
+        Another failure of the system call, named with its argument.
     """
     require_system(topology, "memory binding")
     pol, ns = _checked("set_membind", nodes, policy)
@@ -146,7 +159,9 @@ def bind_area(addr: int, length: int, nodes: Iterable[int], policy: str = "bind"
               migrate: bool = False, strict: bool = False) -> None:
     """Bind the memory area ``[addr, addr+length)`` to ``nodes`` (``mbind``).
 
-    ``migrate=True`` also moves pages already allocated there."""
+    ``migrate=True`` also moves pages already allocated there.  ``nodes`` is read
+    as :func:`set_membind` reads it (:class:`SpecError`, :class:`PlanError`); a failed
+    ``mbind`` is a :class:`BindError`."""
     pol, ns = _checked("bind_area", nodes, policy)
     if length <= 0:
         raise ValueError(f"bind_area: length must be positive, got {length}")
@@ -190,7 +205,9 @@ def empty(shape: Any, dtype: Any = float, *, node: int | Iterable[int] | None = 
     anonymous mapping owned by the array (freed with it), bound with ``mbind``
     before it is written; ``touch=True`` (default) faults every page in at once
     so the placement is fixed now.  Raises :class:`BindError` (``mbind`` named,
-    e.g. EPERM in a container that forbids it) and ``ValueError`` for a bad node.
+    e.g. EPERM in a container that forbids it) and ``ValueError`` for a bad node
+    (:class:`SpecError`: not an int, or a string; :class:`PlanError`: not on this
+    machine, as :func:`set_membind`).
     """
     import mmap
 
@@ -209,12 +226,18 @@ def empty(shape: Any, dtype: Any = float, *, node: int | Iterable[int] | None = 
     buf = mmap.mmap(-1, length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     raw = np.frombuffer(buf, dtype=np.uint8)  # keeps ``buf`` alive as its base
     if node is not None:
-        nodes = [node] if isinstance(node, int) else list(node)
-        bind_area(raw.ctypes.data, length, nodes, policy, strict=True)
+        bind_area(raw.ctypes.data, length, _one_or_many(node), policy, strict=True)
     if touch:
         raw[::page] = 0  # one write per page: fault them in under the policy
     arr = raw[:nbytes].view(dt)
     return arr.reshape(shape_t, order=order)  # type: ignore[call-overload]
+
+
+def _one_or_many(nodes: Any) -> Any:
+    """``node=`` of :func:`empty` and :func:`bind_array`: one id (an ``int``, a NumPy
+    integer: anything with ``__index__``) as a list of it, anything else as given
+    (a string or a bool is refused by :func:`_checked`)."""
+    return [nodes] if hasattr(type(nodes), "__index__") else nodes
 
 
 def _span(arr: Any) -> tuple[int, int]:
@@ -241,9 +264,8 @@ def bind_array(arr: Any, nodes: int | Iterable[int], policy: str = "bind", *,
     pages not yet touched).  Pages are whole: the first and last page may hold
     other data, which moves with them.  Returns the area's policy read back with
     ``get_mempolicy(MPOL_F_ADDR)``."""
-    ns = [nodes] if isinstance(nodes, int) else list(nodes)
     addr, length = _span(arr)
-    bind_area(addr, length, ns, policy, migrate=migrate, strict=strict)
+    bind_area(addr, length, _one_or_many(nodes), policy, migrate=migrate, strict=strict)
     return array_policy(arr)
 
 

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from ..machine import _native
 from ..cpulist import MAX_CPUS, check_id, check_ids, format_list
-from ..errors import AccessDenied, ForeignTopologyError, MaskNarrowedError, NoSuchThread, SpecError
+from ..errors import AccessDenied, BindError, ForeignTopologyError, MaskNarrowedError, NoSuchThread, SpecError
 from ..machine.topology import Topology
 from ..record import record
 
@@ -81,6 +81,21 @@ def _cpus(cpus: Iterable[int], what: str, tid: int | None = None) -> frozenset[i
 def _checked(cpus: frozenset[int]) -> bool:
     """A non-empty set of Python ints in range (what :func:`_cpus` lets through)."""
     return bool(cpus) and all(c.__class__ is int for c in cpus) and min(cpus) >= 0 and max(cpus) < MAX_CPUS
+
+
+def _no_such_cpus(e: Exception, sets: Iterable[tuple[str, frozenset[int]]]) -> None:
+    """After a bind failed with ``EINVAL`` (hwloc refuses a CPU it does not know) or
+    the core's ``ValueError`` (an id past the words of its masks, which no PU has):
+    the first of ``sets`` (``(what, cpus)``) naming a CPU this machine does not have
+    raises the launcher's message for it (:meth:`Topology.check_cpus`, a
+    :class:`~affinity.errors.PlanError`).  Checked only once a call failed, so that a
+    bind that succeeds costs no lookup, and an offline CPU the kernel would drop is
+    not refused; any other failure returns (the caller re-raises)."""
+    if not (isinstance(e, ValueError) or e.errno == errno.EINVAL):  # type: ignore[attr-defined]
+        return
+    topology = Topology.from_system()
+    for what, cpus in sets:
+        topology.check_cpus(cpus, what)
 
 
 def _verify(requested: frozenset[int], got: frozenset[int], call: str, tid: int, strict: bool) -> None:
@@ -218,8 +233,18 @@ def current_tid() -> int:
 
 
 def get_affinity(tid: int | None = None) -> frozenset[int]:
-    """CPU set of the calling thread (``tid=None``) or of thread ``tid`` of this process
-    (another process's TID: :class:`NoSuchThread`)."""
+    """CPU set of the calling thread (``tid=None``) or of thread ``tid`` of this process.
+
+    Raises
+    ------
+    AccessDenied
+        (a ``PermissionError``, ``EPERM``) ``tid`` is another process's thread: refused.
+    NoSuchThread
+        (a ``ProcessLookupError``, ``ESRCH``) no thread has ``tid`` (gone, or exited
+        during the call).
+    SpecError
+        ``tid`` is not a TID number (``1.5``, ``True``, ``-3``).
+    """
     with own_thread(tid, "get_affinity") as t:
         return _native.get_thread_cpubind(t)
 
@@ -231,15 +256,18 @@ def set_affinity(cpus: Iterable[int], tid: int | None = None, *, topology: Topol
     Parameters
     ----------
     cpus : iterable of int
-        OS CPU ids (non-empty).
+        OS CPU ids (non-empty): a set of ints, not one int (``{0}``, not ``0``) and
+        not a string (:func:`affinity.cpulist.parse_list` reads ``"0-3"``).
     tid : int, optional
         A Linux TID of this process (default: the calling thread); another
-        process's TID is refused (:class:`NoSuchThread`) and left untouched.
+        process's TID is refused (:class:`AccessDenied`) and left untouched.
     topology : Topology, optional
         Must be this system's (binding through a file's topology is refused).
     strict : bool
-        The kernel drops CPUs the process may not use; ``True`` turns such a silent
-        change into :class:`~affinity.errors.MaskNarrowedError` (``errno.EXDEV``).
+        The kernel drops CPUs that exist but that the process may not use (outside
+        its cpuset), as long as one is left; ``True`` turns such a silent change into
+        :class:`~affinity.errors.MaskNarrowedError` (``errno.EXDEV``).  A CPU this
+        machine does not have is an error either way (:class:`PlanError`).
 
     Returns
     -------
@@ -248,9 +276,19 @@ def set_affinity(cpus: Iterable[int], tid: int | None = None, *, topology: Topol
 
     Raises
     ------
+    ArgumentTypeError
+        (a ``TypeError``) ``cpus`` is not a collection (one int).
+    SpecError
+        (a ``ValueError``) ``cpus`` empty, a string, or holding an id that is not an
+        int (a float, a bool) or is out of range; ``tid`` not a TID number.
+    PlanError
+        (a ``ValueError``) a CPU this machine does not have, named with the CPUs it has.
+    AccessDenied
+        ``tid`` is another process's thread (``EPERM``; nothing changed), or the kernel refused.
+    NoSuchThread
+        ``tid`` is no thread (gone, or exited during the call).
     BindError
-        The system call failed (named, with its argument); :class:`NoSuchThread`
-        when the thread is gone, :class:`AccessDenied` when the kernel refused.
+        Another failure of the system call (named, with its argument).
     MaskNarrowedError
         ``strict`` and the kernel applied another set.
     ForeignTopologyError
@@ -259,7 +297,11 @@ def set_affinity(cpus: Iterable[int], tid: int | None = None, *, topology: Topol
     require_system(topology)
     want = _cpus(cpus, "set_affinity")
     with own_thread(tid, "set_affinity") as t:
-        _native.set_thread_cpubind(want, t)
+        try:
+            _native.set_thread_cpubind(want, t)
+        except (BindError, ValueError) as e:
+            _no_such_cpus(e, [(f"set_affinity(cpus={{{format_list(want)}}})", want)])
+            raise
         got = _native.get_thread_cpubind(t)
     _verify(want, got, "set_affinity", t or current_tid(), strict)
     return got
@@ -288,17 +330,31 @@ def set_process_affinity(cpus: Iterable[int], *, topology: Topology | None = Non
     topology : Topology, optional
         Must be this system's.
     strict : bool
-        Fail (:class:`~affinity.errors.MaskNarrowedError`) where the kernel applied another set.
+        Fail (:class:`~affinity.errors.MaskNarrowedError`) where the kernel applied another
+        set (dropping CPUs outside the process's cpuset), as for :func:`set_affinity`.
 
     Returns
     -------
     dict of int to frozenset of int
         ``{tid: mask}`` read back.  Threads created afterwards inherit from their
         creator as usual.
+
+    Raises
+    ------
+    ArgumentTypeError, SpecError, PlanError
+        A bad ``cpus`` or a CPU this machine does not have, as for :func:`set_affinity`.
+    BindError
+        The system call failed (every thread keeps its previous mask).
+    MaskNarrowedError
+        ``strict`` and the kernel applied another set.
     """
     require_system(topology)
     want = _cpus(cpus, "set_process_affinity")
-    _native.set_process_cpubind(want)
+    try:
+        _native.set_process_cpubind(want)
+    except (BindError, ValueError) as e:
+        _no_such_cpus(e, [(f"set_process_affinity(cpus={{{format_list(want)}}})", want)])
+        raise
     got = get_process_affinity()
     for tid, s in got.items():
         _verify(want, s, "set_process_affinity", tid, strict)
@@ -313,7 +369,11 @@ def set_threads_affinity(masks: Mapping[int, Iterable[int]], *, topology: Topolo
     ----------
     masks : mapping of int to iterable of int
         TID -> OS CPU ids; every TID must be a thread of this process (another
-        process's: :class:`NoSuchThread`, nothing changed).
+        process's: :class:`AccessDenied`, nothing changed).  A TID that no task
+        holds is taken for a thread of ours that exited meanwhile (threads exit at
+        any time, between the caller's listing and this call): it is left out,
+        not an error -- so a TID that never was a thread is left out silently too
+        (``set_threads_affinity({999999: {0}})`` returns ``{}``).
     topology : Topology, optional
         Must be this system's.
 
@@ -322,6 +382,20 @@ def set_threads_affinity(masks: Mapping[int, Iterable[int]], *, topology: Topolo
     dict of int to frozenset of int
         The previous mask of every thread that was changed (a thread that exited
         meanwhile is left out): what a restore needs.
+
+    Raises
+    ------
+    AccessDenied
+        (a ``PermissionError``, ``EPERM``) a TID of another process's thread; no
+        thread was changed.
+    NoSuchThread
+        A TID no thread can ever hold (at or beyond ``PID_MAX_LIMIT``, ``2**22``).
+    SpecError, ArgumentTypeError, PlanError
+        A TID that is not a TID number, or a bad CPU set, as for :func:`set_affinity`.
+    BindError
+        The system call failed for one thread; no thread was changed.
+    ForeignTopologyError
+        ``topology`` does not describe this machine.
     """
     if topology is not None:
         require_system(topology)
@@ -332,7 +406,11 @@ def set_threads_affinity(masks: Mapping[int, Iterable[int]], *, topology: Topolo
         if c.__class__ is not frozenset or not _checked(c):
             c = _cpus(c, "set_threads_affinity", t)
         pairs.append((t, c))
-    return _native.set_threads_cpubind(pairs)
+    try:
+        return _native.set_threads_cpubind(pairs)
+    except (BindError, ValueError) as e:
+        _no_such_cpus(e, ((f"set_threads_affinity(tid={t}, cpus={{{format_list(c)}}})", c) for t, c in pairs))
+        raise
 
 
 def list_threads() -> list[ThreadInfo]:

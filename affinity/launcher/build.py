@@ -287,12 +287,7 @@ def _select_cpus(opts: RunOptions, topology: Topology, ctx: Context, nodes: _Nod
 
 
 def _physcpubind(ids: IdList, topology: Topology, base: frozenset[int]) -> frozenset[int]:
-    sel = ids.resolve(base, "--physcpubind")
-    foreign = sel - topology.cpuset
-    if foreign:
-        raise PlanError(f"--physcpubind {ids.text}: {_cpus_word(foreign)} {format_list(foreign)} "
-                        f"{'does' if len(foreign) == 1 else 'do'} not "
-                        f"exist on this machine (CPUs {format_list(topology.cpuset)})")
+    sel = topology.check_cpus(ids.resolve(base, "--physcpubind"), f"--physcpubind {ids.text}")
     outside = sel - base
     if outside:
         raise PlanError(f"--physcpubind {ids.text}: {_cpus_word(outside)} {format_list(outside)} "

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..cpulist import check_id, check_ids, format_list, parse_list
-from ..errors import TopologyError
+from ..errors import PlanError, TopologyError
 from ..record import field, record
 from . import _native
 from .userfiles import read_file
@@ -144,6 +144,30 @@ class Topology:
     def cpuset(self) -> frozenset[int]:
         """OS indexes of every PU of the machine."""
         return frozenset(self._by_os)
+
+    def check_cpus(self, cpus: Iterable[int], what: str) -> frozenset[int]:
+        """``cpus`` as a frozenset, each a PU of this machine: the one message for a CPU
+        that is not (``affinity run --physcpubind 5``, ``threads.set_affinity({5})``).
+
+        Parameters
+        ----------
+        cpus : iterable of int
+            OS indexes, already read as ids (:func:`affinity.cpulist.check_ids`).
+        what : str
+            Names the input in the message (``--physcpubind 5``, ``set_affinity(cpus={5})``).
+
+        Raises
+        ------
+        PlanError
+            ``{what}: CPU 5 does not exist on this machine (CPUs 0-1)``.
+        """
+        chosen = frozenset(cpus)
+        foreign = chosen - self.cpuset
+        if foreign:
+            raise PlanError(f"{what}: {'CPU' if len(foreign) == 1 else 'CPUs'} {format_list(foreign)} "
+                            f"{'does' if len(foreign) == 1 else 'do'} not exist on this machine "
+                            f"(CPUs {format_list(self.cpuset)})")
+        return chosen
 
     def pu(self, os_index: int) -> PU:
         """The PU with this OS index (``KeyError`` if there is none)."""

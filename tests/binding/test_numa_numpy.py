@@ -11,7 +11,7 @@ import pytest
 
 from affinity.machine import _native
 from affinity.binding import numa
-from affinity.errors import BindError, PlanError
+from affinity.errors import BindError, PlanError, SpecError
 from affinity.machine.topology import Topology
 from helpers.threads import in_thread
 
@@ -119,3 +119,30 @@ def test_move_pages_query_and_move_to_the_same_node():
     with pytest.raises(ValueError, match="3 pages but 1 target"):
         _native.move_pages(addrs, [NODE])
     assert _native.move_pages([]) == []
+
+
+@pytest.mark.parametrize("nodes,message", [
+    # a string was read one character at a time: '10' bound nodes 1 and 0
+    ("10", "set_membind: expected node ids, got the string '10' (parse_list reads a list's text)"),
+    (str(NODE), f"set_membind: expected node ids, got the string '{NODE}'"),
+    ("0-1,x", "set_membind: expected node ids, got the string '0-1,x'"),
+    ([0.5], "set_membind: node id 0.5 is not an integer"),  # was node 0
+    ([True], "set_membind: node id True is not an integer"),  # was node 1
+    ([-1], "set_membind: node id -1 is out of range"),
+])
+def test_set_membind_reads_node_ids_as_every_id_is_read(nodes, message):
+    with pytest.raises(SpecError) as ei:
+        in_thread(lambda: numa.set_membind(nodes))
+    assert str(ei.value).startswith(message)
+    assert "\n" not in str(ei.value)
+
+
+def test_node_ids_of_areas_and_arrays_are_checked_the_same_way():
+    with pytest.raises(SpecError, match=r"^bind_area: expected node ids, got the string '0'"):
+        numa.empty(10, node="0")
+    with pytest.raises(SpecError, match=r"^bind_area: node id True is not an integer"):
+        numa.bind_array(np.zeros(4096), True)
+    with pytest.raises(SpecError, match=r"^bind_area: node id 0.5 is not an integer"):
+        numa.bind_array(np.zeros(4096), [0.5], "interleave")
+    # one node given as a NumPy integer is one node, as an int is
+    assert numa.empty(10, node=np.int64(NODE)).shape == (10,)
