@@ -29,7 +29,8 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from ..machine import _native
 from ..cpulist import MAX_CPUS, check_id, check_ids, format_list
-from ..errors import AccessDenied, BindError, ForeignTopologyError, MaskNarrowedError, NoSuchThread, SpecError
+from ..errors import (AccessDenied, BindError, ForeignTopologyError, MaskNarrowedError, NoSuchThread, PlanError,
+                      SpecError)
 from ..machine.topology import Topology
 from ..record import record
 
@@ -86,16 +87,22 @@ def _checked(cpus: frozenset[int]) -> bool:
 def _no_such_cpus(e: Exception, sets: Iterable[tuple[str, frozenset[int]]]) -> None:
     """After a bind failed with ``EINVAL`` (hwloc refuses a CPU it does not know) or
     the core's ``ValueError`` (an id past the words of its masks, which no PU has):
-    the first of ``sets`` (``(what, cpus)``) naming a CPU this machine does not have
-    raises the launcher's message for it (:meth:`Topology.check_cpus`, a
-    :class:`~affinity.errors.PlanError`).  Checked only once a call failed, so that a
-    bind that succeeds costs no lookup, and an offline CPU the kernel would drop is
-    not refused; any other failure returns (the caller re-raises)."""
+    the first of ``sets`` (``(what, cpus)``) naming a CPU this machine does not have is
+    said in the launcher's words (:meth:`Topology.check_cpus`), as a :class:`BindError`
+    with ``EINVAL`` that keeps what the failed call said of the other threads ("no
+    thread was changed", "undone").  Checked only once a call failed, so that a bind
+    that succeeds costs no lookup, and an offline CPU the kernel would drop is not
+    refused; any other failure returns (the caller re-raises)."""
     if not (isinstance(e, ValueError) or e.errno == errno.EINVAL):  # type: ignore[attr-defined]
         return
     topology = Topology.from_system()
+    said = str(e)
+    detail = said[said.rindex(" (") + 2:-1] if isinstance(e, BindError) and said.endswith(")") else None
     for what, cpus in sets:
-        topology.check_cpus(cpus, what)
+        try:
+            topology.check_cpus(cpus, what)
+        except PlanError as missing:
+            raise BindError(errno.EINVAL, getattr(e, "call", what), what, detail, message=str(missing)) from None
 
 
 def _verify(requested: frozenset[int], got: frozenset[int], call: str, tid: int, strict: bool) -> None:
@@ -267,7 +274,7 @@ def set_affinity(cpus: Iterable[int], tid: int | None = None, *, topology: Topol
         The kernel drops CPUs that exist but that the process may not use (outside
         its cpuset), as long as one is left; ``True`` turns such a silent change into
         :class:`~affinity.errors.MaskNarrowedError` (``errno.EXDEV``).  A CPU this
-        machine does not have is an error either way (:class:`PlanError`).
+        machine does not have is an error either way (:class:`BindError`, ``EINVAL``).
 
     Returns
     -------
@@ -281,8 +288,8 @@ def set_affinity(cpus: Iterable[int], tid: int | None = None, *, topology: Topol
     SpecError
         (a ``ValueError``) ``cpus`` empty, a string, or holding an id that is not an
         int (a float, a bool) or is out of range; ``tid`` not a TID number.
-    PlanError
-        (a ``ValueError``) a CPU this machine does not have, named with the CPUs it has.
+    BindError
+        ``EINVAL``: a CPU this machine does not have, named with the CPUs it has.
     AccessDenied
         ``tid`` is another process's thread (``EPERM``; nothing changed), or the kernel refused.
     NoSuchThread
@@ -341,10 +348,11 @@ def set_process_affinity(cpus: Iterable[int], *, topology: Topology | None = Non
 
     Raises
     ------
-    ArgumentTypeError, SpecError, PlanError
-        A bad ``cpus`` or a CPU this machine does not have, as for :func:`set_affinity`.
+    ArgumentTypeError, SpecError
+        A bad ``cpus``, as for :func:`set_affinity`.
     BindError
-        The system call failed (every thread keeps its previous mask).
+        The system call failed (every thread keeps its previous mask); ``EINVAL`` with
+        a CPU this machine does not have names it, as for :func:`set_affinity`.
     MaskNarrowedError
         ``strict`` and the kernel applied another set.
     """
@@ -390,10 +398,11 @@ def set_threads_affinity(masks: Mapping[int, Iterable[int]], *, topology: Topolo
         thread was changed.
     NoSuchThread
         A TID no thread can ever hold (at or beyond ``PID_MAX_LIMIT``, ``2**22``).
-    SpecError, ArgumentTypeError, PlanError
+    SpecError, ArgumentTypeError
         A TID that is not a TID number, or a bad CPU set, as for :func:`set_affinity`.
     BindError
-        The system call failed for one thread; no thread was changed.
+        The system call failed for one thread; no thread was changed (``EINVAL`` with a
+        CPU this machine does not have names it, as for :func:`set_affinity`).
     ForeignTopologyError
         ``topology`` does not describe this machine.
     """

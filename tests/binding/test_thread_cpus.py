@@ -9,13 +9,14 @@ iterable``.
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
 
 from affinity.binding import threads
 from affinity.cpulist import MAX_CPUS, format_list
-from affinity.errors import AffinityError, ArgumentTypeError, PlanError
+from affinity.errors import AffinityError, ArgumentTypeError, BindError
 from affinity.machine.topology import Topology
 
 HERE = Topology.from_system().cpuset
@@ -38,21 +39,24 @@ def _keep_mask():
     os.path.exists(f"/sys/devices/system/cpu/cpu{NEXT}"), reason="the next CPU exists (offline)"))])
 def test_a_cpu_the_machine_lacks_is_named_with_the_cpus_it_has(strict, absent):
     mine = os.sched_getaffinity(0)
-    with pytest.raises(PlanError) as ei:
+    with pytest.raises(BindError) as ei:  # EINVAL, as the kernel and hwloc said it
         threads.set_affinity({absent}, strict=strict)
-    assert str(ei.value) == f"set_affinity(cpus={{{absent}}}): CPU {absent} {ON_THIS_MACHINE}"
-    with pytest.raises(PlanError) as ei:  # strict=False narrows to allowed CPUs, not to existing ones
+    assert ei.value.errno == errno.EINVAL
+    assert str(ei.value) == f"[Errno 22] set_affinity(cpus={{{absent}}}): CPU {absent} {ON_THIS_MACHINE}"
+    with pytest.raises(BindError) as ei:  # strict=False narrows to allowed CPUs, not to existing ones
         threads.set_affinity({CPU, absent}, strict=strict)
-    assert str(ei.value) == (f"set_affinity(cpus={{{format_list({CPU, absent})}}}): CPU {absent} "
+    assert str(ei.value) == (f"[Errno 22] set_affinity(cpus={{{format_list({CPU, absent})}}}): CPU {absent} "
                              f"{ON_THIS_MACHINE}")
     assert os.sched_getaffinity(0) == mine
 
 
 def test_the_bulk_calls_name_it_too():
     tid = threads.current_tid()
-    with pytest.raises(PlanError, match=rf"^set_process_affinity\(cpus=\{{{ABSENT}\}}\): CPU {ABSENT} does not"):
+    with pytest.raises(BindError, match=rf"^\[Errno 22\] set_process_affinity\(cpus=\{{{ABSENT}\}}\): CPU {ABSENT} "
+                                        rf"does not exist on this machine"):
         threads.set_process_affinity({ABSENT})
-    with pytest.raises(PlanError, match=rf"^set_threads_affinity\(tid={tid}, cpus=\{{{ABSENT}\}}\): CPU {ABSENT} "):
+    with pytest.raises(BindError, match=rf"^\[Errno 22\] set_threads_affinity\(tid={tid}, cpus=\{{{ABSENT}\}}\): "
+                                        rf"CPU {ABSENT} does not exist on this machine"):
         threads.set_threads_affinity({tid: {ABSENT}})
 
 
