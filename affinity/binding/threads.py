@@ -29,8 +29,8 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from ..machine import _native
 from ..cpulist import MAX_CPUS, check_id, check_ids, format_list
-from ..errors import (AccessDenied, BindError, ForeignTopologyError, MaskNarrowedError, NoSuchThread, PlanError,
-                      SpecError)
+from ..errors import (AccessDenied, ArgumentTypeError, BindError, ForeignTopologyError, MaskNarrowedError,
+                      NoSuchThread, PlanError, SpecError)
 from ..machine.topology import Topology
 from ..record import record
 
@@ -56,13 +56,24 @@ class ThreadInfo:
     last_cpu: int
 
 
-def require_system(topology: Topology | None, what: str = "binding") -> None:
-    """Refuse to bind through a topology that does not describe this machine."""
-    if topology is not None and not topology.is_this_system:
-        raise ForeignTopologyError(
-            f"{what} through topology {topology.source or topology.describe()!r} refused: it is not "
-            f"this system (hwloc would accept the call and bind nothing); use Topology.from_system()",
-            call=what)
+def require_system(topology: Topology | str | os.PathLike[str] | None, what: str = "binding") -> None:
+    """Refuse to bind through a topology that does not describe this machine; takes the
+    forms :meth:`Topology.load` takes (``None`` and ``"system"`` are this machine; any
+    other source -- a file, ``"synthetic:..."`` -- is another)."""
+    if topology is None or (isinstance(topology, str) and topology == "system"):
+        return
+    if isinstance(topology, (str, os.PathLike)):
+        source = os.fspath(topology)
+    elif isinstance(topology, Topology):
+        if topology.is_this_system:
+            return
+        source = topology.source or topology.describe()
+    else:
+        raise ArgumentTypeError(f"{what}: topology must be a Topology, 'system' or a topology source, not "
+                                f"{type(topology).__name__}")
+    raise ForeignTopologyError(
+        f"{what} through topology {source!r} refused: it is not this system (hwloc would accept the "
+        f"call and bind nothing); use Topology.from_system()", call=what)
 
 
 def _cpus(cpus: Iterable[int], what: str, tid: int | None = None) -> frozenset[int]:
@@ -268,8 +279,9 @@ def set_affinity(cpus: Iterable[int], tid: int | None = None, *, topology: Topol
     tid : int, optional
         A Linux TID of this process (default: the calling thread); another
         process's TID is refused (:class:`AccessDenied`) and left untouched.
-    topology : Topology, optional
-        Must be this system's (binding through a file's topology is refused).
+    topology : Topology or str, optional
+        Must be this system's: ``Topology.from_system()``, ``"system"`` or None
+        (binding through a file's or a synthetic topology is refused).
     strict : bool
         The kernel drops CPUs that exist but that the process may not use (outside
         its cpuset), as long as one is left; ``True`` turns such a silent change into

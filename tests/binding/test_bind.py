@@ -146,6 +146,12 @@ def test_planner_warnings_and_strictness():
     assert "^" in str(ei.value)  # the caret under the bad word, as plan() shows it
     with pytest.raises(UnsupportedError, match="not this system"):
         affinity.apply("compact", topology=Topology.from_synthetic("pack:2 core:2 pu:1"), **KW)
+    # the threads calls take the topology forms apply() takes ("system" raised AttributeError)
+    assert affinity.threads.set_affinity(os.sched_getaffinity(0), topology="system") == os.sched_getaffinity(0)
+    with pytest.raises(UnsupportedError, match="'synthetic:pack:1 core:2 pu:1' refused: it is not this system"):
+        affinity.threads.set_affinity(os.sched_getaffinity(0), topology="synthetic:pack:1 core:2 pu:1")
+    with pytest.raises(TypeError, match="topology must be a Topology, 'system' or a topology source, not int"):
+        affinity.threads.set_affinity(os.sched_getaffinity(0), topology=3)
     with pytest.raises(ValueError, match="inter"):
         affinity.apply("compact", inter_placement="sideways", **KW)
     with pytest.raises(ValueError, match="tensorflow must be one of"):
