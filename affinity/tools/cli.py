@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..errors import AffinityError, CommandError, UsageError, exit_status
+from ..errors import AffinityError, CommandError, PictureError, UsageError, exit_status
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,6 +81,18 @@ def _usage(args: argparse.Namespace, message: str) -> int:
     print(f"affinity {args.command}: error: {message}\n(see 'affinity {args.command} --help')",
           file=sys.stderr)
     return exit_status(UsageError(message))
+
+
+def _picture_path(text: str) -> str:
+    """``--picture``'s argparse type: the file checked before any work (a usage error)."""
+    import argparse  # the standard parser: only once a command line is parsed
+
+    from .picture import check_path  # lazy: only with --picture
+
+    try:
+        return check_path(text)
+    except PictureError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _write_picture(path: str, *a: object, **k: object) -> None:
@@ -334,7 +346,8 @@ def _add_plan_parser(sub: Any) -> None:
     p.add_argument("--dataloader-workers", type=positive, default=None, metavar="K",
                    help="also place K PyTorch DataLoader workers beside the compute threads")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--picture", metavar="FILE", default=None, help="draw the plan (.svg or .png)")
+    p.add_argument("--picture", metavar="FILE", default=None, type=_picture_path,
+                   help="draw the plan (.svg or .png)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="also print the runtime's verbose map (KMP_AFFINITY=verbose: topology, OS proc "
                         "map, one 'bound to OS proc set' line per thread)")
@@ -380,7 +393,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("show", help="the bind map of a process: every thread, its mask, CPU and node")
     p.add_argument("pid", nargs="?", type=positive, default=None, help="process id (default: this one)")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--picture", metavar="FILE", default=None, help="draw the live process (.svg or .png)")
+    p.add_argument("--picture", metavar="FILE", default=None, type=_picture_path,
+                   help="draw the live process (.svg or .png)")
     _ranks_args("add_show_args", p)
     p.set_defaults(func=cmd_show)
 

@@ -34,6 +34,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import importlib
 import io
 import math
 import operator
@@ -1269,6 +1270,31 @@ def render_png(topology: Topology, cpusets: Sequence[Iterable[int]] | None = Non
 
 
 _WRITERS = {".svg": "svg", ".png": "png"}
+
+
+def check_path(path: str, option: str = "") -> str:
+    """``path`` where a picture can be written, checked before any work: an extension
+    of :data:`_WRITERS`, Pillow for a PNG, a folder that exists and is writable.
+
+    Raises
+    ------
+    PictureError
+        (a ``ValueError``) naming ``path`` (after ``option``, where given).
+    """
+    said = f"{option} {path!r}" if option else repr(path)
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in _WRITERS:
+        raise PictureError(f"{said}: write {' or '.join(_WRITERS)}")
+    if ext == ".png":
+        try:
+            importlib.import_module("PIL.Image")
+        except ImportError:
+            raise PictureError(f"{said}: a PNG needs Pillow (pip install 'kmp-affinity[picture]'); "
+                               f"or write .svg") from None
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise PictureError(f"{said}: folder {folder} does not exist or is not writable")
+    return path
 
 
 def save(path: str | os.PathLike[str], topology: Topology,

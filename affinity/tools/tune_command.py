@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import importlib
 import json
 import os
 import signal
@@ -21,7 +20,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import AffinityError, SeedMismatch, Signalled, TrialPruned, TuneError, TuneUsageError, exit_status
+from ..errors import (AffinityError, PictureError, SeedMismatch, Signalled, TrialPruned, TuneError, TuneUsageError,
+                      exit_status)
 from ..machine.topology import Topology
 from ..planning.ranks import partition
 from ..record import field, record
@@ -438,26 +438,15 @@ def _check_instances(counts: Sequence[Any], topology: Topology) -> None:
 
 
 def _check_plot(path: str | None) -> None:
-    """``--plot``'s requirements, before the search: .svg or .png, Pillow for .png, a folder."""
+    """``--plot``'s requirements, before the search (:func:`affinity.tools.picture.check_path`)."""
     if not path:
         return
-    ext = os.path.splitext(path)[1].lower()
-    if ext not in (".svg", ".png"):
-        raise TuneUsageError(f"--plot {path!r}: write .svg or .png")
-    if ext == ".png" and not _have_pillow():
-        raise TuneUsageError(f"--plot {path!r}: a PNG needs Pillow (pip install 'kmp-affinity[picture]'); "
-                             f"or write .svg")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise TuneUsageError(f"--plot {path!r}: folder {folder} does not exist or is not writable")
+    from .picture import check_path  # lazy: only with --plot
 
-
-def _have_pillow() -> bool:
     try:
-        importlib.import_module("PIL.Image")
-    except ImportError:
-        return False
-    return True
+        check_path(path, "--plot")
+    except PictureError as e:
+        raise TuneUsageError(str(e)) from None
 
 
 def _same_command(storage: str, name: str, key: StudyKey) -> list[tuple[str, dict[str, Any]]]:

@@ -51,12 +51,13 @@ def test_singular_and_plural():
 
 
 def test_paths_the_user_names_fail_in_one_line(tmp_path):
-    r = run("plan", "compact", "--topology", SMALL, "--picture", "/nonexistent/dir/x.svg")
+    (tmp_path / "taken.svg").mkdir()  # passes the check before the work (a writable folder), fails at the write
+    r = run("plan", "compact", "--topology", SMALL, "--picture", str(tmp_path / "taken.svg"))
     err = one_line_error(r, 1)
-    assert err == ("affinity plan: error: cannot write the picture /nonexistent/dir/x.svg: "
-                   "No such file or directory\n")
-    r = run("show", "--picture", "/nonexistent/dir/x.png")
-    assert "cannot write the picture /nonexistent/dir/x.png" in one_line_error(r, 1)
+    assert err == (f"affinity plan: error: cannot write the picture {tmp_path / 'taken.svg'}: "
+                   "Is a directory\n")
+    r = run("show", "--picture", "/nonexistent/dir/x.png")  # a folder that is not there: before any work
+    assert r.returncode == 2 and "'/nonexistent/dir/x.png': folder /nonexistent/dir does not exist" in r.stderr
     r = run("topology", "--topology", str(tmp_path))
     assert one_line_error(r, 1) == f"affinity topology: error: {tmp_path}: is a folder, not a regular file\n"
     ok = run("plan", "compact", "--topology", SMALL, "--picture", str(tmp_path / "p.svg"))
@@ -212,3 +213,14 @@ def test_numa_nodes_without_a_cpuinfo_file_is_a_usage_error(args):
     was silently dropped (exit 0)."""
     err = one_line_error(run(*args), 2)
     assert err.startswith(f"affinity {args[0]}: error: --numa-nodes /x: goes with a cpuinfo file as --topology")
+
+
+@pytest.mark.parametrize("words", [["plan", "compact"], ["show"]])
+@pytest.mark.parametrize("path,says", [("x.bmp", "'x.bmp': write .svg or .png"),
+                                       ("/no/such/folder/x.svg", "'/no/such/folder/x.svg': folder /no/such/folder does not exist")])
+def test_a_picture_that_cannot_be_written_is_refused_before_any_output(words, path, says):
+    """``--picture x.bmp`` printed the whole plan (or bind map), then failed with exit 1."""
+    r = subprocess.run([sys.executable, "-m", "affinity", *words, "--picture", path], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert f"affinity {words[0]}: error: argument --picture: {says}" in r.stderr
