@@ -389,7 +389,8 @@ class Topology:
             cpuinfo file (recognised by its ``processor`` records); a Topology is
             returned as it is.
         numa_nodes : optional
-            With a cpuinfo file, as in :meth:`from_cpuinfo`.
+            With a cpuinfo file, as in :meth:`from_cpuinfo`; refused with an XML or
+            JSON file (their NUMA nodes are in the file).
 
         Returns
         -------
@@ -398,22 +399,45 @@ class Topology:
         Raises
         ------
         TopologyError
-            A source that does not exist or cannot be read.
+            A source that does not exist or cannot be read, or ``numa_nodes`` with a
+            source other than a cpuinfo file.
         """
         if isinstance(src, Topology):
             return src
-        if src is None or src == "system":
+        kind = source_kind(src)
+        if numa_nodes is not None and kind != "cpuinfo":  # ignored, it would plan on other nodes than the user gave
+            raise TopologyError(f"Topology.load({src!r}, numa_nodes={numa_nodes!r}): numa_nodes goes with a "
+                                f"cpuinfo file, not with {SOURCE_KINDS[kind]}, which says its own NUMA nodes")
+        if kind == "system":
             return Topology.from_system()
-        s = os.fspath(src)
-        if s.startswith("synthetic:"):
+        s = os.fspath(src)  # type: ignore[arg-type]
+        if kind == "synthetic":
             return Topology.from_synthetic(s[len("synthetic:"):])
-        head = read_file(s, missing=" (expected an hwloc XML file, a JSON file, a cpuinfo file, "
-                                    "'synthetic:<description>' or 'system')")[:4096].lstrip()
-        if head.startswith(b"<?xml") or head.startswith(b"<topology"):
-            return Topology.from_xml(s)
-        if head.startswith(b"{"):
-            return Topology.from_json(s)
-        return Topology.from_cpuinfo(s, numa_nodes)
+        if kind == "cpuinfo":
+            return Topology.from_cpuinfo(s, numa_nodes)
+        return Topology.from_xml(s) if kind == "xml" else Topology.from_json(s)
+
+
+#: what each kind of topology source is, in words (:func:`source_kind`)
+SOURCE_KINDS = {"system": "this machine", "synthetic": "an hwloc synthetic description",
+                "xml": "an hwloc XML file", "json": "a JSON file of 'affinity topology --json'",
+                "cpuinfo": "a cpuinfo file"}
+
+
+def source_kind(src: str | os.PathLike[str] | None) -> str:
+    """Which kind of source :meth:`Topology.load` reads ``src`` as: a key of
+    :data:`SOURCE_KINDS` (a file by its first bytes; one that is neither XML nor
+    JSON is read as a cpuinfo file).  Raises TopologyError for a file that cannot be read."""
+    if src is None or src == "system":
+        return "system"
+    s = os.fspath(src)
+    if s.startswith("synthetic:"):
+        return "synthetic"
+    head = read_file(s, missing=" (expected an hwloc XML file, a JSON file, a cpuinfo file, "
+                                "'synthetic:<description>' or 'system')")[:4096].lstrip()
+    if head.startswith((b"<?xml", b"<topology")):
+        return "xml"
+    return "json" if head.startswith(b"{") else "cpuinfo"
 
 
 # --------------------------------------------------------------------------

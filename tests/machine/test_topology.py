@@ -223,6 +223,21 @@ def test_load_dispatch_and_json(tmp_path: Path):
     assert "Package P#1 L#1" in tree and "Core P#3 L#7: PU P#7 L#14, PU P#15 L#15" in tree
 
 
+@pytest.mark.parametrize("kind", ["xml", "json", "synthetic", "system"])
+def test_load_refuses_numa_nodes_where_the_source_says_its_own(kind: str, tmp_path: Path):
+    """numa_nodes goes with a cpuinfo file; with an XML or JSON file it was dropped without
+    a word, and the plan used the file's nodes, not the ones the caller gave."""
+    xml = GOLDEN / "hwloc" / "2s4c2t_linux.xml"
+    if kind == "json":
+        (tmp_path / "t.json").write_text(Topology.from_xml(str(xml)).to_json())
+    src = {"xml": str(xml), "json": str(tmp_path / "t.json"),
+           "synthetic": "synthetic:pack:2 core:2 pu:1", "system": None}[kind]
+    nodes = GOLDEN / "fakesys" / "2s4c2t_linux" / "node"
+    with pytest.raises(TopologyError, match=r"numa_nodes goes with a cpuinfo file, not with "):
+        Topology.load(src, nodes)
+    assert Topology.load(src) is not None
+
+
 def test_system_topology_is_cached_and_knows_this_process():
     import os
 

@@ -13,6 +13,7 @@ import pytest
 import affinity
 from affinity.errors import PlanError
 from affinity.machine.topology import Topology
+from helpers import golden_dir
 
 SMALL = "synthetic:pack:1 core:2 pu:1"
 
@@ -213,6 +214,17 @@ def test_numa_nodes_without_a_cpuinfo_file_is_a_usage_error(args):
     was silently dropped (exit 0)."""
     err = one_line_error(run(*args), 2)
     assert err.startswith(f"affinity {args[0]}: error: --numa-nodes /x: goes with a cpuinfo file as --topology")
+
+
+def test_numa_nodes_with_an_xml_or_json_file_is_a_usage_error(tmp_path):
+    """An XML or JSON file holds its own NUMA nodes: --numa-nodes beside one was ignored."""
+    xml = golden_dir() / "hwloc" / "2s4c2t_linux.xml"
+    js = tmp_path / "m.json"
+    js.write_text(Topology.from_synthetic("pack:2 [numa] core:2 pu:1").to_json())
+    for path, kind in [(xml, "an hwloc XML file"), (js, "a JSON file of 'affinity topology --json'")]:
+        err = one_line_error(run("plan", "--numa-nodes", "/x", "--topology", str(path)), 2)
+        assert err.startswith(f"affinity plan: error: --numa-nodes /x: goes with a cpuinfo file as --topology, "
+                              f"not with {kind} ({str(path)!r}), which says its own NUMA nodes")
 
 
 @pytest.mark.parametrize("words", [["plan", "compact"], ["show"]])
