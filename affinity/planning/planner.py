@@ -556,12 +556,12 @@ def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,
 
 
 #: A spec string is ``KEY=VALUE`` assignments (else a ``KMP_AFFINITY`` string) when its first
-#: word is ``NAME=`` with NAME upper case and holding an underscore -- an environment variable's
-#: shape, known or not (``OMP_PLACE=cores`` is refused naming it, not read as KMP_AFFINITY).
-#: No KMP_AFFINITY string starts so: Intel reads it case-insensitively (``GRANULARITY=FINE,COMPACT``),
-#: but its only ``NAME=`` words (``intel.settings._AFF_ASSIGNMENTS``: ``granularity``, ``gran``,
-#: ``proclist``) hold no underscore.
-_ENV_FORM = re.compile(r"^\s*(?=[A-Z0-9]*_)[A-Z_][A-Z0-9_]*=")
+#: word is ``NAME=`` with NAME holding an underscore, in any case -- an environment variable's
+#: shape, known or not (``OMP_PLACE=cores`` and ``omp_places=cores`` are refused naming them,
+#: not read as KMP_AFFINITY).  No KMP_AFFINITY string starts so: Intel reads it
+#: case-insensitively (``GRANULARITY=FINE,COMPACT``), but its only ``NAME=`` words
+#: (``intel.settings._AFF_ASSIGNMENTS``: ``granularity``, ``gran``, ``proclist``) hold no underscore.
+_ENV_FORM = re.compile(r"^\s*(?=[A-Za-z0-9]*_)[A-Za-z_][A-Za-z0-9_]*=")
 
 
 def unread(spec: Any, runtime: str = DEFAULT_RUNTIME) -> list[str]:

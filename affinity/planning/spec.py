@@ -34,6 +34,7 @@ what libiomp5 was observed to do (see ``docs/semantics.md``).
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable, Mapping
 
@@ -788,12 +789,23 @@ def parse_assignments(items: str | Iterable[str], *, what: str = "settings",
         key, eq, val = word.partition("=")
         if not eq or not key or (allowed is not None and key not in allowed):
             expected = "KEY=VALUE" + ("" if allowed is None else " with KEY one of " + ", ".join(allowed))
-            raise SpecError(f"expected {expected}, got {word!r}", text, at, what=what)
+            raise SpecError(f"expected {expected}, got {word!r}{_near_name(key, allowed) if eq else ''}",
+                            text, at, what=what)
         if unique and key in env:
             raise SpecError(f"{key} is given twice (strict: the runtime would read only the last)", text, at,
                             what=what)
         env[key] = val
     return env
+
+
+def _near_name(key: str, allowed: tuple[str, ...] | None) -> str:
+    """``: did you mean X?`` for a mistyped or lower-case variable name, else nothing."""
+    if not allowed:
+        return ""
+    if key.upper() in allowed:
+        return f": variable names are upper case, {key.upper()} (the runtimes read no other spelling)"
+    close = difflib.get_close_matches(key.upper(), allowed, n=1, cutoff=0.8)
+    return f": did you mean {close[0]}?" if close else ""
 
 
 @record

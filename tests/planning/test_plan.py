@@ -131,6 +131,14 @@ def test_a_mistyped_variable_name_is_refused_naming_it_strict_or_not(t2s: Topolo
         for strict in (True, False):
             with pytest.raises(SpecError, match=r"^spec: expected KEY=VALUE with KEY one of .*, got '(OMP_PLACE|KMP_AFINITY)="):
                 plan(spec, 2, t2s, strict=strict)
+    # a variable name in lower or mixed case was read as a KMP_AFFINITY string: under libgomp's
+    # rules (which never read KMP_AFFINITY) a plan that binds nothing, without a word
+    for spec, says in [("omp_places=cores", "variable names are upper case, OMP_PLACES "),
+                       ("Omp_Proc_Bind=spread OMP_PLACES=cores", "variable names are upper case, OMP_PROC_BIND "),
+                       ("OMP_PROCBIND=spread", "did you mean OMP_PROC_BIND\\?")]:
+        for runtime in ("intel", "gnu"):
+            with pytest.raises(SpecError, match=r"^spec: expected KEY=VALUE .*, got '[^']*': " + says):
+                plan(spec, 2, t2s, strict=False, runtime=runtime)
     # KMP_AFFINITY is read case-insensitively: its own NAME= words (granularity, gran, proclist) stay its own
     from affinity.planning.intel.settings import _AFF_ASSIGNMENTS
     assert not any(planner._ENV_FORM.match(k.upper() + "=x") for k, *_ in _AFF_ASSIGNMENTS)

@@ -321,7 +321,8 @@ def test_a_value_in_a_string_of_assignments_runs_to_the_next_name_equals() -> No
                                                                          "OMP_PROC_BIND": "spread"}
     assert Settings.parse("GOMP_CPU_AFFINITY=0 2 4 OMP_PROC_BIND=true") == Settings.from_env(
         {"GOMP_CPU_AFFINITY": "0,2,4", "OMP_PROC_BIND": "true"})
-    with pytest.raises(SpecError, match=r"got 'OMP_PLACE=cores'\n    GOMP_CPU_AFFINITY=0 2 OMP_PLACE=cores\n {26}\^"):
+    with pytest.raises(SpecError, match=r"got 'OMP_PLACE=cores': did you mean OMP_PLACES\?\n"
+                                        r"    GOMP_CPU_AFFINITY=0 2 OMP_PLACE=cores\n {26}\^"):
         parse_assignments("GOMP_CPU_AFFINITY=0 2 OMP_PLACE=cores")  # a mistyped name is no value
     with pytest.raises(SpecError, match=r"got '0'"):
         parse_assignments("0 GOMP_CPU_AFFINITY=2")  # nothing to go on from
