@@ -278,9 +278,10 @@ class Search:
     pruning : bool
         Multi-fidelity (:meth:`run` with ``reports=True``): optuna's median pruner.
     warm : callable, optional
-        A warm start: called with the study's name when the study is new, it returns
-        configurations learned elsewhere (the best of an earlier study of the same
-        command on this machine); those of the space are tried first, before the
+        A warm start: called with the study's name and the space's membership test
+        (``space.contains``) when the study is new, it returns configurations learned
+        elsewhere (the best of an earlier study of the same command on this machine,
+        among those in the space); those of the space are tried first, before the
         seeds' rules (:attr:`warm` lists them).
     first : mapping, optional
         A configuration of the space to try before all others (:func:`tune`'s
@@ -297,7 +298,7 @@ class Search:
 
     def __init__(self, space: Space, topology: Topology, *, direction: str = "maximize", seed: int | None = None,
                  storage: Any = None, study_name: str | None = None, key: str = "", pruning: bool = False,
-                 warm: Callable[[str], Sequence[Mapping[str, Any]]] | None = None,
+                 warm: Callable[[str, Callable[[Mapping[str, Any]], bool]], Sequence[Mapping[str, Any]]] | None = None,
                  first: Mapping[str, Any] | None = None):
         if direction not in ("maximize", "minimize"):
             raise TuneUsageError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
@@ -316,7 +317,7 @@ class Search:
             self._enqueue_interrupted()
             self.warm: list[dict[str, Any]] = []
             if not self.resumed:
-                self.warm = [dict(c) for c in (warm(self.study_name) if warm is not None else ())
+                self.warm = [dict(c) for c in (warm(self.study_name, space.contains) if warm is not None else ())
                              if space.contains(c)]
             self.first_queued = first is not None and self.space.key(first) not in self._known()
             queue = ([dict(first)] if self.first_queued else []) + \

@@ -74,20 +74,24 @@ class WarmStart:
         if self.named:
             self._check_named(self._summaries())
 
-    def __call__(self, name: str) -> list[dict[str, Any]]:
+    def __call__(self, name: str, contains: Callable[[Mapping[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+        """The best configurations of the source for the new study ``name``: the
+        :data:`KEEP` best distinct ones that ``contains`` accepts (the new space's)."""
         self.asked = True
         summaries = self._summaries()
         from ._optuna import optuna  # lazy: loaded by the search already
 
         for src in self._candidates(summaries, name):
             study = optuna.load_study(study_name=src, storage=self.storage)
-            best = self._best(study)
+            best = self._best(study, contains)
             if best:
                 done = sum(t.state.name == "COMPLETE" for t in study.get_trials(deepcopy=False))
                 self.source = WarmSource(src, done, tuple(best), dict(summaries[src].user_attrs))
                 return best
             self.empty = (f"is a {study.direction.name.lower()} study, this one {self.direction}s"
-                          if study.direction.name.lower() != self.direction else "has no completed trial")
+                          if study.direction.name.lower() != self.direction else
+                          "has no completed configuration in this space" if contains is not None and self._best(study)
+                          else "has no completed trial")
         return []
 
     def _summaries(self) -> dict[str, Any]:
@@ -122,16 +126,17 @@ class WarmStart:
                  if n != name and s.user_attrs.get(MACHINE_ATTR) == self.machine and self.same(s.user_attrs)]
         return sorted(names, key=lambda n: summaries[n].datetime_start or datetime.min, reverse=True)
 
-    def _best(self, study: Any) -> list[dict[str, Any]]:
-        """The :data:`KEEP` best distinct configurations of ``study`` (none for the
-        other direction)."""
+    def _best(self, study: Any, contains: Callable[[Mapping[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+        """The :data:`KEEP` best distinct configurations of ``study`` that ``contains``
+        accepts (none for the other direction): a best outside the new space takes no
+        place from one inside it."""
         if study.direction.name.lower() != self.direction:
             return []
         done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE" and t.value is not None]
         done.sort(key=lambda t: -t.value if self.direction == "maximize" else t.value)
         out: list[dict[str, Any]] = []
         for t in done:
-            if dict(t.params) not in out:
+            if dict(t.params) not in out and (contains is None or contains(dict(t.params))):
                 out.append(dict(t.params))
             if len(out) == KEEP:
                 break

@@ -345,7 +345,7 @@ def test_an_explicit_from_always_says_what_it_did(tmp_path):
     assert tune(base + ["--study", "a", "--budget", "2", "--param", "threads=1,2"] + cmd, tmp_path).returncode == 0
     r = tune(base + ["--study", "b", "--budget", "1", "--param", "blocktime=0", "--from", "a"] + cmd, tmp_path)
     assert json.loads(r.stdout)["warm_start"] == \
-        "--from a: nothing used: none of study a's best 2 configurations is in this space", r.stderr
+        "--from a: nothing used: study a has no completed configuration in this space", r.stderr
     r = tune(base + ["--study", "a", "--budget", "2", "--param", "threads=1,2", "--from", "b"] + cmd, tmp_path)
     assert json.loads(r.stdout)["warm_start"] == \
         "--from b: nothing used: the study resumes (a warm start only begins a new study)", r.stderr

@@ -76,7 +76,7 @@ def test_a_named_source_that_gives_nothing_says_why(tmp_path):
     tune(peak(2), SPACE, budget=3, topology=TOPO, storage=url, study_name="a", seed=1)
     elsewhere = tune(peak(2), {"threads": [3, 5], "blocktime": [0]}, budget=1, topology=TOPO, storage=url,
                      study_name="b", warm_start="a")
-    assert "warm_start='a': nothing used: none of study a's best 3 configurations is in this space" \
+    assert "warm_start='a': nothing used: study a has no completed configuration in this space" \
         in elsewhere.notes, elsewhere.notes
     tune(peak(2), SPACE, budget=1, topology=TOPO, storage=url, study_name="m", direction="minimize")
     other = tune(peak(2), SPACE, budget=1, topology=TOPO, storage=url, study_name="c", warm_start="m")
@@ -84,3 +84,22 @@ def test_a_named_source_that_gives_nothing_says_why(tmp_path):
     resumed = tune(peak(2), SPACE, budget=4, topology=TOPO, storage=url, study_name="a", warm_start="b")
     assert "warm_start='b': nothing used: the study resumes (a warm start only begins a new study)" \
         in resumed.notes, resumed.notes
+
+
+def test_the_best_outside_the_new_space_takes_no_place_from_one_inside(tmp_path):
+    """The source's best 3 were taken before those outside the new space were dropped: a
+    source whose 3 best have 4 threads handed a study without 4 threads nothing."""
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    tune(peak(4), SPACE, budget=len(SPACE["threads"]) * len(SPACE["blocktime"]), topology=TOPO, storage=url,
+         study_name="all", seed=1)
+    import optuna
+
+    done = sorted(optuna.load_study(study_name="all", storage=url).get_trials(), key=lambda t: -t.value)
+    top = done[0].params["threads"]
+    assert all(t.params["threads"] == top for t in done[:len(SPACE["blocktime"])])  # the best share a count
+    rest = [n for n in SPACE["threads"] if n != top]
+    narrow = tune(peak(4), {"threads": rest, "blocktime": SPACE["blocktime"]}, budget=1, topology=TOPO,
+                  storage=url, study_name="narrow", seed=1, warm_start="all")
+    want = next(t.params for t in done if t.params["threads"] != top)
+    assert narrow.trials[0].config == want, (narrow.trials[0].config, want, narrow.notes)
+    assert any(n.endswith("its best 1 configuration tried first") for n in narrow.notes), narrow.notes
