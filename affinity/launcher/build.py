@@ -250,16 +250,17 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
     warnings.extend(_unread(opts, ctx))
     instances = []
     for i, share in enumerate(shares):
+        who = _who(i, len(shares), rank)
         cpus = share.cpus if share is not None else work.allowed
-        threads = _thread_count(i, _cores_in(topology, cpus), opts, ctx, env_threads, sharing, notes)
+        threads = _thread_count(who, _cores_in(topology, cpus), opts, ctx, env_threads, sharing, notes)
         p = _make_plan(opts.spec, threads, topology, cpus, ctx, opts.runtime)
         warnings.extend(f"planner: {w}" for w in getattr(p, "warnings", ()))
         slots = tuple(p.cpusets)  # thread i of the team on the plan's set i
-        warnings.extend(f"instance {i}: {w}" for w in precedence.oversubscription(
+        warnings.extend(f"{who}: {w}" for w in precedence.oversubscription(
             threads, cpus, "--threads" if opts.threads is not None else "OMP_NUM_THREADS"))
         env = _instance_env(i, len(shares), p, slots, opts, ctx.environ)
-        notes.extend(f"instance {i}: {n}" for n in precedence.replaced(env, ctx.environ))
-        policy, policy_nodes, required = _memory_policy(i, share, opts, mem_nodes, nodes, warnings)
+        notes.extend(f"{who}: {n}" for n in precedence.replaced(env, ctx.environ))
+        policy, policy_nodes, required = _memory_policy(who, share, opts, mem_nodes, nodes, warnings)
         log = os.path.join(opts.log_dir, f"instance-{i}.log") if opts.log_dir else None
         instances.append(Instance(i, tuple(opts.command), cpus, policy, frozenset(policy_nodes), required,
                                   threads, slots, env, log, share))
@@ -378,20 +379,28 @@ def _explicit_mem_nodes(opts: RunOptions, topology: Topology, nodes: _Nodes) -> 
                        policy=opts.mempolicy)
 
 
-def _memory_policy(i: int, share: Share | None, opts: RunOptions, explicit: frozenset[int], nodes: _Nodes,
+def _memory_policy(who: str, share: Share | None, opts: RunOptions, explicit: frozenset[int], nodes: _Nodes,
                    warnings: list[str]) -> tuple[str | None, frozenset[int], bool]:
-    """(policy, nodes, required) of instance ``i``: the one asked for, else its
-    share's node(s), else none."""
+    """(policy, nodes, required) of the instance ``who`` names (:func:`_who`): the one
+    asked for, else its share's node(s), else none."""
     if opts.mempolicy is not None:
         return opts.mempolicy, explicit, True
     if share is not None and share.numa_nodes:
         return "bind", share.numa_nodes & nodes.allowed or share.numa_nodes, False
     if share is not None and not nodes.known:
-        warnings.append(f"instance {i}: the topology knows no NUMA node: memory is not bound")
+        warnings.append(f"{who}: the topology knows no NUMA node: memory is not bound")
     return None, frozenset(), False
 
 
 # 5. threads, plan and environment of each instance
+
+def _who(i: int, instances: int, rank: LocalRank | None) -> str:
+    """How messages name instance ``i`` of ``instances``: ``instance 1``, or under
+    ``--ranks`` ``rank 3`` (one instance per rank) or ``rank 3, instance 1``."""
+    if rank is None:
+        return f"instance {i}"
+    return f"rank {rank.rank}" + (f", instance {i}" if instances > 1 else "")
+
 
 def _cores_in(topology: Topology, cpus: frozenset[int]) -> int:
     return sum(1 for c in topology.cores if c.cpuset & cpus)
@@ -405,7 +414,7 @@ def _env_threads(environ: Mapping[str, str], warnings: list[str]) -> int | None:
     return threads
 
 
-def _thread_count(i: int, cores: int, opts: RunOptions, ctx: Context, env_threads: int | None, sharing: int,
+def _thread_count(who: str, cores: int, opts: RunOptions, ctx: Context, env_threads: int | None, sharing: int,
                   notes: list[str]) -> int:
     """``--threads``, else ``OMP_NUM_THREADS``, else one per core within the CFS
     quota's share (``sharing`` processes)."""
@@ -415,7 +424,7 @@ def _thread_count(i: int, cores: int, opts: RunOptions, ctx: Context, env_thread
         return env_threads
     threads = default_thread_count(cores, ctx.quota, share=sharing)
     if threads < cores:
-        notes.append(f"instance {i}: {threads} threads for {cores} cores: CFS quota "
+        notes.append(f"{who}: {threads} threads for {cores} cores: CFS quota "
                      f"{ctx.quota}" + (f" shared by {sharing} processes" if sharing > 1 else ""))
     return threads
 

@@ -222,6 +222,13 @@ def test_an_explicit_thread_count_is_honoured_and_oversubscription_said():
     assert [w for w in two.warnings if "oversubscribes" in w] == [
         "instance 0: --threads=16 on 8 CPUs oversubscribes them (0-7): several threads share a CPU",
         "instance 1: --threads=16 on 8 CPUs oversubscribes them (8-15): several threads share a CPU"]
+    # under --ranks the messages name the rank (they said "instance 0" in every rank)
+    assert [w for w in launch(topology=flat16, ranks="1/2", threads=9).warnings if "oversubscribes" in w] == [
+        "rank 1: --threads=9 on 8 CPUs oversubscribes them (8-15): several threads share a CPU"]
+    assert [w for w in launch(topology=flat16, ranks="1/2", instances=2, threads=5).warnings
+            if "oversubscribes" in w] == [
+        "rank 1, instance 0: --threads=5 on 4 CPUs oversubscribes them (8-11): several threads share a CPU",
+        "rank 1, instance 1: --threads=5 on 4 CPUs oversubscribes them (12-15): several threads share a CPU"]
     small = Topology.from_synthetic("pack:1 core:2 pu:1")
     one = launch(topology=small, threads=4).instances[0]
     assert one.env["OMP_NUM_THREADS"] == "4" and one.threads == 4
