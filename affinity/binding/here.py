@@ -8,9 +8,11 @@ as the default ``topology``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..errors import AffinityWarning
 from ..machine.topology import Topology
 from ..planning import planner
 from ..planning.planner import DEFAULT_RUNTIME, Plan
@@ -34,10 +36,16 @@ def plan(spec: Any = None, threads: int | None = None, topology: Topology | None
     ``topology=None`` plans for the machine this process runs on;
     ``runtime="auto"`` follows the rules of the OpenMP runtime loaded in this process
     (:func:`affinity.binding.which.resolve_runtime`; Intel's when none is), and
-    ``Plan.runtime`` names the rules it resolved to.
+    ``Plan.runtime`` names the rules it resolved to.  A variable of ``spec`` that the
+    runtime never reads (``"compact"`` under libgomp's rules) is an
+    :class:`~affinity.errors.AffinityWarning` (:func:`affinity.planning.planner.unread`).
     """
-    return planner.plan(spec, threads, _here(topology), strict=strict, env=env, initial_mask=initial_mask,
-                        runtime=resolve_runtime(runtime, caller="plan"))
+    rules = resolve_runtime(runtime, caller="plan")
+    p = planner.plan(spec, threads, _here(topology), strict=strict, env=env, initial_mask=initial_mask,
+                     runtime=rules)
+    for n in planner.unread(spec, rules):  # said as apply() and affinity plan say it; Plan.warnings
+        warnings.warn(f"affinity: {n}", AffinityWarning, stacklevel=2)  # stay the runtime's own
+    return p
 
 
 def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,

@@ -26,8 +26,11 @@ def test_intel_words_under_libgomp_are_said_and_change_nothing(runtime):
     assert said == [f"KMP_AFFINITY=granularity=fine,compact,1,0 is not read by the {runtime} runtime, which "
                     f"places threads by GOMP_CPU_AFFINITY, OMP_PLACES, OMP_PROC_BIND alone: it changes "
                     f"nothing in this plan"]
-    p = affinity.plan("granularity=fine,compact,1,0", threads=4, topology=XEON, runtime=runtime)
-    assert p.affinity_type == "disabled" and set(p.cpusets) == {XEON.cpuset}
+    with pytest.warns(affinity.AffinityWarning) as caught:  # affinity.plan() said nothing of it
+        p = affinity.plan("granularity=fine,compact,1,0", threads=4, topology=XEON, runtime=runtime)
+    assert [str(w.message) for w in caught] == ["affinity: " + said[0]]
+    assert caught[0].filename == __file__  # the caller's line
+    assert p.affinity_type == "disabled" and set(p.cpusets) == {XEON.cpuset} and p.warnings == ()
     mixed = unread("KMP_AFFINITY=scatter KMP_HW_SUBSET=1s OMP_PLACES=cores", runtime)
     assert [w.split(" ", 1)[0] for w in mixed] == ["KMP_AFFINITY=scatter", "KMP_HW_SUBSET=1s"]
 
@@ -36,6 +39,9 @@ def test_intel_words_under_libgomp_are_said_and_change_nothing(runtime):
                                           ("OMP_PLACES=cores", "intel"), (None, "gnu"), ("scatter", "llvm")])
 def test_words_the_runtime_reads_say_nothing(spec, runtime):
     assert unread(spec, runtime) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        affinity.plan(spec, 2, XEON, runtime=runtime)
 
 
 def test_affinity_plan_prints_it():
