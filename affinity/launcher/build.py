@@ -242,6 +242,7 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
     rank, rank_share = _rank_share(opts, topology, ctx, selected, notes, notices)
     work = topology.with_allowed(rank_share.cpus if rank_share is not None else selected)
     shares = _instance_shares(opts, work, rank_share)
+    notices.extend(_kinds_said(opts, work, shares))
     mem_nodes = _explicit_mem_nodes(opts, topology, nodes)
     sharing = opts.instances * (rank.size if rank else 1)
     team_env, said = _team_environ(ctx.environ, rank)
@@ -318,7 +319,8 @@ def _rank_share(opts: RunOptions, topology: Topology, ctx: Context, selected: fr
     that bound the rank itself is followed, and that is said (``notices``)."""
     if opts.ranks is None:
         return None, None
-    from ..planning.ranks import launcher_binding, parse_rank, place_rank  # lazy: only --ranks pays its import
+    from ..planning.ranks import (launcher_binding, parse_rank, place_rank,  # lazy: only --ranks pays its import
+                                  rank_kinds_note)
 
     rank = parse_rank(opts.ranks, ctx.environ)
     binding = launcher_binding(ctx.environ, rank) if opts.ranks == "auto" else None
@@ -335,6 +337,7 @@ def _rank_share(opts: RunOptions, topology: Topology, ctx: Context, selected: fr
                     f"--norespect")
         raise PlanError(f"--ranks: {rank.size} ranks on this node ({rank.source}): {e}{hint}") from e
     (notices if binding is not None else notes).append(how)
+    notices.extend(n for n in [rank_kinds_note(topology.with_allowed(selected), rank, share)] if n)
     return rank, share
 
 
@@ -363,6 +366,16 @@ def _instance_shares(opts: RunOptions, work: Topology, rank_share: Share | None)
         what = f"--instances {opts.instances}" + (f" --cores-per-instance {opts.cores_per_instance}"
                                                    if opts.cores_per_instance else "")
         raise PlanError(f"{what}: {e}") from e
+
+
+def _kinds_said(opts: RunOptions, work: Topology, shares: list[Share | None]) -> list[str]:
+    """On a hybrid machine, which instances' shares mix core kinds or differ in speed."""
+    if len(shares) < 2:
+        return []
+    from ..planning.ranks import kinds_note  # lazy: only several instances pay its import
+
+    note = kinds_note(work, [s for s in shares if s is not None], opts.cores_per_instance, "instance")
+    return [note] if note else []
 
 
 # 4. memory policy
