@@ -128,11 +128,15 @@ def _plan_text(p: object, spec: str | None, env: dict[str, str]) -> str:
              f"{_plural(p.threads, 'thread')}, {p.affinity_type}{gran} (proc_bind {p.proc_bind}):"]
     lines += [f"  thread {i} -> {{{format_list(s)}}}" for i, s in enumerate(p.cpusets)]
     lines += [f"warning: {w}" for w in p.warnings]
-    if spec is not None:
-        from ..planning.planner import unread  # lazy: a command loads only its own layers
-
-        lines += [f"warning: {w}" for w in unread(spec, p.runtime)]
+    lines += [f"warning: {w}" for w in _unread(spec, p.runtime)]
     return "\n".join(lines)
+
+
+def _unread(spec: str | None, runtime: str) -> list[str]:
+    """What ``spec`` sets that ``runtime`` never reads (:func:`affinity.planning.planner.unread`)."""
+    from ..planning.planner import unread  # lazy: a command loads only its own layers
+
+    return unread(spec, runtime)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -181,7 +185,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         workers = worker_layout(p, args.dataloader_workers)
     if args.json:
-        print(json.dumps({**p.to_dict(), "translations": translations, "untranslatable": untranslatable,
+        print(json.dumps({**p.to_dict(), "unread": _unread(args.spec, p.runtime),
+                          "translations": translations, "untranslatable": untranslatable,
                           **({"dataloader_workers": workers.to_dict()} if workers else {})}, indent=2))
     else:
         print(_plan_text(p, args.spec, env))
@@ -213,7 +218,9 @@ def _plan_compare(args: argparse.Namespace, p: Any, env: dict[str, str], mask: A
     except AffinityError as e:  # the other runtime refuses these settings (it would abort or hang)
         q, why = None, str(e)
     if args.json:
-        print(json.dumps({"plan": p.to_dict(), "compare": q.to_dict() if q else {"error": why}}, indent=2))
+        print(json.dumps({"plan": {**p.to_dict(), "unread": _unread(args.spec, p.runtime)},
+                          "compare": {**q.to_dict(), "unread": _unread(args.spec, q.runtime)} if q else
+                          {"error": why, "unread": _unread(args.spec, args.compare)}}, indent=2))
         return 0
     rows = [("thread", p.runtime, args.compare, "")]
     n = max(p.threads, q.threads if q else 0)
@@ -228,7 +235,7 @@ def _plan_compare(args: argparse.Namespace, p: Any, env: dict[str, str], mask: A
     same = q is not None and q.cpusets == p.cpusets
     print(f"{'same' if same else 'different'} placement" + (f"; {args.compare} refuses: {why}" if why else ""))
     for who, plan_ in ((p.runtime, p), (args.compare, q)):
-        for wtext in (plan_.warnings if plan_ else ()):
+        for wtext in [*(plan_.warnings if plan_ else ()), *_unread(args.spec, who)]:
             print(f"warning ({who}): {wtext}")
     return 0
 
