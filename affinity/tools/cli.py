@@ -124,12 +124,20 @@ def _plan_text(p: object, spec: str | None, env: dict[str, str]) -> str:
     from ..cpulist import format_list  # lazy: a command loads only its own layers
 
     gran = f" at {p.granularity} granularity" if p.granularity else ""
-    lines = [f"plan: {_planned(spec, env)} on {p.topology.describe()} ({p.runtime}'s rules)",
+    lines = [f"plan: {_planned(spec, env)} on {p.topology.describe()}{_in_mask(p)} ({p.runtime}'s rules)",
              f"{_plural(p.threads, 'thread')}, {p.affinity_type}{gran} (proc_bind {p.proc_bind}):"]
     lines += [f"  thread {i} -> {{{format_list(s)}}}" for i, s in enumerate(p.cpusets)]
     lines += [f"warning: {w}" for w in p.warnings]
     lines += [f"warning: {w}" for w in _unread(spec, p.runtime)]
     return "\n".join(lines)
+
+
+def _in_mask(p: Any) -> str:
+    """`` in process mask 100-111`` when the plan starts from another mask than the machine's."""
+    from ..cpulist import format_list  # lazy: a command loads only its own layers
+
+    whole = p.topology.allowed or p.topology.cpuset
+    return "" if p.initial_mask == whole else f" in process mask {format_list(p.initial_mask)}"
 
 
 def _unread(spec: str | None, runtime: str) -> list[str]:
@@ -159,6 +167,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except SpecError as e:
         return _usage(args, str(e))
     topo = _load_topology(args)
+    if mask is not None:  # a CPU the machine lacks is no mask a process can have: not dropped silently
+        try:
+            topo.check_cpus(mask, f"--mask {args.mask}")
+        except AffinityError as e:
+            return _usage(args, str(e))
     if args.runtime == "auto":  # this process's loaded runtime: usually none -> the default
         from ..binding.which import resolve_runtime  # lazy: only for --runtime auto
 
@@ -229,7 +242,7 @@ def _plan_compare(args: argparse.Namespace, p: Any, env: dict[str, str], mask: A
         b = ("{" + format_list(q.cpusets[i]) + "}" if i < q.threads else "-") if q else "?"
         rows.append((str(i), a, b, "" if a == b else "differs"))
     w = [max(len(r[k]) for r in rows) for k in range(3)]
-    print(f"plan: {_planned(args.spec, env)} on {p.topology.describe()}: {p.runtime} vs {args.compare}")
+    print(f"plan: {_planned(args.spec, env)} on {p.topology.describe()}{_in_mask(p)}: {p.runtime} vs {args.compare}")
     for r in rows:
         print(f"  {r[0]:>{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]}".rstrip())
     same = q is not None and q.cpusets == p.cpusets
