@@ -46,14 +46,10 @@ def _add_topology_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _load_topology(args: argparse.Namespace):
-    from ..machine.topology import SOURCE_KINDS, Topology, source_kind  # lazy: a command loads only its own layers
+    from ..launcher.options import check_numa_nodes  # lazy: a command loads only its own layers
+    from ..machine.topology import Topology  # lazy: a command loads only its own layers
 
-    if args.numa_nodes is not None:
-        kind = source_kind(args.topology)
-        if kind != "cpuinfo":
-            raise UsageError(f"--numa-nodes {args.numa_nodes}: goes with a cpuinfo file as --topology, "
-                             f"not with {SOURCE_KINDS[kind]} ({args.topology or 'system'!r}), "
-                             f"which says its own NUMA nodes")
+    check_numa_nodes(args.numa_nodes, args.topology)
     return Topology.load(args.topology, numa_nodes=args.numa_nodes)
 
 
