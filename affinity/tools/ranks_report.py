@@ -182,7 +182,7 @@ def cmd_plan_ranks(args: argparse.Namespace, topology: Topology, write_picture: 
         print(_plan_table(plans, header, topology))
     if args.picture:
         write_picture(args.picture, topology, [p.instance.cpus for p in plans],
-                      title=f"{len(plans)} ranks: each number is a rank's share")
+                      title=f"{len(plans)} ranks: each number is a rank's share", unit="rank")
     return 0
 
 
@@ -291,5 +291,5 @@ def cmd_show_ranks(args: argparse.Namespace, write_picture: Any) -> int:
     if args.picture:
         job, ranks = next(iter(jobs.items()))
         write_picture(args.picture, Topology.from_system(), [r.cpus for r in ranks],
-                      title=f"{job}: each number is a rank's threads")
+                      title=f"{job}: each number is a rank's threads", unit="rank")
     return 1 if any(_overlaps(r) for r in jobs.values()) else 0
