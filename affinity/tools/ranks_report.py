@@ -144,14 +144,18 @@ def plan_ranks(topology: Topology, count: str, spec: str | None = None, threads:
 
 
 def _plan_table(plans: list[RankPlan], header: str, topology: Topology) -> str:
-    lines = [f"{len(plans)} local rank{'s' if len(plans) != 1 else ''} on {topology.describe()} ({header}):",
-             f"{'rank':>4}  {'cpus':<16} {'cores':>5} {'threads':>7}  {'memory':<12} thread -> CPUs"]
+    rows = []
     for p in plans:
         i = p.instance
         mem = f"{i.mempolicy} {format_list(i.mem_nodes)}".strip() if i.mempolicy else "inherited"
         slots = " ".join(f"{{{format_list(s)}}}" for s in i.slots)
-        cores = len(i.share.cores) if i.share else 0
-        lines.append(f"{p.rank:>4}  {format_list(i.cpus):<16} {cores:>5} {i.threads:>7}  {mem:<12} {slots}")
+        rows.append((p.rank, format_list(i.cpus), len(i.share.cores) if i.share else 0, i.threads, mem, slots))
+    wc = max([16] + [len(r[1]) for r in rows])  # columns as wide as their longest entry (a KNL's
+    wm = max([12] + [len(r[4]) for r in rows])  # 0-16,68-84,136-152,204-220 shifted the rest)
+    lines = [f"{len(plans)} local rank{'s' if len(plans) != 1 else ''} on {topology.describe()} ({header}):",
+             f"{'rank':>4}  {'cpus':<{wc}} {'cores':>5} {'threads':>7}  {'memory':<{wm}} thread -> CPUs"]
+    lines += [f"{r:>4}  {cpus:<{wc}} {cores:>5} {threads:>7}  {mem:<{wm}} {slots}"
+              for r, cpus, cores, threads, mem, slots in rows]
     lines += [f"rank {p.rank}: {n}" for p in plans for n in p.said]
     return "\n".join(lines)
 
