@@ -29,8 +29,8 @@ from ..machine.topology import Topology
 from ..record import record, replace
 
 __all__ = ["BINDING_VARIABLES", "JOB_VARIABLES", "LAUNCHER_DEFAULTS", "LAUNCHER_VARIABLES", "LauncherBinding", "LocalRank", "Share",
-           "SlurmStep", "job_of", "kinds_note", "launcher_binding", "local_rank", "parse_rank", "partition", "place_rank",
-           "rank_kinds_note", "rank_share", "rank_topology", "slurm_allocation", "slurm_step", "team_environ"]
+           "SlurmStep", "job_of", "kinds_note", "launcher_binding", "local_rank", "parse_rank", "partition",
+           "place_rank", "rank_kinds_note", "rank_share", "rank_topology", "slurm_allocation", "slurm_step", "team_environ"]
 
 #: ``affinity run --instances K`` as a launcher: it exports the instance's number and the
 #: count, and it always binds each instance to its share before the command starts
