@@ -134,6 +134,11 @@ class Topology:
     source: str = field(default="", compare=False)
     #: True only for :meth:`from_system`: binding through any other topology is refused.
     is_this_system: bool = field(default=False, compare=False)
+    #: CPUs the kernel has configured but not online (SMT switched off, hot-unplugged):
+    #: what ``sysconf(_SC_NPROCESSORS_CONF)`` counts beyond the PUs.  Known from this
+    #: system and from an hwloc XML (its ``complete_cpuset``); 0 where the source cannot
+    #: say (a cpuinfo file lists online CPUs only, a synthetic description has none).
+    offline_cpus: int = 0
 
     # ------------------------------------------------------------------ lookups
     @functools.cached_property
@@ -234,7 +239,7 @@ class Topology:
         if not mask:
             raise TopologyError(f"mask {format_list(cpus)} selects no PU of this machine", self.source)
         return Topology(self.pus, self.cores, self.packages, self.numa_nodes, self.caches,
-                        self.groups, mask, self.source, self.is_this_system)
+                        self.groups, mask, self.source, self.is_this_system, self.offline_cpus)
 
     # -------------------------------------------------------------- rendering
     def to_dict(self) -> dict[str, Any]:
@@ -247,6 +252,7 @@ class Topology:
             "source": self.source,
             "summary": self.describe(),
             "allowed": cl(self.allowed),
+            "offline_cpus": self.offline_cpus,
             "packages": [{"os_index": p.os_index, "logical_index": p.logical_index,
                           "cpuset": cl(p.cpuset)} for p in self.packages],
             "numa_nodes": [{"os_index": n.os_index, "logical_index": n.logical_index,
@@ -322,8 +328,14 @@ class Topology:
     def from_xml(path: str | os.PathLike[str]) -> Topology:
         """An hwloc XML file (as written by ``lstopo file.xml``)."""
         path = os.fspath(path)
-        _check_size(_check_xml_syntax(path, read_file(path)), path)
-        return _from_native(_native.load_topology("xml", path), source=path)
+        data = read_file(path)
+        _check_size(_check_xml_syntax(path, data), path)
+        t = _from_native(_native.load_topology("xml", path), source=path)
+        configured = _xml_configured(data)
+        if configured is not None and configured > len(t.pus):
+            t = Topology(t.pus, t.cores, t.packages, t.numa_nodes, t.caches, t.groups, t.allowed,
+                         t.source, t.is_this_system, configured - len(t.pus))
+        return t
 
     @staticmethod
     def from_json(path: str | os.PathLike[str]) -> Topology:
@@ -717,6 +729,25 @@ def _check_xml_syntax(path: str, data: bytes) -> int:
     return sum(1 for o in root.iter("object") if o.get("type") == "PU")
 
 
+def _xml_configured(data: bytes) -> int | None:
+    """How many CPUs the machine of an hwloc XML has configured, online or not: the
+    bits of its root object's ``complete_cpuset`` (``0xffffffff,0x000000ff``: 32-bit
+    words, the highest first); ``None`` when the file does not say or says "all"."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(data).find("object")
+    text = root.get("complete_cpuset") if root is not None else None
+    if not text:
+        return None
+    value = 0
+    for word in text.split(","):
+        word = word.strip().lower().removeprefix("0x")
+        if not re.fullmatch(r"[0-9a-f]{1,8}", word):
+            return None
+        value = (value << 32) | int(word, 16)
+    return bin(value).count("1")
+
+
 #: The most PUs a described machine may have: Linux itself runs on at most 8192
 #: CPUs (``NR_CPUS`` with ``CONFIG_MAXSMP``), and loading a description beyond that
 #: costs hwloc minutes and gigabytes for a machine that cannot exist.
@@ -751,7 +782,11 @@ def _from_dict(d: Any, source: str) -> Topology:
         raise TopologyError(f"{where}: not as 'affinity topology --json' writes it ({type(e).__name__}: {e})",
                             source) from None
     _check_links(pus, cores, packages, nodes, source)
-    return Topology(pus, cores, packages, nodes, caches, groups, frozenset(u.os_index for u in pus), source)
+    offline = d.get("offline_cpus", 0)
+    if type(offline) is not int or offline < 0:
+        raise TopologyError(f"offline_cpus: {offline!r} is not a count of CPUs", source)
+    return Topology(pus, cores, packages, nodes, caches, groups, frozenset(u.os_index for u in pus), source,
+                    offline_cpus=offline)
 
 
 def _int(v: Any) -> int:
@@ -899,5 +934,10 @@ def _system_topology(refresh: bool) -> Topology:
     global _system_cache
     with _system_lock:
         if _system_cache is None or refresh:
-            _system_cache = _from_native(_native.system(refresh=refresh), source="system")
+            t = _from_native(_native.system(refresh=refresh), source="system")
+            conf = os.sysconf("SC_NPROCESSORS_CONF") if hasattr(os, "sysconf") else -1
+            if conf > len(t.pus):  # configured CPUs that are offline (the runtimes count them)
+                t = Topology(t.pus, t.cores, t.packages, t.numa_nodes, t.caches, t.groups, t.allowed,
+                             t.source, t.is_this_system, conf - len(t.pus))
+            _system_cache = t
         return _system_cache

@@ -30,6 +30,7 @@ from operator import itemgetter
 
 from ...record import field, record
 from . import topology as kt
+from .limits import LIMIT_VARIABLES, cap_team, read_limits
 from ...cpulist import format_list
 from ...errors import PlanError, SpecError
 from ..rules import Memo, Outcome
@@ -43,8 +44,8 @@ if TYPE_CHECKING:
 
 #: The name the planner's registry knows these rules by.
 NAME = "intel"
-#: The variables Intel's runtime reads to place threads, in its processing order.
-VARIABLES = SETTINGS_VARIABLES
+#: The variables Intel's runtime reads to place threads and size the team, sorted.
+VARIABLES = tuple(sorted(SETTINGS_VARIABLES + LIMIT_VARIABLES))
 
 #: The most threads a team may have before the planner refuses: a default Linux
 #: process cannot create more (vm.max_map_count = 65530 mappings, two per
@@ -75,6 +76,8 @@ class RuntimeSettings:
     num_places: int = 0
     hw_subset: KmpHwSubset | None = None
     nth: NumThreads | None = None
+    device_limit: int | None = None  # KMP_DEVICE_THREAD_LIMIT (limits.ALL: every CPU)
+    cg_limit: int | None = None  # OMP_THREAD_LIMIT
     dialect: Dialect = INTEL  # whose rules (libiomp5's, or a sibling's such as LLVM's libomp)
 
     @functools.cached_property
@@ -133,6 +136,8 @@ def process_env(env: Mapping[str, str], strict: bool,
         texts.extend(x.text for x in diagnostics)
         values[name] = parsed
         _APPLY[name](st, parsed, value, diagnostics)
+    # the thread limits are read after the placement variables (limits.py)
+    st.device_limit, st.cg_limit = read_limits(env, texts, strict, libiomp5=dialect is INTEL)
     _fill_defaults(st)
     return st, texts, values
 
@@ -1074,13 +1079,13 @@ def evaluate_settings(st: RuntimeSettings, texts: tuple[str, ...], topology: Any
     plan).  What depends on the topology alone -- the runtime's table for a
     full mask, an initialization, a team -- is kept in the planner's
     per-topology ``memo``."""
-    nprocs_machine = len(topology.pus)
+    # __kmp_xproc: sysconf(_SC_NPROCESSORS_CONF), offline CPUs included
+    nprocs_machine = len(topology.pus) + getattr(topology, "offline_cpus", 0)
     bind0 = st.bind[0]
     if st.type == "disabled":
-        n = team_size(st, nprocs_machine, nprocs_machine)
-        _check_team(n)
-        return Outcome(n, (initial,) * n, None, (-1,) * n, texts, "disabled", None, "false", nprocs_machine,
-                       None, settings)
+        n, capped = _limited_team(st, nprocs_machine, nprocs_machine)
+        return Outcome(n, (initial,) * n, None, (-1,) * n, texts + tuple(capped), "disabled", None, "false",
+                       nprocs_machine, None, settings)
     if st.respect:
         full = initial
     else:
@@ -1093,17 +1098,24 @@ def evaluate_settings(st: RuntimeSettings, texts: tuple[str, ...], topology: Any
     ini = memo(key, lambda: initialize(st, topology, base))
     k = ini.k
     avail = k.num_threads
-    n = team_size(st, avail, nprocs_machine)
-    _check_team(n)
+    n, capped = _limited_team(st, avail, nprocs_machine)
     cpusets, place_nums, pb = memo(("team", key, bind0, n), lambda: _team(ini, bind0, n))
     if not cpusets[0]:
         # the primary thread keeps the process mask it started with
         cpusets = (initial,) + tuple(cpusets[1:])
-    warnings = texts + tuple(ini.msgs)
+    warnings = texts + tuple(ini.msgs) + tuple(capped)
     if ini.type == "none":
         return Outcome(n, cpusets, (ini.full,), place_nums, warnings, "none", None, pb, avail, k, settings)
     return Outcome(n, cpusets, tuple(ini.masks), place_nums, warnings, ini.type,
                    ini.gran if ini.gran_levels >= 0 else None, pb, avail, k, settings)
+
+
+def _limited_team(st: RuntimeSettings, avail: int, xproc: int) -> tuple[int, list[str]]:
+    """The team :func:`team_size` asks for, cut by the thread limits (and the
+    warning that says so), or :class:`PlanError` where the runtime cannot make it."""
+    n, capped = cap_team(team_size(st, avail, xproc), st.device_limit, st.cg_limit, xproc)
+    _check_team(n)
+    return n, capped
 
 
 def _check_norespect(topology: Any) -> None:

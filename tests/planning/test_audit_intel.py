@@ -1,0 +1,138 @@
+"""Intel's and LLVM's rules against the real runtimes on the cases a differential
+fuzz found wrong (libiomp5 from intel-openmp 2026.2.0 and Debian's libomp 19.1.7,
+run under the oracle shim on the machines described here; each expected value is
+what the runtime printed).  Classes: B (offline CPUs counted by ``__kmp_xproc``),
+F (thread limits), A (proclist warning order), H (NUMA node ids with a gap)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from affinity.machine.topology import Topology
+from affinity.planning.planner import plan_env
+
+DATA = Path(__file__).parent / "data"
+
+
+def _cpuinfo(tmp_path: Path, records, nodes) -> Topology:
+    """A cpuinfo file of ``(processor, physical id, core id)`` records and a
+    ``node/nodeN/cpulist`` tree, as the runtime read them (``KMP_CPUINFO_FILE``)."""
+    text = "\n".join(f"processor\t: {p}\nphysical id\t: {s}\ncore id\t\t: {c}\n" for p, s, c in records)
+    (tmp_path / "m.cpuinfo").write_text(text + "\n")
+    for k, cpus in nodes.items():
+        (tmp_path / "node" / f"node{k}").mkdir(parents=True)
+        (tmp_path / "node" / f"node{k}" / "cpulist").write_text(",".join(map(str, cpus)) + "\n")
+    return Topology.from_cpuinfo(tmp_path / "m.cpuinfo", numa_nodes=tmp_path / "node")
+
+
+def _got(p):
+    return p.threads, [sorted(s) for s in p.cpusets], list(p.warnings)
+
+
+# ---------------------------------------------------------------------------
+# F: OMP_THREAD_LIMIT, KMP_DEVICE_THREAD_LIMIT, KMP_ALL_THREADS
+# ---------------------------------------------------------------------------
+
+W96 = "Cannot form a team with {} threads, using {} instead."
+#: 1 package x 2 cores x 1 thread: env -> (team, masks, warnings), both runtimes
+THREAD_LIMIT = [
+    ({"OMP_THREAD_LIMIT": "1", "KMP_AFFINITY": "compact"}, (1, [[0]], [W96.format(2, 1)])),
+    ({"KMP_DEVICE_THREAD_LIMIT": "1", "KMP_AFFINITY": "compact"}, (1, [[0]], [W96.format(2, 1)])),
+    ({"KMP_ALL_THREADS": "1", "KMP_AFFINITY": "compact"}, (1, [[0]], [W96.format(2, 1)])),
+    ({"OMP_THREAD_LIMIT": "1", "OMP_PLACES": "cores", "OMP_PROC_BIND": "spread"}, (1, [[0]], [W96.format(2, 1)])),
+    ({"OMP_THREAD_LIMIT": "2", "OMP_PLACES": "cores", "OMP_PROC_BIND": "spread", "OMP_NUM_THREADS": "4"},
+     (2, [[0], [1]], [W96.format(4, 2)])),
+    ({"OMP_THREAD_LIMIT": "1", "KMP_AFFINITY": "compact,nowarnings"}, (1, [[0]], [W96.format(2, 1)])),
+    ({"OMP_THREAD_LIMIT": "1", "KMP_AFFINITY": "disabled"}, (1, [[0, 1]], [W96.format(2, 1)])),
+    ({"OMP_THREAD_LIMIT": "1", "OMP_NUM_THREADS": "1"}, (1, [[0, 1]], [])),
+    ({"OMP_THREAD_LIMIT": "3", "OMP_NUM_THREADS": "5"}, (3, [[0, 1]] * 3, [W96.format(5, 3)])),
+    ({"OMP_NUM_THREADS": "100000", "OMP_THREAD_LIMIT": "2"}, (2, [[0, 1]] * 2, [W96.format(100000, 2)])),
+    # the device limit is checked first and warns; the smaller limit wins
+    ({"KMP_DEVICE_THREAD_LIMIT": "2", "OMP_THREAD_LIMIT": "1", "OMP_NUM_THREADS": "3"},
+     (1, [[0, 1]], [W96.format(3, 2)])),
+    ({"KMP_DEVICE_THREAD_LIMIT": "1", "OMP_THREAD_LIMIT": "2", "OMP_NUM_THREADS": "3"},
+     (1, [[0, 1]], [W96.format(3, 1)])),
+    ({"KMP_ALL_THREADS": "1", "KMP_DEVICE_THREAD_LIMIT": "2", "OMP_NUM_THREADS": "2"},
+     (2, [[0, 1]] * 2, ["KMP_ALL_THREADS: ignored because KMP_DEVICE_THREAD_LIMIT has been defined"])),
+    ({"KMP_DEVICE_THREAD_LIMIT": "ALL", "OMP_NUM_THREADS": "3"}, (2, [[0, 1]] * 2, [W96.format(3, 2)])),
+    ({"KMP_DEVICE_THREAD_LIMIT": "all ", "OMP_NUM_THREADS": "3"},
+     (3, [[0, 1]] * 3, ['KMP_DEVICE_THREAD_LIMIT="all ": not a number.'])),
+    ({"OMP_THREAD_LIMIT": "0", "OMP_NUM_THREADS": "2"},
+     (1, [[0, 1]], ['OMP_THREAD_LIMIT="0": value too small.', W96.format(2, 1)])),
+    ({"OMP_THREAD_LIMIT": "abc", "OMP_NUM_THREADS": "2"}, (2, [[0, 1]] * 2, ['OMP_THREAD_LIMIT="abc": not a number.'])),
+    ({"OMP_THREAD_LIMIT": "2x", "OMP_NUM_THREADS": "3"},
+     (3, [[0, 1]] * 3, ['OMP_THREAD_LIMIT="2x": illegal characters.'])),
+    ({"OMP_THREAD_LIMIT": "-1", "OMP_NUM_THREADS": "3"}, (3, [[0, 1]] * 3, ['OMP_THREAD_LIMIT="-1": not a number.'])),
+    ({"OMP_THREAD_LIMIT": "2\t", "OMP_NUM_THREADS": "3"}, (2, [[0, 1]] * 2, [W96.format(3, 2)])),
+    ({"OMP_THREAD_LIMIT": "99999999999", "OMP_NUM_THREADS": "3"},
+     (3, [[0, 1]] * 3, ['OMP_THREAD_LIMIT="99999999999": value too large.'])),
+    ({"KMP_DEVICE_THREAD_LIMIT": " 2 ", "OMP_NUM_THREADS": "3"}, (2, [[0, 1]] * 2, [W96.format(3, 2)])),
+    ({"KMP_AFFINITY": "granularity=foo,compact", "OMP_PLACES": "bad{", "OMP_NUM_THREADS": "3", "OMP_THREAD_LIMIT": "x"},
+     (3, [[0], [1], [0]], ['KMP_AFFINITY: parameter invalid, ignoring "granularity=foo".',
+                           "OMP_PLACES: ignored because KMP_AFFINITY has been defined",
+                           'OMP_THREAD_LIMIT="x": not a number.'])),
+]
+
+
+@pytest.mark.parametrize("runtime", ["intel", "llvm"])
+@pytest.mark.parametrize("env,want", THREAD_LIMIT, ids=lambda v: json.dumps(v) if isinstance(v, dict) else "")
+def test_thread_limits_cut_the_team_as_the_runtime_does(tmp_path, runtime, env, want):
+    t = _cpuinfo(tmp_path, [(0, 0, 0), (1, 0, 1)], {0: [0, 1]})
+    assert _got(plan_env(env, topology=t, runtime=runtime)) == want
+
+
+@pytest.mark.parametrize("runtime,want", [
+    ("intel", (3, [[0, 1]] * 3, ['OMP_THREAD_LIMIT=" 2 ": not a number.'])),  # libiomp5: no leading blank
+    ("llvm", (2, [[0, 1]] * 2, [W96.format(3, 2)])),
+])
+def test_omp_thread_limit_with_a_leading_blank(tmp_path, runtime, want):
+    t = _cpuinfo(tmp_path, [(0, 0, 0), (1, 0, 1)], {0: [0, 1]})
+    assert _got(plan_env({"OMP_THREAD_LIMIT": " 2 ", "OMP_NUM_THREADS": "3"}, topology=t, runtime=runtime)) == want
+
+
+# ---------------------------------------------------------------------------
+# B: the runtime's CPU count (__kmp_xproc) is sysconf(_SC_NPROCESSORS_CONF)
+# ---------------------------------------------------------------------------
+
+#: 1 package x 4 cores x 2 threads with the SMT siblings 4-7 offline, process mask
+#: 0-3 (the hwloc XML lstopo wrote from that /sys tree: complete_cpuset 0xff):
+#: env -> (omp_get_num_procs, team, masks, warnings), both runtimes
+ALL4 = [[0, 1, 2, 3]]
+OFFLINE = [
+    ({"KMP_AFFINITY": "disabled"}, (8, 8, ALL4 * 8, [])),
+    ({"KMP_AFFINITY": "disabled", "OMP_NUM_THREADS": "3"}, (8, 3, ALL4 * 3, [])),
+    ({"KMP_AFFINITY": "disabled", "OMP_THREAD_LIMIT": "5"}, (8, 5, ALL4 * 5, [W96.format(8, 5)])),
+    ({"OMP_NUM_THREADS": "all", "KMP_AFFINITY": "compact"}, (4, 8, [[0], [1], [2], [3]] * 2, [])),
+    ({"OMP_NUM_THREADS": "all"}, (4, 8, ALL4 * 8, [])),
+    ({"KMP_DEVICE_THREAD_LIMIT": "all", "OMP_NUM_THREADS": "9"}, (4, 8, ALL4 * 8, [W96.format(9, 8)])),
+    ({"KMP_AFFINITY": "compact"}, (4, 4, [[0], [1], [2], [3]], [])),
+    ({"KMP_AFFINITY": "none"}, (4, 4, ALL4 * 4, [])),
+]
+
+
+@pytest.mark.parametrize("runtime", ["intel", "llvm"])
+@pytest.mark.parametrize("env,want", OFFLINE, ids=lambda v: json.dumps(v) if isinstance(v, dict) else "")
+def test_offline_cpus_count_in_the_runtimes_cpu_count(runtime, env, want):
+    t = Topology.from_xml(DATA / "nosmt_4c_4offline.xml")
+    assert t.offline_cpus == 4 and len(t.pus) == 4
+    p = plan_env(env, topology=t, initial_mask="0-3", runtime=runtime)
+    assert (p.num_procs,) + _got(p) == want
+
+
+def test_offline_cpus_survive_json_and_a_narrower_mask(tmp_path):
+    t = Topology.from_xml(DATA / "nosmt_4c_4offline.xml")
+    (tmp_path / "t.json").write_text(t.to_json())
+    back = Topology.from_json(tmp_path / "t.json")
+    assert back.offline_cpus == 4 and t.with_allowed({0, 1}).offline_cpus == 4
+    assert plan_env({"KMP_AFFINITY": "disabled"}, topology=back).threads == 8
+
+
+def test_a_cpuinfo_file_cannot_say_which_cpus_are_offline(tmp_path):
+    """/proc/cpuinfo lists online CPUs only: the plan counts those (the runtime
+    would count the offline ones too; docs/semantics.md says so)."""
+    t = _cpuinfo(tmp_path, [(0, 0, 0)], {0: [0]})
+    assert t.offline_cpus == 0
+    assert plan_env({"KMP_AFFINITY": "disabled"}, topology=t).threads == 1
