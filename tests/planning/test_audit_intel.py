@@ -136,3 +136,31 @@ def test_a_cpuinfo_file_cannot_say_which_cpus_are_offline(tmp_path):
     t = _cpuinfo(tmp_path, [(0, 0, 0)], {0: [0]})
     assert t.offline_cpus == 0
     assert plan_env({"KMP_AFFINITY": "disabled"}, topology=t).threads == 1
+
+
+# ---------------------------------------------------------------------------
+# A: "Ignoring invalid OS proc ID" inside a proclist {set} comes in the order written
+# ---------------------------------------------------------------------------
+
+def _ignoring(*ids):
+    return [f"Ignoring invalid OS proc ID {i}." for i in ids]
+
+
+#: 1 package x 4 cores x 1 thread, process mask {0}: KMP_AFFINITY -> warnings
+#: (each distinct line once, as the harness recorded them; team 1 on CPU 0)
+PROCLIST_ORDER = [
+    ("proclist=[{3,1},0],explicit", _ignoring(3, 1)),
+    ("proclist=[{3,3,1},0],explicit", _ignoring(3, 1)),
+    ("proclist=[{9,1,7},{5,0,5}],explicit", _ignoring(9, 1, 7, 5)),
+    ("proclist=[{1,3,0},2],explicit", _ignoring(1, 3, 2)),
+    ("proclist=[0,{7,6},{2,1}],explicit", _ignoring(7, 6, 2, 1)),
+    ("granularity=core,proclist=[{3,1},{1,0}],explicit", _ignoring(3, 1)),
+]
+
+
+@pytest.mark.parametrize("runtime", ["intel", "llvm"])
+@pytest.mark.parametrize("aff,want", PROCLIST_ORDER)
+def test_proclist_set_warnings_in_the_order_written(tmp_path, runtime, aff, want):
+    t = _cpuinfo(tmp_path, [(i, 0, i) for i in range(4)], {0: [0, 1, 2, 3]})
+    p = plan_env({"KMP_AFFINITY": aff, "OMP_NUM_THREADS": "1"}, topology=t, initial_mask="0", runtime=runtime)
+    assert (p.threads, [sorted(s) for s in p.cpusets], list(dict.fromkeys(p.warnings))) == (1, [[0]], want)

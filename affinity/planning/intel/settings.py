@@ -143,13 +143,15 @@ def _proc_id(s: str, i: int, expected: str, wrap: bool = False) -> tuple[int, in
 
 def _parse_proc_set(s: str, i: int, wrap: bool = False) -> tuple[tuple[int, ...], int]:
     """The ``{a,b,...}`` branch of ``__kmp_parse_affinity_proc_id_list`` (from
-    after the ``{``; commas optional): one place, ids sorted.  Returns (ids, end)."""
+    after the ``{``; commas optional): one place, its ids as written, repeats
+    kept (the runtime looks them up, and warns about invalid ones, in that
+    order).  Returns (ids, end)."""
     first, nxt = _proc_id(s, i, "expected a proc id after '{'", wrap)
     members = [first]
     while True:
         nxt = skip_ws(s, nxt)
         if char_at(s, nxt) == "}":
-            return tuple(sorted(set(members))), nxt + 1
+            return tuple(members), nxt + 1
         if char_at(s, nxt) == ",":
             nxt += 1
         member, nxt = _proc_id(s, nxt, "expected a proc id or '}'", wrap)
