@@ -164,3 +164,44 @@ def test_proclist_set_warnings_in_the_order_written(tmp_path, runtime, aff, want
     t = _cpuinfo(tmp_path, [(i, 0, i) for i in range(4)], {0: [0, 1, 2, 3]})
     p = plan_env({"KMP_AFFINITY": aff, "OMP_NUM_THREADS": "1"}, topology=t, initial_mask="0", runtime=runtime)
     assert (p.threads, [sorted(s) for s in p.cpusets], list(dict.fromkeys(p.warnings))) == (1, [[0]], want)
+
+
+# ---------------------------------------------------------------------------
+# H: NUMA node ids with a gap (libiomp5 reads node0, node1, ... and stops at the
+# first missing id), under a process mask or KMP_HW_SUBSET
+# ---------------------------------------------------------------------------
+
+GAP_2S = [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]  # 2 packages x 2 cores x 1 thread
+GAP_1S = [(i, 0, i) for i in range(4)]  # 1 package x 4 cores x 1 thread
+NO_NUMA = ("OMP_PLACES: granularity setting: NUMA domain does not exist in topology.  "
+           "Using granularity=core instead.")
+#: (records, nodes, env, process mask) -> (num_procs, team, masks, warnings), from libiomp5
+NUMA_GAP = [
+    # no node read (node0) holds a proc of the mask: no NUMA layer at all
+    ((GAP_2S, {0: [0, 1], 2: [2, 3]}, {"OMP_PLACES": "numa_domains", "OMP_PROC_BIND": "spread"}, "2-3"),
+     (2, 2, [[2], [3]], [NO_NUMA])),
+    # proc 2 (node3, not read) joins the first node read that holds a proc of the mask (node1)
+    ((GAP_2S, {0: [0], 1: [1], 3: [2, 3]}, {"KMP_HW_SUBSET": "1s,1n", "OMP_NUM_THREADS": "3"}, "1-2"),
+     (1, 3, [[1]] * 3, [])),
+    ((GAP_1S, {0: [0], 1: [1], 3: [2, 3]}, {"OMP_PLACES": "numa_domains", "OMP_NUM_THREADS": "3"}, "1-3"),
+     (3, 3, [[1, 2, 3]] * 3, [])),
+    ((GAP_1S, {0: [0], 1: [1], 3: [2, 3]}, {"OMP_PLACES": "numa_domains", "OMP_NUM_THREADS": "3"}, "0,2-3"),
+     (3, 3, [[0, 2, 3]] * 3, [])),
+    # the whole machine: procs of no node read are in domain 0; rows are not re-sorted
+    ((GAP_1S, {0: [0], 1: [1], 3: [2, 3]}, {"OMP_PLACES": "numa_domains"}, None),
+     (4, 4, [[0], [0], [1], [2, 3]], [])),
+    ((GAP_1S, {0: [0], 1: [1], 3: [2, 3]}, {"KMP_HW_SUBSET": "1n@1"}, None), (1, 1, [[1]], [])),
+    # dense ids: the controls
+    ((GAP_2S, {0: [0, 1], 1: [2, 3]}, {"OMP_PLACES": "numa_domains", "OMP_PROC_BIND": "spread"}, "2-3"),
+     (2, 2, [[2, 3]] * 2, [])),
+    ((GAP_2S, {0: [0], 1: [1], 2: [2, 3]}, {"KMP_HW_SUBSET": "1s,1n", "OMP_NUM_THREADS": "3"}, "1-2"),
+     (2, 3, [[1, 2]] * 3, [])),
+]
+
+
+@pytest.mark.parametrize("case,want", NUMA_GAP, ids=lambda v: json.dumps(v[1:]) if isinstance(v[0], list) else "")
+def test_numa_ids_with_a_gap_under_a_mask(tmp_path, case, want):
+    records, nodes, env, mask = case
+    t = _cpuinfo(tmp_path, records, nodes)
+    p = plan_env(env, topology=t, initial_mask=mask, runtime="intel")
+    assert (p.num_procs,) + _got(p) == want

@@ -18,8 +18,10 @@ runtime's table of hardware threads exactly as Intel's runtime does with its
    the runtime's cores (die-restarting core ids), which the runtime then has
    no such layer; caches become equivalences, never layers;
 3. the NUMA layer: libiomp5 reads ``node0``, ``node1``, ... until the first
-   missing node; every PU gets the number of the node listing it (0 when
-   none does) and the layer is inserted *without* re-sorting the rows;
+   missing node; the nodes that hold procs of the full mask are numbered in
+   that order, every PU gets the number of the node listing it (0 when none
+   does; no layer when no node read holds one) and the layer is inserted
+   *without* re-sorting the rows;
 4. ``canonicalize``: radix-1 layers are removed (recording which layers are
    equivalent), counts/ratios, uniformity, per-level sub-ids, and the
    last-level-cache equivalence (socket when there are no caches);
@@ -548,14 +550,21 @@ def _cache_equivalences(k: KTopo, topology: Any) -> None:
 
 def _insert_numa(k: KTopo, topology: Any) -> None:
     """libiomp5's NUMA layer: ``node0``, ``node1``, ... until the first missing
-    node; a PU no node lists is in node 0; inserted without re-sorting."""
+    node; the nodes holding procs of the full mask are domains 0, 1, ... in that
+    order, a proc no such node lists is in domain 0; no layer at all when no node
+    read holds a proc of the full mask (node ids with a gap, a mask on the nodes
+    after it); inserted without re-sorting.  Checked against libiomp5 with node
+    ids {0, 2} and {0, 1, 3} under process masks and ``KMP_HW_SUBSET``."""
     by_id = {n.os_index: n for n in topology.numa_nodes}
+    procs = frozenset(k.os)
     node_of: dict[int, int] = {}
     i = 0
     while i in by_id:
-        node_of.update(dict.fromkeys(by_id[i].cpuset, i))
+        mine = by_id[i].cpuset & procs
+        if mine:
+            node_of.update(dict.fromkeys(mine, len(set(node_of.values()))))
         i += 1
-    if i > 0:
+    if node_of:
         k.insert_layer(NUMA, [node_of.get(o, 0) for o in k.os])
 
 
