@@ -205,3 +205,50 @@ def test_numa_ids_with_a_gap_under_a_mask(tmp_path, case, want):
     t = _cpuinfo(tmp_path, records, nodes)
     p = plan_env(env, topology=t, initial_mask=mask, runtime="intel")
     assert (p.num_procs,) + _got(p) == want
+
+
+# ---------------------------------------------------------------------------
+# The order of the messages printed while reading the environment (G, and
+# libiomp5's own order).  libomp 19 reads the variables in the environment's
+# order, libiomp5 reads KMP_AFFINITY, OMP_PLACES, OMP_PROC_BIND, KMP_HW_SUBSET,
+# GOMP_CPU_AFFINITY first, then the others in the environment's order; the
+# planner gets the environment sorted by name (Plan.env), so the runtimes' outputs
+# below are those of a sorted environment where the environment's order matters.
+# ---------------------------------------------------------------------------
+
+AFF = 'KMP_AFFINITY: parameter invalid, ignoring "granularity=foo".'
+ONT = 'OMP_NUM_THREADS="0": value too small.'
+OPB = 'OMP_PROC_BIND: "bad" is an invalid value; ignored.'
+HW = ('KMP_HW_SUBSET: invalid value "zz", valid format is "N<item>[@N][,...][,Nt] (<item> can be S, N, L2, C, '
+      'T  for Socket, NUMA Node, L2 Cache, Core, Thread)".')
+GOMP = "GOMP_CPU_AFFINITY: syntax error, not using affinity."
+
+
+def _ignored(name, rival):
+    return f"{name}: ignored because {rival} has been defined"
+
+
+MESSAGE_ORDER = [
+    ({"OMP_NUM_THREADS": "0", "KMP_AFFINITY": "granularity=foo", "OMP_PROC_BIND": "bad"},
+     [AFF, OPB, ONT], [AFF, ONT, OPB]),
+    ({"GOMP_CPU_AFFINITY": "x", "KMP_HW_SUBSET": "zz", "OMP_PLACES": "bad{", "KMP_AFFINITY": "granularity=foo",
+      "OMP_NUM_THREADS": "0"},
+     [AFF, _ignored("OMP_PLACES", "GOMP_CPU_AFFINITY"), HW, GOMP, ONT],
+     [GOMP, AFF, HW, ONT, _ignored("OMP_PLACES", "GOMP_CPU_AFFINITY")]),
+    ({"OMP_PROC_BIND": "bad", "OMP_PLACES": "bad{", "GOMP_CPU_AFFINITY": "x"},
+     [_ignored("OMP_PLACES", "GOMP_CPU_AFFINITY"), _ignored("OMP_PROC_BIND", "GOMP_CPU_AFFINITY"), GOMP],
+     [GOMP, _ignored("OMP_PLACES", "GOMP_CPU_AFFINITY"), _ignored("OMP_PROC_BIND", "GOMP_CPU_AFFINITY")]),
+    ({"OMP_THREAD_LIMIT": "x", "KMP_AFFINITY": "granularity=foo,compact", "OMP_PLACES": "bad{",
+      "OMP_NUM_THREADS": "3", "KMP_ALL_THREADS": "y"},
+     [AFF, _ignored("OMP_PLACES", "KMP_AFFINITY"), 'KMP_ALL_THREADS="y": not a number.',
+      'OMP_THREAD_LIMIT="x": not a number.'],
+     [AFF, 'KMP_ALL_THREADS="y": not a number.', _ignored("OMP_PLACES", "KMP_AFFINITY"),
+      'OMP_THREAD_LIMIT="x": not a number.']),
+]
+
+
+@pytest.mark.parametrize("env,intel,llvm", MESSAGE_ORDER, ids=lambda v: json.dumps(v) if isinstance(v, dict) else "")
+def test_messages_in_the_order_the_runtime_reads_the_variables(tmp_path, env, intel, llvm):
+    t = _cpuinfo(tmp_path, [(0, 0, 0), (1, 0, 1)], {0: [0, 1]})
+    for runtime, want in (("intel", intel), ("llvm", llvm)):
+        assert list(dict.fromkeys(plan_env(env, topology=t, runtime=runtime).warnings)) == want, runtime

@@ -25,7 +25,7 @@ the smaller limit wins.  ``KMP_AFFINITY=nowarnings`` does not silence it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ...errors import SpecError
 
@@ -39,7 +39,8 @@ _INT_MAX = 2**31 - 1
 ALL = -1
 
 
-def _parse_int(name: str, value: str, texts: list[str], strict: bool, blanks: bool = True) -> int | None:
+def _parse_int(name: str, value: str, say: Callable[[str, str], None], strict: bool,
+               blanks: bool = True) -> int | None:
     """``__kmp_stg_parse_int(name, value, 1, INT_MAX)``: the limit, ``None`` for none
     (``blanks``: leading blanks are skipped)."""
     i, n = 0, len(value)
@@ -69,29 +70,29 @@ def _parse_int(name: str, value: str, texts: list[str], strict: bool, blanks: bo
         limit = None
     if strict:
         raise SpecError(f"{problem} (a thread limit is a whole number of at least 1)", value, 0, what=name)
-    texts.append(f'{name}="{value}": {problem}.')
+    say(name, f'{name}="{value}": {problem}.')
     return limit
 
 
-def read_limits(env: Mapping[str, str], texts: list[str], strict: bool,
+def read_limits(env: Mapping[str, str], say: Callable[[str, str], None], strict: bool,
                 libiomp5: bool = True) -> tuple[int | None, int | None]:
-    """The device and contention-group limits of ``env`` (see the module), the
-    messages printed while reading them appended to ``texts`` (``libiomp5``: Intel's
-    build, whose ``OMP_THREAD_LIMIT`` takes no leading blank)."""
+    """The device and contention-group limits of ``env`` (see the module); each
+    message printed while reading them goes to ``say(variable, text)``
+    (``libiomp5``: Intel's build, whose ``OMP_THREAD_LIMIT`` takes no leading blank)."""
     device = None
     for name in LIMIT_VARIABLES[:2]:
         value = env.get(name)
         if value is None:
             continue
         if name == "KMP_ALL_THREADS" and env.get("KMP_DEVICE_THREAD_LIMIT") is not None:
-            texts.append("KMP_ALL_THREADS: ignored because KMP_DEVICE_THREAD_LIMIT has been defined")
+            say(name, "KMP_ALL_THREADS: ignored because KMP_DEVICE_THREAD_LIMIT has been defined")
             if strict:
                 raise SpecError("ignored because KMP_DEVICE_THREAD_LIMIT has been defined", value, 0,
                                 what=name)
             continue
-        device = ALL if value.lower() == "all" else _parse_int(name, value, texts, strict)
+        device = ALL if value.lower() == "all" else _parse_int(name, value, say, strict)
     value = env.get("OMP_THREAD_LIMIT")
-    cg = None if value is None else _parse_int("OMP_THREAD_LIMIT", value, texts, strict, not libiomp5)
+    cg = None if value is None else _parse_int("OMP_THREAD_LIMIT", value, say, strict, not libiomp5)
     return device, cg
 
 

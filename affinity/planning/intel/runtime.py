@@ -117,9 +117,11 @@ def process_env(env: Mapping[str, str], strict: bool,
 
     The variables are read in name order; each is first checked against its
     rivals (:data:`_RIVALS`), then parsed and applied (:data:`_APPLY`); the
-    defaults are filled in last (:func:`_fill_defaults`)."""
+    thread limits are read next (:mod:`.limits`) and the defaults filled in
+    last (:func:`_fill_defaults`).  The messages come in the order the runtime
+    prints them (:func:`_message_order`)."""
     st = RuntimeSettings(dialect=dialect)
-    texts: list[str] = []
+    said: dict[str, list[str]] = {}
     values: dict[str, Any] = {}
     present = {k for k in SETTINGS_VARIABLES if k in env and env[k] is not None}
     aff_notype = "KMP_AFFINITY" in present and not kmp_affinity_has_type_name(env["KMP_AFFINITY"])
@@ -128,18 +130,33 @@ def process_env(env: Mapping[str, str], strict: bool,
         value = env[name]
         rival = _rival(name, present, aff_notype)
         if rival is not None:
-            texts.append(f"{name}: ignored because {rival} has been defined")
+            said[name] = [f"{name}: ignored because {rival} has been defined"]
             if strict:
                 raise SpecError(f"ignored because {rival} has been defined", value, 0, what=name)
             continue
         parsed, diagnostics = parse(name, value, dialect)
-        texts.extend(x.text for x in diagnostics)
+        said[name] = [x.text for x in diagnostics]
         values[name] = parsed
         _APPLY[name](st, parsed, value, diagnostics)
-    # the thread limits are read after the placement variables (limits.py)
-    st.device_limit, st.cg_limit = read_limits(env, texts, strict, libiomp5=dialect is INTEL)
+    st.device_limit, st.cg_limit = read_limits(env, lambda name, text: said.setdefault(name, []).append(text),
+                                               strict, libiomp5=dialect is INTEL)
     _fill_defaults(st)
-    return st, texts, values
+    return st, [t for name in _message_order(said, dialect) for t in said[name]], values
+
+
+#: libiomp5 reads these first, in this order, whatever the environment's order;
+#: then the others in the environment's order (libomp 19 reads every one in the
+#: environment's order).  Checked on libiomp5 2026.2 with malformed values.
+_FIRST_READ = ("KMP_AFFINITY", "OMP_PLACES", "OMP_PROC_BIND", "KMP_HW_SUBSET", "GOMP_CPU_AFFINITY")
+
+
+def _message_order(said: Mapping[str, Any], dialect: Dialect) -> list[str]:
+    """The variables in the order the runtime prints their messages.  The
+    planner gets the environment sorted by name (``Plan.env``), so the order
+    that follows the environment is taken to be name order."""
+    if dialect is not INTEL:
+        return sorted(said)
+    return [k for k in _FIRST_READ if k in said] + sorted(k for k in said if k not in _FIRST_READ)
 
 
 def _rival(name: str, present: set[str], aff_notype: bool) -> str | None:
