@@ -524,8 +524,10 @@ def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,
     env : mapping of str to str
         The environment; only ``KMP_AFFINITY``, ``OMP_NUM_THREADS``,
         ``KMP_HW_SUBSET`` (``KMP_PLACE_THREADS``), ``OMP_PLACES``,
-        ``OMP_PROC_BIND`` and ``GOMP_CPU_AFFINITY`` are read; anything else
-        is ignored.
+        ``OMP_PROC_BIND`` and ``GOMP_CPU_AFFINITY`` are read, and the thread
+        limits each runtime reads (``OMP_THREAD_LIMIT``; Intel/LLVM also
+        ``KMP_DEVICE_THREAD_LIMIT``, ``KMP_ALL_THREADS``); anything else is
+        ignored.  The runtime's ``rules.VARIABLES`` lists them.
     topology : Topology
         The machine.  Required here (planning never reads the machine);
         ``affinity.plan_env`` / ``affinity.plan`` default it to this machine's.
@@ -580,7 +582,8 @@ def unread(spec: Any, runtime: str = DEFAULT_RUNTIME) -> list[str]:
         Empty when the runtime reads every variable of ``spec``.
     """
     rules = _rules(runtime)
-    words = ", ".join(v for v in rules.VARIABLES if v not in ("OMP_NUM_THREADS", "OMP_THREAD_LIMIT"))
+    words = ", ".join(v for v in rules.VARIABLES if v not in ("OMP_NUM_THREADS", "OMP_THREAD_LIMIT",
+                                                              "KMP_DEVICE_THREAD_LIMIT", "KMP_ALL_THREADS"))
     return [f"{k}={v} is not read by the {runtime} runtime, which places threads by {words} alone: "
             f"it changes nothing in this plan" for k, v in _spec_env(spec).items() if k not in rules.VARIABLES]
 
