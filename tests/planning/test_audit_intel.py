@@ -252,3 +252,23 @@ def test_messages_in_the_order_the_runtime_reads_the_variables(tmp_path, env, in
     t = _cpuinfo(tmp_path, [(0, 0, 0), (1, 0, 1)], {0: [0, 1]})
     for runtime, want in (("intel", intel), ("llvm", llvm)):
         assert list(dict.fromkeys(plan_env(env, topology=t, runtime=runtime).warnings)) == want, runtime
+
+
+@pytest.mark.parametrize("attr,want", [
+    ('complete_cpuset="0x000000ff"', 8),
+    ('complete_cpuset="0x0000000f,0xffffffff"', 36),  # 32-bit words, the highest first
+    ('complete_cpuset="0xf...f"', None),  # "every CPU": says nothing
+    ("", None),
+])
+def test_configured_cpus_read_from_an_xml_root(attr, want):
+    from affinity.machine.topology import _xml_configured
+
+    data = f'<topology version="2.0"><object type="Machine" cpuset="0x0f" {attr}/></topology>'.encode()
+    assert _xml_configured(data) == want
+
+
+def test_this_system_counts_its_offline_cpus_as_sysconf_does():
+    import os
+
+    t = Topology.from_system()
+    assert t.offline_cpus == max(0, os.sysconf("SC_NPROCESSORS_CONF") - len(t.pus))
