@@ -272,3 +272,18 @@ def test_this_system_counts_its_offline_cpus_as_sysconf_does():
 
     t = Topology.from_system()
     assert t.offline_cpus == max(0, os.sysconf("SC_NPROCESSORS_CONF") - len(t.pus))
+
+
+@pytest.mark.parametrize("runtime", ["intel", "llvm"])
+def test_a_limit_cannot_save_a_team_of_int_max(tmp_path, runtime):
+    """Both runtimes crash on OMP_NUM_THREADS=2147483647 before any limit applies;
+    40000 threads, which alone cannot be created, become 3 under a limit of 3."""
+    from affinity.errors import PlanError
+
+    t = _cpuinfo(tmp_path, [(0, 0, 0), (1, 0, 1)], {0: [0, 1]})
+    with pytest.raises(PlanError):
+        plan_env({"OMP_NUM_THREADS": "2147483647", "OMP_THREAD_LIMIT": "2"}, topology=t, runtime=runtime)
+    with pytest.raises(PlanError):
+        plan_env({"OMP_NUM_THREADS": "40000"}, topology=t, runtime=runtime)
+    p = plan_env({"OMP_NUM_THREADS": "40000", "KMP_DEVICE_THREAD_LIMIT": "3"}, topology=t, runtime=runtime)
+    assert _got(p) == (3, [[0, 1]] * 3, [W96.format(40000, 3)])

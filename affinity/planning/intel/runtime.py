@@ -1130,7 +1130,10 @@ def evaluate_settings(st: RuntimeSettings, texts: tuple[str, ...], topology: Any
 def _limited_team(st: RuntimeSettings, avail: int, xproc: int) -> tuple[int, list[str]]:
     """The team :func:`team_size` asks for, cut by the thread limits (and the
     warning that says so), or :class:`PlanError` where the runtime cannot make it."""
-    n, capped = cap_team(team_size(st, avail, xproc), st.device_limit, st.cg_limit, xproc)
+    asked = team_size(st, avail, xproc)
+    if asked >= 2**31 - 1:  # INT_MAX threads: both runtimes crash before any limit applies
+        _check_team(asked)
+    n, capped = cap_team(asked, st.device_limit, st.cg_limit, xproc)
     _check_team(n)
     return n, capped
 
