@@ -287,3 +287,32 @@ def test_a_limit_cannot_save_a_team_of_int_max(tmp_path, runtime):
         plan_env({"OMP_NUM_THREADS": "40000"}, topology=t, runtime=runtime)
     p = plan_env({"OMP_NUM_THREADS": "40000", "KMP_DEVICE_THREAD_LIMIT": "3"}, topology=t, runtime=runtime)
     assert _got(p) == (3, [[0, 1]] * 3, [W96.format(40000, 3)])
+
+
+DIE = "KMP_AFFINITY: granularity setting: die does not exist in topology.  Using granularity=core instead."
+NO_IDS = ["Ignoring invalid OS proc ID 7.", "No valid OS proc IDs specified - not using affinity."]
+#: env -> (libiomp5, libomp 19): libiomp5 prints the messages of OMP_NUM_THREADS,
+#: KMP_PLACE_THREADS and the thread limits after those of its affinity
+#: initialization, libomp 19 before them (1 package x 2 cores; probed)
+AFTER_INIT = [
+    ({"KMP_AFFINITY": "granularity=die,scatter", "OMP_NUM_THREADS": "0"},
+     [DIE, ONT], [ONT, DIE]),
+    ({"KMP_AFFINITY": "granularity=die,scatter", "OMP_THREAD_LIMIT": "x"},
+     [DIE, 'OMP_THREAD_LIMIT="x": not a number.'], ['OMP_THREAD_LIMIT="x": not a number.', DIE]),
+    ({"KMP_AFFINITY": "proclist=[7],explicit", "KMP_PLACE_THREADS": "zz"},
+     NO_IDS + [HW.replace("KMP_HW_SUBSET", "KMP_PLACE_THREADS", 1)],
+     [HW.replace("KMP_HW_SUBSET", "KMP_PLACE_THREADS", 1)] + NO_IDS),
+    ({"KMP_AFFINITY": "proclist=[7],explicit", "KMP_ALL_THREADS": "x", "KMP_DEVICE_THREAD_LIMIT": "2"},
+     NO_IDS + [_ignored("KMP_ALL_THREADS", "KMP_DEVICE_THREAD_LIMIT")],
+     [_ignored("KMP_ALL_THREADS", "KMP_DEVICE_THREAD_LIMIT")] + NO_IDS),
+    ({"KMP_AFFINITY": "proclist=[7],explicit", "KMP_HW_SUBSET": "zz"}, [HW] + NO_IDS, [HW] + NO_IDS),
+    ({"KMP_AFFINITY": "proclist=[7],explicit", "GOMP_CPU_AFFINITY": "x"},
+     [_ignored("GOMP_CPU_AFFINITY", "KMP_AFFINITY")] + NO_IDS, [_ignored("GOMP_CPU_AFFINITY", "KMP_AFFINITY")] + NO_IDS),
+]
+
+
+@pytest.mark.parametrize("env,intel,llvm", AFTER_INIT, ids=lambda v: json.dumps(v) if isinstance(v, dict) else "")
+def test_which_messages_come_after_the_affinity_initialization(tmp_path, env, intel, llvm):
+    t = _cpuinfo(tmp_path, [(0, 0, 0), (1, 0, 1)], {0: [0, 1]})
+    for runtime, want in (("intel", intel), ("llvm", llvm)):
+        assert list(dict.fromkeys(plan_env(env, topology=t, runtime=runtime).warnings)) == want, runtime

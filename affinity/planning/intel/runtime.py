@@ -78,6 +78,7 @@ class RuntimeSettings:
     nth: NumThreads | None = None
     device_limit: int | None = None  # KMP_DEVICE_THREAD_LIMIT (limits.ALL: every CPU)
     cg_limit: int | None = None  # OMP_THREAD_LIMIT
+    late_texts: tuple[str, ...] = ()  # messages libiomp5 prints after affinity initialization
     dialect: Dialect = INTEL  # whose rules (libiomp5's, or a sibling's such as LLVM's libomp)
 
     @functools.cached_property
@@ -119,7 +120,7 @@ def process_env(env: Mapping[str, str], strict: bool,
     rivals (:data:`_RIVALS`), then parsed and applied (:data:`_APPLY`); the
     thread limits are read next (:mod:`.limits`) and the defaults filled in
     last (:func:`_fill_defaults`).  The messages come in the order the runtime
-    prints them (:func:`_message_order`)."""
+    prints them (:data:`_FIRST_READ`)."""
     st = RuntimeSettings(dialect=dialect)
     said: dict[str, list[str]] = {}
     values: dict[str, Any] = {}
@@ -141,22 +142,20 @@ def process_env(env: Mapping[str, str], strict: bool,
     st.device_limit, st.cg_limit = read_limits(env, lambda name, text: said.setdefault(name, []).append(text),
                                                strict, libiomp5=dialect is INTEL)
     _fill_defaults(st)
-    return st, [t for name in _message_order(said, dialect) for t in said[name]], values
-
-
-#: libiomp5 reads these first, in this order, whatever the environment's order;
-#: then the others in the environment's order (libomp 19 reads every one in the
-#: environment's order).  Checked on libiomp5 2026.2 with malformed values.
-_FIRST_READ = ("KMP_AFFINITY", "OMP_PLACES", "OMP_PROC_BIND", "KMP_HW_SUBSET", "GOMP_CPU_AFFINITY")
-
-
-def _message_order(said: Mapping[str, Any], dialect: Dialect) -> list[str]:
-    """The variables in the order the runtime prints their messages.  The
-    planner gets the environment sorted by name (``Plan.env``), so the order
-    that follows the environment is taken to be name order."""
     if dialect is not INTEL:
-        return sorted(said)
-    return [k for k in _FIRST_READ if k in said] + sorted(k for k in said if k not in _FIRST_READ)
+        return st, [t for name in sorted(said) for t in said[name]], values
+    st.late_texts = tuple(t for name in sorted(said) if name not in _FIRST_READ for t in said[name])
+    return st, [t for name in _FIRST_READ if name in said for t in said[name]], values
+
+
+#: Whose messages libiomp5 prints first, in this order, whatever the
+#: environment's order; the other variables' messages come after those of the
+#: affinity initialization, in the environment's order (``RuntimeSettings.late_texts``).
+#: libomp 19 prints every variable's messages first, in the environment's order.
+#: The planner gets the environment sorted by name (``Plan.env``), so where the
+#: environment's order decides it is taken to be name order.  Checked on
+#: libiomp5 2026.2 and libomp 19 with malformed values.
+_FIRST_READ = ("KMP_AFFINITY", "OMP_PLACES", "OMP_PROC_BIND", "KMP_HW_SUBSET", "GOMP_CPU_AFFINITY")
 
 
 def _rival(name: str, present: set[str], aff_notype: bool) -> str | None:
@@ -1101,8 +1100,8 @@ def evaluate_settings(st: RuntimeSettings, texts: tuple[str, ...], topology: Any
     bind0 = st.bind[0]
     if st.type == "disabled":
         n, capped = _limited_team(st, nprocs_machine, nprocs_machine)
-        return Outcome(n, (initial,) * n, None, (-1,) * n, texts + tuple(capped), "disabled", None, "false",
-                       nprocs_machine, None, settings)
+        return Outcome(n, (initial,) * n, None, (-1,) * n, texts + st.late_texts + tuple(capped), "disabled",
+                       None, "false", nprocs_machine, None, settings)
     if st.respect:
         full = initial
     else:
@@ -1120,7 +1119,7 @@ def evaluate_settings(st: RuntimeSettings, texts: tuple[str, ...], topology: Any
     if not cpusets[0]:
         # the primary thread keeps the process mask it started with
         cpusets = (initial,) + tuple(cpusets[1:])
-    warnings = texts + tuple(ini.msgs) + tuple(capped)
+    warnings = texts + tuple(ini.msgs) + st.late_texts + tuple(capped)
     if ini.type == "none":
         return Outcome(n, cpusets, (ini.full,), place_nums, warnings, "none", None, pb, avail, k, settings)
     return Outcome(n, cpusets, tuple(ini.masks), place_nums, warnings, ini.type,
