@@ -78,9 +78,10 @@ class RankPlan:
                 "slots": [format_list(s) for s in i.slots], "notices": list(self.said)}
 
 
-def _rank_environments(environ: Mapping[str, str], topology: Topology,
-                       count: str) -> tuple[list[tuple[dict[str, str], Topology, str]], str]:
-    """One (environment, topology, --ranks value) per local rank to plan, and the header."""
+def _rank_environments(environ: Mapping[str, str], topology: Topology, count: str,
+                       cgroup: frozenset[int] | None = None) -> tuple[list[tuple[dict[str, str], Topology, str]], str]:
+    """One (environment, topology, --ranks value) per local rank to plan, and the header
+    (``cgroup``: the cgroup's cpuset, which a launcher's listed domain is cut to)."""
     if count != "auto":
         try:
             _rank_count(count)
@@ -99,7 +100,7 @@ def _rank_environments(environ: Mapping[str, str], topology: Topology,
         out = []
         for i in range(me.size):
             mask = binding.mask_of(i) if binding is not None else None
-            mask = mask & topology.allowed if mask else None  # a domain's CPUs, within the allocation
+            mask = (mask & cgroup or mask) if mask and cgroup else mask  # a domain's CPUs, in the allocation
             out.append(({**environ, var: str(i)}, topology.with_allowed(mask) if mask else topology, "auto"))
         return out, me.source
     alloc = slurm_allocation(environ)
@@ -137,7 +138,7 @@ def plan_ranks(topology: Topology, count: str, spec: str | None = None, threads:
         No rank count, or a share that cannot be cut.
     """
     ctx = ctx or Context()
-    envs, header = _rank_environments(ctx.environ, topology, count)
+    envs, header = _rank_environments(ctx.environ, topology, count, ctx.cgroup_cpus)
     plans = []
     for env, topo, ranks in envs:
         opts = RunOptions(command=("-",), spec=spec, threads=threads, ranks=ranks, runtime=runtime)

@@ -116,6 +116,10 @@ def test_plan_ranks_auto_previews_the_domains():
     plans, header = plan_ranks(NODES2, "auto", ctx=Context(environ=srun_env(0, 4, "map_ldom:1,1,0,0"),
                                                            cgroup_cpus=NODES2.cpuset))
     assert [p.instance.cpus for p in plans] == [{2}, {3}, {0}, {1}]
+    # a job given one CPU of each node: each domain's CPUs within the job's cgroup
+    plans, _ = plan_ranks(NODES2.with_allowed({1}), "auto", ctx=Context(environ=srun_env(0, 2, "map_ldom:0,1"),
+                                                                         cgroup_cpus=frozenset({1, 3})))
+    assert [p.instance.cpus for p in plans] == [{1}, {3}]
 
 
 def test_two_ranks_on_a_one_cpu_domain_fail_rather_than_overlap():
