@@ -246,9 +246,12 @@ class IdList:
         elif self.relative:
             bad = sorted(i for i in self.ids if i >= len(order))
             if bad:
-                raise PlanError(f"{option} {self.text}: relative {self.what} index "
-                                f"{format_list(bad)} is out of range: {len(order)} {self.what}s are "
-                                f"allowed ({format_list(allowed)})")
+                n = len(order)
+                raise PlanError(f"{option} {self.text}: relative {self.what} "
+                                f"{'index' if len(bad) == 1 else 'indexes'} {format_list(bad)} "
+                                f"{'is' if len(bad) == 1 else 'are'} out of range: "
+                                f"{'only ' if n == 1 else ''}{n} {self.what}{'s are' if n != 1 else ' is'} "
+                                f"allowed ({format_list(allowed)}), so +0 to +{n - 1}")
             ids = frozenset(order[i] for i in self.ids)
         else:
             ids = self.ids

@@ -453,7 +453,8 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
     rank : None, "auto", "R/N" or LocalRank
         Plan inside this local rank's disjoint share of the node
         (:func:`affinity.planning.ranks.rank_topology`); ``"auto"`` reads the
-        MPI/Slurm/torchrun variables.
+        MPI/Slurm/torchrun variables.  The calling thread is narrowed to the whole
+        share (role ``main``), so what it starts later stays in it.
     strict : bool
         Parse the spec strictly (:class:`SpecError`) instead of like the runtime,
         which warns and ignores what it cannot read: each such warning of the
@@ -515,9 +516,11 @@ def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow
     asked = threads
     user_env, rank_said = team_environ(_user_environ(), rank) if rank is not None else (_user_environ(), [])
     threads, env_warnings = precedence.team_size(threads, user_env)  # the rule of `affinity run`
+    share: frozenset[int] | None = None
     if rank is not None:  # this rank's share of what the process may use
-        p = make_plan(spec, threads=threads, topology=rank_topology(topo.with_allowed(process_mask), rank)[0],
-                      strict=strict, runtime=runtime)
+        rtopo, lrank, _ = rank_topology(topo.with_allowed(process_mask), rank)
+        share = rtopo.allowed
+        p = make_plan(spec, threads=threads, topology=rtopo, strict=strict, runtime=runtime)
     else:  # the process mask inside the cgroup's cpuset (what `norespect` may reach)
         p = make_plan(spec, threads=threads, topology=topo.with_allowed(_cgroup_cpus(topo, process_mask)),
                       strict=strict, initial_mask=process_mask, runtime=runtime)
@@ -537,6 +540,8 @@ def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow
                                                else "the runtime's default team"))
     env_before = dict(os.environ)
     try:
+        if share is not None:  # the calling thread in the rank's share: what it starts later stays there
+            _keep_in_share(b, share, f"local rank {lrank.rank} of {lrank.size}")
         _apply_steps(b, tensorflow, openmp, blas, want_mem, env, blocktime, torch)
     except BaseException:
         _note_env_changes(snap, env_before)
@@ -573,6 +578,16 @@ def _note_env_changes(snap: _Snapshot, before: Mapping[str, str]) -> None:
     for k in set(before) | set(os.environ):
         if before.get(k) != os.environ.get(k):
             snap.env.setdefault(k, before.get(k))
+
+
+def _keep_in_share(b: Binding, share: frozenset[int], who: str) -> None:
+    """Narrow the calling thread to a rank's share (all its CPUs, not one): threads and
+    processes it starts later inherit the share, as under ``affinity run --ranks``,
+    instead of the whole node the other ranks use too; :meth:`Binding.restore` puts
+    its mask back."""
+    tid = threading.get_native_id()
+    b.pins[tid] = Pin(tid, "main", share, None, f"{who}: the calling thread kept in the rank's share")
+    b._pin({tid: share})
 
 
 def _apply_steps(b: Binding, tensorflow: Any, openmp: Any, blas: Any, want_mem: MemorySpec | None,

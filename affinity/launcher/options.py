@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Mapping
 
 from ..cpulist import MAX_CPUS, IdList
-from ..errors import SpecError
+from ..errors import SpecError, UsageError
 from ..planning.envvars import DEFAULT_BLOCKTIME, check_blocktime
 from ..planning.spec import DEFAULT_SPEC
 from ..record import record
@@ -225,8 +225,10 @@ def run_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument("--dry-run", action="store_true", help="print what would be done and exit")
     g.add_argument("--json", action="store_true", help="with --dry-run: JSON instead of shell lines")
     g.add_argument("--topology", metavar="SRC",
-                   help="plan for another machine (hwloc XML, cpuinfo file, 'synthetic:...'); only "
-                        "with --dry-run or --hardware")
+                   help="plan for another machine (hwloc XML, a file of 'affinity topology --json', cpuinfo "
+                        "file, 'synthetic:...'); only with --dry-run or --hardware")
+    g.add_argument("--numa-nodes", metavar="DIR", default=None,
+                   help="with a cpuinfo file as --topology: a sysfs-like node directory (nodeN/cpulist)")
     g.add_argument("-v", "--verbose", action="store_true",
                    help="say what is applied, and have --pin-threads report every pin")
     g.add_argument("--runtime", default="intel", metavar="NAME", type=runtime_name(auto=True),
@@ -344,6 +346,20 @@ def _blocktime(text: str | None, environ: Mapping[str, str]) -> str | None:
     if text.strip().lower() == "none":
         return None
     return check_blocktime(text, "--blocktime")
+
+
+def check_numa_nodes(numa_nodes: str | None, topology: str | None) -> None:
+    """``--numa-nodes DIR`` goes with a cpuinfo file as ``--topology`` (``affinity run``,
+    ``plan``, ``topology``): any other source says its own NUMA nodes, and this machine's
+    are read from the machine.  Raises UsageError naming both."""
+    if numa_nodes is None:
+        return
+    from ..machine.topology import SOURCE_KINDS, source_kind  # lazy: only a described machine
+
+    kind = source_kind(topology)
+    if kind != "cpuinfo":
+        raise UsageError(f"--numa-nodes {numa_nodes}: goes with a cpuinfo file as --topology, not with "
+                         f"{SOURCE_KINDS[kind]} ({topology or 'system'!r}), which says its own NUMA nodes")
 
 
 def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> RunOptions:

@@ -42,7 +42,7 @@ from ..machine.topology import Topology
 from ..record import replace
 from . import fastpath
 from .build import Context, Launch, build_launch
-from .options import options_from_args, run_parser, say
+from .options import check_numa_nodes, options_from_args, run_parser, say
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         A usage error (status 2).
     """
     opts = _resolve_runtime(options_from_args(args))
-    topology = Topology.load(args.topology) if args.topology else Topology.from_system()
+    topology = _topology(args)
     if args.hardware:
         from .numactl import hardware_text  # lazy: only for --hardware
 
@@ -125,6 +125,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         inst = launch.instances[0]
         fastpath.remember(key, inst.cpus, dict(inst.env), inst.argv)
     return execute(launch)  # CannotExecute: its shell status, by errors.exit_status (tools.cli.main)
+
+
+def _topology(args: argparse.Namespace) -> Topology:
+    """This machine, or ``--topology`` (with ``--numa-nodes`` for a cpuinfo file: refused
+    with any other source, which says its own NUMA nodes)."""
+    check_numa_nodes(args.numa_nodes, args.topology)
+    if not args.topology:
+        return Topology.from_system()
+    return Topology.load(args.topology, numa_nodes=args.numa_nodes)
 
 
 def _resolve_runtime(opts: Any) -> Any:

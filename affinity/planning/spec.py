@@ -34,7 +34,6 @@ what libiomp5 was observed to do (see ``docs/semantics.md``).
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable, Mapping
 
@@ -804,6 +803,8 @@ def _near_name(key: str, allowed: tuple[str, ...] | None) -> str:
         return ""
     if key.upper() in allowed:
         return f": variable names are upper case, {key.upper()} (the runtimes read no other spelling)"
+    import difflib  # lazy: only for an error (its import makes a namedtuple: code compiled at run time)
+
     close = difflib.get_close_matches(key.upper(), allowed, n=1, cutoff=0.8)
     return f": did you mean {close[0]}?" if close else ""
 

@@ -46,14 +46,10 @@ def _add_topology_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _load_topology(args: argparse.Namespace):
-    from ..machine.topology import SOURCE_KINDS, Topology, source_kind  # lazy: a command loads only its own layers
+    from ..launcher.options import check_numa_nodes  # lazy: a command loads only its own layers
+    from ..machine.topology import Topology  # lazy: a command loads only its own layers
 
-    if args.numa_nodes is not None:
-        kind = source_kind(args.topology)
-        if kind != "cpuinfo":
-            raise UsageError(f"--numa-nodes {args.numa_nodes}: goes with a cpuinfo file as --topology, "
-                             f"not with {SOURCE_KINDS[kind]} ({args.topology or 'system'!r}), "
-                             f"which says its own NUMA nodes")
+    check_numa_nodes(args.numa_nodes, args.topology)
     return Topology.load(args.topology, numa_nodes=args.numa_nodes)
 
 
@@ -124,15 +120,27 @@ def _plan_text(p: object, spec: str | None, env: dict[str, str]) -> str:
     from ..cpulist import format_list  # lazy: a command loads only its own layers
 
     gran = f" at {p.granularity} granularity" if p.granularity else ""
-    lines = [f"plan: {_planned(spec, env)} on {p.topology.describe()} ({p.runtime}'s rules)",
+    lines = [f"plan: {_planned(spec, env)} on {p.topology.describe()}{_in_mask(p)} ({p.runtime}'s rules)",
              f"{_plural(p.threads, 'thread')}, {p.affinity_type}{gran} (proc_bind {p.proc_bind}):"]
     lines += [f"  thread {i} -> {{{format_list(s)}}}" for i, s in enumerate(p.cpusets)]
     lines += [f"warning: {w}" for w in p.warnings]
-    if spec is not None:
-        from ..planning.planner import unread  # lazy: a command loads only its own layers
-
-        lines += [f"warning: {w}" for w in unread(spec, p.runtime)]
+    lines += [f"warning: {w}" for w in _unread(spec, p.runtime)]
     return "\n".join(lines)
+
+
+def _in_mask(p: Any) -> str:
+    """`` in process mask 100-111`` when the plan starts from another mask than the machine's."""
+    from ..cpulist import format_list  # lazy: a command loads only its own layers
+
+    whole = p.topology.allowed or p.topology.cpuset
+    return "" if p.initial_mask == whole else f" in process mask {format_list(p.initial_mask)}"
+
+
+def _unread(spec: str | None, runtime: str) -> list[str]:
+    """What ``spec`` sets that ``runtime`` never reads (:func:`affinity.planning.planner.unread`)."""
+    from ..planning.planner import unread  # lazy: a command loads only its own layers
+
+    return unread(spec, runtime)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -155,6 +163,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except SpecError as e:
         return _usage(args, str(e))
     topo = _load_topology(args)
+    if mask is not None:  # a CPU the machine lacks is no mask a process can have: not dropped silently
+        try:
+            topo.check_cpus(mask, f"--mask {args.mask}")
+        except AffinityError as e:
+            return _usage(args, str(e))
     if args.runtime == "auto":  # this process's loaded runtime: usually none -> the default
         from ..binding.which import resolve_runtime  # lazy: only for --runtime auto
 
@@ -181,7 +194,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         workers = worker_layout(p, args.dataloader_workers)
     if args.json:
-        print(json.dumps({**p.to_dict(), "translations": translations, "untranslatable": untranslatable,
+        print(json.dumps({**p.to_dict(), "unread": _unread(args.spec, p.runtime),
+                          "translations": translations, "untranslatable": untranslatable,
                           **({"dataloader_workers": workers.to_dict()} if workers else {})}, indent=2))
     else:
         print(_plan_text(p, args.spec, env))
@@ -213,7 +227,9 @@ def _plan_compare(args: argparse.Namespace, p: Any, env: dict[str, str], mask: A
     except AffinityError as e:  # the other runtime refuses these settings (it would abort or hang)
         q, why = None, str(e)
     if args.json:
-        print(json.dumps({"plan": p.to_dict(), "compare": q.to_dict() if q else {"error": why}}, indent=2))
+        print(json.dumps({"plan": {**p.to_dict(), "unread": _unread(args.spec, p.runtime)},
+                          "compare": {**q.to_dict(), "unread": _unread(args.spec, q.runtime)} if q else
+                          {"error": why, "unread": _unread(args.spec, args.compare)}}, indent=2))
         return 0
     rows = [("thread", p.runtime, args.compare, "")]
     n = max(p.threads, q.threads if q else 0)
@@ -222,13 +238,13 @@ def _plan_compare(args: argparse.Namespace, p: Any, env: dict[str, str], mask: A
         b = ("{" + format_list(q.cpusets[i]) + "}" if i < q.threads else "-") if q else "?"
         rows.append((str(i), a, b, "" if a == b else "differs"))
     w = [max(len(r[k]) for r in rows) for k in range(3)]
-    print(f"plan: {_planned(args.spec, env)} on {p.topology.describe()}: {p.runtime} vs {args.compare}")
+    print(f"plan: {_planned(args.spec, env)} on {p.topology.describe()}{_in_mask(p)}: {p.runtime} vs {args.compare}")
     for r in rows:
         print(f"  {r[0]:>{w[0]}}  {r[1]:<{w[1]}}  {r[2]:<{w[2]}}  {r[3]}".rstrip())
     same = q is not None and q.cpusets == p.cpusets
     print(f"{'same' if same else 'different'} placement" + (f"; {args.compare} refuses: {why}" if why else ""))
     for who, plan_ in ((p.runtime, p), (args.compare, q)):
-        for wtext in (plan_.warnings if plan_ else ()):
+        for wtext in [*(plan_.warnings if plan_ else ()), *_unread(args.spec, who)]:
             print(f"warning ({who}): {wtext}")
     return 0
 

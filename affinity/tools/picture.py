@@ -710,8 +710,9 @@ class _Builder:
     number of cores per row (a dry run with empty cores helps choose that number).
     """
 
-    def __init__(self, topology: Topology, threads: Sequence[_Thread]):
+    def __init__(self, topology: Topology, threads: Sequence[_Thread], unit: str = "thread"):
         self.topo = topology
+        self.words = _UNITS[unit]
         self.on_pu = _threads_on_pus(threads)
         # -- PU size: wide enough for "P#<largest>" and the longest thread text (capped)
         max_os = max(p.os_index for p in topology.pus)
@@ -743,11 +744,11 @@ class _Builder:
         if not ok:
             tip.append("; not allowed to this process")
         if ts:
-            tip.append("; threads " + ", ".join(
-                f"{t.name}" + (f" (floats over {format_list(t.cpus)})" if t.floating else " (alone)")
+            tip.append(f"; {self.words['many']} " + ", ".join(
+                f"{t.name}" + (f" ({self.words['over']} {format_list(t.cpus)})" if t.floating else " (alone)")
                 for t in ts))
         else:
-            tip.append("; no thread")
+            tip.append(f"; no {self.words['one']}")
         return "".join(tip)
 
     def pu_node(self, os_index: int) -> _Node:
@@ -893,10 +894,10 @@ class _Builder:
 
 
 def _canvas(topology: Topology, threads: Sequence[_Thread], on_pu: Mapping[int, Sequence[_Thread]],
-            machine: _Node, title: str | None) -> Layout:
+            machine: _Node, title: str | None, unit: str = "thread") -> Layout:
     """Place the title, the machine and the legend on the canvas (absolute coordinates)."""
     margin = 10
-    legend_nodes = _legend(topology, threads, on_pu)
+    legend_nodes = _legend(topology, threads, on_pu, unit)
     canvas_w = max([machine.w, 360] + [k.w + 12 for k in legend_nodes]) + 2 * margin
     legend = None
     if legend_nodes:
@@ -904,7 +905,7 @@ def _canvas(topology: Topology, threads: Sequence[_Thread], on_pu: Mapping[int, 
                             "Legend", legend_nodes, canvas_w - 2 * margin - 12)
         legend.w = canvas_w - 2 * margin
     head = title if title is not None else (
-        f"{len(threads)} thread{'s' if len(threads) != 1 else ''} on {topology.describe()}"
+        f"{len(threads)} {_UNITS[unit]['one' if len(threads) == 1 else 'many']} on {topology.describe()}"
         if threads else topology.describe())
     y_machine = margin + 26
     pus: list[PUBox] = []
@@ -915,13 +916,13 @@ def _canvas(topology: Topology, threads: Sequence[_Thread], on_pu: Mapping[int, 
     title_label = Label(margin, margin + 16, _fit(head, canvas_w - 2 * margin, 14), 14, _INK,
                         "start", True, "title")
     pus.sort(key=lambda b: b.logical_index)
-    return Layout(canvas_w, height, head, _description(topology, threads, head),
+    return Layout(canvas_w, height, head, _description(topology, threads, head, unit),
                   (title_label,), machine_box, legend_box, tuple(pus))
 
 
 def layout(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *,
            title: str | None = None, roles: Sequence[str] | None = None,
-           max_columns: int | None = None) -> Layout:
+           max_columns: int | None = None, unit: str = "thread") -> Layout:
     """Compute the picture of ``topology`` with ``cpusets`` as plain data.
 
     :func:`render_svg` and :func:`render_png` draw it.
@@ -941,6 +942,9 @@ def layout(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *
     max_columns : int, optional
         How many cores go in a row inside a NUMA node or package (default: chosen
         from the machine's size).
+    unit : {"thread", "rank"}
+        What each set of ``cpusets`` is, for the words of the legend, tooltips and
+        description: a thread (default) or a rank's share of the node.
 
     Returns
     -------
@@ -958,11 +962,24 @@ def layout(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *
     if max_columns is not None and (isinstance(max_columns, bool) or not isinstance(max_columns, int)
                                     or max_columns < 1):
         raise PictureError(f"max_columns must be a positive integer, got {max_columns!r}")
+    if unit not in _UNITS:
+        raise PictureError(f"unit must be one of {', '.join(map(repr, _UNITS))}, got {unit!r}")
     threads = _threads(topology, cpusets, roles)
-    builder = _Builder(topology, threads)
+    builder = _Builder(topology, threads, unit)
     machine = builder.machine(builder.columns(max_columns))
-    return _canvas(topology, threads, builder.on_pu, machine, title)
+    return _canvas(topology, threads, builder.on_pu, machine, title, unit)
 
+
+#: what each drawn set is (``unit=``), in the words of the legend, tooltips and description:
+#: a thread of a plan, or a rank's share of a node (``affinity plan --ranks --picture``)
+_UNITS = {
+    "thread": {"one": "thread", "many": "threads", "numbers": "thread numbers",
+               "floating": "set spans several PUs: the thread floats over each of them",
+               "over": "floats over", "shared": "several threads may run on this PU"},
+    "rank": {"one": "rank", "many": "ranks", "numbers": "rank numbers",
+             "floating": "a rank's share spans several PUs: its threads may run on each of them",
+             "over": "share", "shared": "several ranks share this PU"},
+}
 
 _SW_W, _SW_H = 28, 16  # a legend swatch
 _Item = tuple[str, list[tuple[tuple[Fill, ...], str]], str]  # (key, swatches, explanation)
@@ -972,14 +989,14 @@ def _solid(color: str, stroke: str | None = None, dashed: bool = False) -> Fill:
     return Fill(Rect(0, 0, _SW_W, _SW_H), color, stroke, dashed)
 
 
-def _who_items(threads: Sequence[_Thread], named: Mapping[int, _Thread]) -> list[_Item]:
+def _who_items(threads: Sequence[_Thread], named: Mapping[int, _Thread], unit: str = "thread") -> list[_Item]:
     """Legend entries naming the threads: one per role whose names the PUs show, or
     the colours of the thread numbers."""
     if not threads[0].prefix:
         shown = min(len(threads), len(_PALETTE))
         repeat = f", repeating every {len(_PALETTE)}" if len(threads) > len(_PALETTE) else ""
-        return [("threads", [((_solid(_PALETTE[i]),), str(i)) for i in range(shown)],
-                 f"thread numbers, coloured by number{repeat}")]
+        return [(_UNITS[unit]["many"], [((_solid(_PALETTE[i]),), str(i)) for i in range(shown)],
+                 f"{_UNITS[unit]['numbers']}, coloured by number{repeat}")]
     items: list[_Item] = []
     for role, (prefix, color) in ROLES.items():
         ranks = sorted(t.rank for t in named.values() if t.prefix == prefix)
@@ -991,8 +1008,9 @@ def _who_items(threads: Sequence[_Thread], named: Mapping[int, _Thread]) -> list
 
 
 def _how_items(threads: Sequence[_Thread], on_pu: Mapping[int, Sequence[_Thread]],
-               named: Mapping[int, _Thread]) -> list[_Item]:
+               named: Mapping[int, _Thread], unit: str = "thread") -> list[_Item]:
     """Legend entries for how threads sit on PUs, each only when the picture has it."""
+    words = _UNITS[unit]
     items: list[_Item] = []
     alone = next((t for t in threads if not t.floating and t.number in named), None)
     floating = next((t for t in threads if t.floating and t.number in named), None)
@@ -1001,21 +1019,22 @@ def _how_items(threads: Sequence[_Thread], on_pu: Mapping[int, Sequence[_Thread]
     if floating is not None:
         items.append(("floating", [((_solid(_tint(floating.color), _shade(floating.color), True),),
                                     floating.name)],
-                      "set spans several PUs: the thread floats over each of them"))
+                      words["floating"]))
     if any(len(ts) > 1 for ts in on_pu.values()):
         half = _SW_W // 2
         items.append(("shared", [((Fill(Rect(0, 0, half, _SW_H), _PALETTE[0]),
                                    Fill(Rect(half, 0, _SW_W - half, _SW_H), _PALETTE[1])), "0,1")],
-                      "several threads may run on this PU"))
+                      words["shared"]))
     hidden = len(threads) - len(named)
     if hidden or any(len(ts) > _STRIPES_MAX for ts in on_pu.values()):
         items.append(("many", [((_solid(_MANY, "#6f7f99"),), "+N")],
-                      f"+N: N more threads may run here ({hidden} named nowhere: see the bind map)" if hidden
-                      else f"more than {_STRIPES_MAX} threads: the first ones, then +N for the rest"))
+                      f"+N: N more {words['many']} may run here ({hidden} named nowhere: see the bind map)"
+                      if hidden else f"more than {_STRIPES_MAX} {words['many']}: the first ones, then +N for the rest"))
     return items
 
 
-def _legend(topo: Topology, threads: Sequence[_Thread], on_pu: Mapping[int, Sequence[_Thread]]) -> list[_Node]:
+def _legend(topo: Topology, threads: Sequence[_Thread], on_pu: Mapping[int, Sequence[_Thread]],
+            unit: str = "thread") -> list[_Node]:
     """Legend entries for what the picture shows (only those that occur)."""
     # (key, swatches as (fill, fill, ..., sample text), explanation); a swatch of
     # several fills is split into equal vertical stripes, like a shared PU
@@ -1023,7 +1042,7 @@ def _legend(topo: Topology, threads: Sequence[_Thread], on_pu: Mapping[int, Sequ
     sw_w, sw_h = _SW_W, _SW_H
     named = {t.number: t for ts in on_pu.values() for t in _named(ts)}  # what the labels show
     if threads:
-        items += _who_items(threads, named) + _how_items(threads, on_pu, named)
+        items += _who_items(threads, named, unit) + _how_items(threads, on_pu, named, unit)
     if topo.allowed != topo.cpuset:
         items.append(("disallowed", [((_solid(_PU_OFF[0], _PU_OFF[1], True),), "P#")],
                       f"not allowed to this process (allowed: {format_list(topo.allowed)})"))
@@ -1045,15 +1064,16 @@ def _legend(topo: Topology, threads: Sequence[_Thread], on_pu: Mapping[int, Sequ
     return out
 
 
-def _description(topo: Topology, threads: Sequence[_Thread], head: str) -> str:
+def _description(topo: Topology, threads: Sequence[_Thread], head: str, unit: str = "thread") -> str:
     lines = [head, f"Machine: {topo.describe()}."]
     if topo.allowed != topo.cpuset:
         lines.append(f"Allowed to this process: OS procs {format_list(topo.allowed)}.")
     for t in threads:
         where = f"OS proc {min(t.cpus)}" if not t.floating else f"OS procs {format_list(t.cpus)}"
-        lines.append(f"Thread {t.number}" + (f" ({t.name})" if t.prefix else "") + f": {where}.")
+        lines.append(f"{_UNITS[unit]['one'].capitalize()} {t.number}" + (f" ({t.name})" if t.prefix else "")
+                     + f": {where}.")
     if not threads:
-        lines.append("No threads drawn.")
+        lines.append(f"No {_UNITS[unit]['many']} drawn.")
     return "\n".join(lines)
 
 
@@ -1125,7 +1145,7 @@ def _svg(lay: Layout) -> str:
 
 def render_svg(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *,
                title: str | None = None, roles: Sequence[str] | None = None,
-               max_columns: int | None = None) -> str:
+               max_columns: int | None = None, unit: str = "thread") -> str:
     """The picture as an SVG document.
 
     Every box is a ``<g>`` with ``id`` (its :attr:`Box.key`), ``class`` (its kind),
@@ -1134,7 +1154,7 @@ def render_svg(topology: Topology, cpusets: Sequence[Iterable[int]] | None = Non
 
     Parameters
     ----------
-    topology, cpusets, title, roles, max_columns
+    topology, cpusets, title, roles, max_columns, unit
         As for :func:`layout`.
 
     Returns
@@ -1147,7 +1167,7 @@ def render_svg(topology: Topology, cpusets: Sequence[Iterable[int]] | None = Non
     PictureError
         As for :func:`layout`.
     """
-    return _svg(layout(topology, cpusets, title=title, roles=roles, max_columns=max_columns))
+    return _svg(layout(topology, cpusets, title=title, roles=roles, max_columns=max_columns, unit=unit))
 
 
 # ---------------------------------------------------------------------------
@@ -1240,12 +1260,12 @@ def _png(lay: Layout, scale: int) -> bytes:
 
 def render_png(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *,
                title: str | None = None, roles: Sequence[str] | None = None,
-               max_columns: int | None = None, scale: int = 1) -> bytes:
+               max_columns: int | None = None, scale: int = 1, unit: str = "thread") -> bytes:
     """The picture as PNG bytes, drawn with Pillow from the same :func:`layout` as the SVG.
 
     Parameters
     ----------
-    topology, cpusets, title, roles, max_columns
+    topology, cpusets, title, roles, max_columns, unit
         As for :func:`layout`.
     scale : int
         A positive integer that multiplies every dimension (2 for sharp images
@@ -1265,7 +1285,7 @@ def render_png(topology: Topology, cpusets: Sequence[Iterable[int]] | None = Non
     """
     if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
         raise PictureError(f"scale must be a positive integer, got {scale!r}")
-    lay = layout(topology, cpusets, title=title, roles=roles, max_columns=max_columns)
+    lay = layout(topology, cpusets, title=title, roles=roles, max_columns=max_columns, unit=unit)
     return _png(lay, scale)
 
 

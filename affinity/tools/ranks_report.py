@@ -149,14 +149,18 @@ def plan_ranks(topology: Topology, count: str, spec: str | None = None, threads:
 
 
 def _plan_table(plans: list[RankPlan], header: str, topology: Topology) -> str:
-    lines = [f"{len(plans)} local rank{'s' if len(plans) != 1 else ''} on {topology.describe()} ({header}):",
-             f"{'rank':>4}  {'cpus':<16} {'cores':>5} {'threads':>7}  {'memory':<12} thread -> CPUs"]
+    rows = []
     for p in plans:
         i = p.instance
         mem = f"{i.mempolicy} {format_list(i.mem_nodes)}".strip() if i.mempolicy else "inherited"
         slots = " ".join(f"{{{format_list(s)}}}" for s in i.slots)
-        cores = len(i.share.cores) if i.share else 0
-        lines.append(f"{p.rank:>4}  {format_list(i.cpus):<16} {cores:>5} {i.threads:>7}  {mem:<12} {slots}")
+        rows.append((p.rank, format_list(i.cpus), len(i.share.cores) if i.share else 0, i.threads, mem, slots))
+    wc = max([16] + [len(r[1]) for r in rows])  # columns as wide as their longest entry (a KNL's
+    wm = max([12] + [len(r[4]) for r in rows])  # 0-16,68-84,136-152,204-220 shifted the rest)
+    lines = [f"{len(plans)} local rank{'s' if len(plans) != 1 else ''} on {topology.describe()} ({header}):",
+             f"{'rank':>4}  {'cpus':<{wc}} {'cores':>5} {'threads':>7}  {'memory':<{wm}} thread -> CPUs"]
+    lines += [f"{r:>4}  {cpus:<{wc}} {cores:>5} {threads:>7}  {mem:<{wm}} {slots}"
+              for r, cpus, cores, threads, mem, slots in rows]
     lines += [f"rank {p.rank}: {n}" for p in plans for n in p.said]
     return "\n".join(lines)
 
@@ -187,7 +191,7 @@ def cmd_plan_ranks(args: argparse.Namespace, topology: Topology, write_picture: 
         print(_plan_table(plans, header, topology))
     if args.picture:
         write_picture(args.picture, topology, [p.instance.cpus for p in plans],
-                      title=f"{len(plans)} ranks: each number is a rank's share")
+                      title=f"{len(plans)} ranks: each number is a rank's share", unit="rank")
     return 0
 
 
@@ -296,5 +300,5 @@ def cmd_show_ranks(args: argparse.Namespace, write_picture: Any) -> int:
     if args.picture:
         job, ranks = next(iter(jobs.items()))
         write_picture(args.picture, Topology.from_system(), [r.cpus for r in ranks],
-                      title=f"{job}: each number is a rank's threads")
+                      title=f"{job}: each number is a rank's threads", unit="rank")
     return 1 if any(_overlaps(r) for r in jobs.values()) else 0

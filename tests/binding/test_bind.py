@@ -275,14 +275,20 @@ def test_torchruns_default_team_size_is_a_note_not_a_warning(monkeypatch):
 
 
 RANK_SCRIPT = r"""
-import json, os, affinity
-out = {}
+import json, os, subprocess, threading, affinity
+out = {"before": sorted(os.sched_getaffinity(0))}
 with affinity.pinned("granularity=fine,compact", rank="auto", tensorflow=False, openmp=False,
                      blas=False) as b:
     out["cpus"] = sorted(set().union(*b.plan.cpusets))
     out["threads"] = b.plan.threads
     out["omp"] = os.environ.get("OMP_NUM_THREADS")
+    out["main"] = sorted(os.sched_getaffinity(0))
+    t = threading.Thread(target=lambda: out.__setitem__("thread", sorted(os.sched_getaffinity(0))))
+    t.start(); t.join()
+    out["child"] = subprocess.run(["sh", "-c", "grep Cpus_allowed_list /proc/self/status"],
+                                  capture_output=True, text=True).stdout.split()[-1]
 out["omp_after"] = os.environ.get("OMP_NUM_THREADS")
+out["after"] = sorted(os.sched_getaffinity(0))
 with open(os.path.join(os.environ["RANK_OUT"], str(os.getpid())), "w") as fh:
     json.dump(out, fh)
 """
@@ -303,6 +309,11 @@ def test_rank_auto_under_a_real_mpirun(tmp_path):
     a, b = (set(g["cpus"]) for g in got)
     assert a and b and not a & b and a | b <= set(CPUS)
     assert all(g["omp"] == str(g["threads"]) and g["omp_after"] is None for g in got)
+    # the calling thread, a thread it starts and a process it runs stay in the rank's share
+    # (they stayed on the whole node, overlapping the other rank, unless torch was loaded)
+    for g in got:
+        assert g["main"] == g["thread"] == g["cpus"] and g["child"] == ",".join(map(str, g["cpus"]))
+        assert g["after"] == g["before"]
 
 
 def test_norespect_may_bind_outside_the_process_mask_inside_the_cgroup():

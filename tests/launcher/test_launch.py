@@ -290,6 +290,28 @@ def test_instances_dry_run_json_and_shell():
     assert "> L/instance-1.log 2>&1 &" in lines[1]
 
 
+def test_dry_run_on_a_cpuinfo_file_takes_its_numa_nodes(tmp_path):
+    """docs/index.md gives ``cpuinfo.txt --numa-nodes DIR`` as the way to describe a
+    machine; ``affinity run --dry-run`` refused ``--numa-nodes``, so the preview of a
+    cpuinfo file bound no memory."""
+    (tmp_path / "x.cpuinfo").write_text("\n".join(f"processor\t: {p}\nphysical id\t: {p // 2}\ncore id\t\t: {p % 2}\n"
+                                                 for p in range(4)))
+    for n, cpus in enumerate(["0-1", "2-3"]):
+        (tmp_path / "nodes" / f"node{n}").mkdir(parents=True)
+        (tmp_path / "nodes" / f"node{n}" / "cpulist").write_text(cpus + "\n")
+    r = affinity_run("--instances", "2", "--dry-run", "--topology", str(tmp_path / "x.cpuinfo"),
+                     "--numa-nodes", str(tmp_path / "nodes"), "--", "prog")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("numactl --physcpubind=0-1 --membind=0 -- ")
+    assert lines[1].startswith("numactl --physcpubind=2-3 --membind=1 -- ")
+    for extra in (["--topology", "synthetic:pack:2 core:2 pu:1"], []):  # a source that says its own nodes
+        r = affinity_run("--dry-run", *extra, "--numa-nodes", str(tmp_path / "nodes"), "--", "prog")
+        assert r.returncode == 2 and r.stdout == "", r.stderr
+        assert r.stderr.startswith(f"affinity run: error: --numa-nodes {tmp_path / 'nodes'}: goes with a cpuinfo "
+                                   f"file as --topology, not with "), r.stderr
+
+
 # --------------------------------------------------------------- pin-threads
 
 @TWO

@@ -88,8 +88,13 @@ def test_cpu_selection():
         launch(t, physcpubind=IdList.parse("14", "CPU"))
     with pytest.raises(PlanError, match="none of the CPUs of node 1 is allowed"):
         launch(t, cpunodebind=IdList.parse("1", "node"))
-    with pytest.raises(PlanError, match="relative CPU index 28 is out of range: 28 CPUs are allowed"):
+    with pytest.raises(PlanError, match=r"relative CPU index 28 is out of range: 28 CPUs are allowed "
+                                        r"\(0-13,56-69\), so \+0 to \+27$"):
         launch(t, physcpubind=IdList.parse("+28", "CPU"))
+    one = t.with_allowed({5})  # under taskset -c 5 it said "1 CPUs are allowed (5)"
+    with pytest.raises(PlanError, match=r"relative CPU indexes 1-2 are out of range: only 1 CPU is allowed "
+                                        r"\(5\), so \+0 to \+0$"):
+        launch(one, physcpubind=IdList.parse("+1-2", "CPU"))
     # --norespect starts from the cgroup's cpuset
     ctx = Context(cgroup_cpus=XEON.cpuset)
     assert launch(t, ctx, norespect=True, cpunodebind=IdList.parse("1", "node")).instances[0].cpus == \

@@ -236,3 +236,18 @@ def test_a_picture_that_cannot_be_written_is_refused_before_any_output(words, pa
                        text=True, timeout=60)
     assert r.returncode == 2 and r.stdout == ""
     assert f"affinity {words[0]}: error: argument --picture: {says}" in r.stderr
+
+
+def test_plan_mask_with_cpus_the_machine_lacks_is_refused_and_a_mask_is_shown():
+    """``plan --mask 100-200`` on 112 CPUs planned on 100-111 without a word (``run -C``
+    refuses the same list), and the heading did not show the mask."""
+    xeon = "synthetic:pack:2 [numa] core:28 pu:2"
+    err = one_line_error(run("plan", "scatter", "-t", "2", "--mask", "100-200", "--topology", xeon), 2)
+    assert err.startswith("affinity plan: error: --mask 100-200: CPUs 112-200 do not exist on this machine "
+                          "(CPUs 0-111)")
+    r = run("plan", "scatter", "-t", "2", "--mask", "100-111", "--topology", xeon)
+    assert r.stdout.splitlines()[0] == ("plan: scatter on 2 packages x 28 cores x 2 PUs (112 PUs, 2 NUMA nodes) "
+                                        "in process mask 100-111 (intel's rules)")
+    r = run("plan", "scatter", "-t", "2", "--mask", "0-111", "--compare", "gnu", "--topology", xeon)
+    assert r.stdout.splitlines()[0] == ("plan: scatter on 2 packages x 28 cores x 2 PUs (112 PUs, 2 NUMA nodes): "
+                                        "intel vs gnu")

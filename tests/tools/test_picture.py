@@ -557,3 +557,27 @@ def test_a_live_tensorflow_process_shows_its_pinned_threads_and_a_legend_of_what
     assert "named nowhere: see the bind map" in " ".join(d.texts("legend-many"))
     # the samples of "alone" and "floating" are threads that are
     assert d.texts("legend-alone")[0] in ("i0", "x0") and d.texts("legend-floating")[0] == "m0"
+
+
+def test_a_ranks_picture_speaks_of_ranks_not_threads():
+    """``affinity plan --ranks 3 --picture`` drew rank shares with a legend of "thread
+    numbers" where "the thread floats over" them, and PU tooltips listing "threads"."""
+    from affinity.errors import PictureError
+    from affinity.tools.picture import layout, render_svg
+
+    topo = Topology.from_synthetic("pack:2 [numa] core:4 pu:2")
+    shares = [range(0, 4), range(4, 8), range(8, 16)]
+    lay = layout(topo, shares, unit="rank")
+    texts = [box.tooltip for box in lay.legend.walk() if box.kind == "legend-item"]
+    assert texts == ["rank numbers, coloured by number",
+                     "a rank's share spans several PUs: its threads may run on each of them"]
+    assert lay.description.splitlines()[-3:] == ["Rank 0: OS procs 0-3.", "Rank 1: OS procs 4-7.",
+                                                 "Rank 2: OS procs 8-15."]
+    assert lay.title == "3 ranks on " + topo.describe()
+    svg = render_svg(topo, shares, unit="rank")
+    assert "; ranks 2 (share 8-15)" in svg and "floats" not in svg and "thread numbers" not in svg
+    plain = layout(topo, shares)  # the default stays the threads' words
+    assert [b.tooltip for b in plain.legend.walk() if b.kind == "legend-item"][0] == \
+        "thread numbers, coloured by number"
+    with pytest.raises(PictureError, match="unit must be one of 'thread', 'rank', got 'core'"):
+        layout(topo, shares, unit="core")

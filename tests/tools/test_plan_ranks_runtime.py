@@ -38,3 +38,17 @@ def test_the_preview_is_the_run(runtime):
 def test_options_that_do_not_apply_to_ranks_are_refused(extra):
     r = _cli("plan", "--ranks", "2", *extra, "--topology", XEON)
     assert r.returncode == 2 and f"--ranks does not go with {extra[0]}" in r.stderr
+
+
+def test_the_ranks_table_widens_its_columns_to_the_longest_entry():
+    """On a KNL a share's CPU list (0-16,68-84,136-152,204-220) is longer than the cpus
+    column, and every column after it shifted right, row by row."""
+    r = subprocess.run([sys.executable, "-m", "affinity", "plan", "--ranks", "4", "--topology",
+                        "synthetic:pack:1 group:4 [numa] [numa] core:17 pu:4(indexes=4*68:1*4)"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    head, *rows = r.stdout.splitlines()[1:5]
+    at = head.index("cores")
+    assert rows[0].split()[1] == "0-16,68-84,136-152,204-220"
+    assert all(row[at:at + 5].strip() == "17" for row in rows), r.stdout  # every row under its heading
+    assert len({row.index(" bind ") for row in rows}) == 1

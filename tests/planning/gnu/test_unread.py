@@ -6,6 +6,7 @@ reads ``KMP_AFFINITY``, so nothing is bound), and now it says so, in the planner
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -49,6 +50,23 @@ def test_affinity_plan_prints_it():
                         "--topology", "synthetic:pack:2 [numa] core:4 pu:2"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "warning: KMP_AFFINITY=compact is not read by the gnu runtime" in r.stdout
+
+
+def test_affinity_plan_compare_and_json_say_it():
+    """``--compare`` (what recipes.md recommends for "where will PyTorch's threads land?")
+    and ``--json`` dropped it."""
+    base = [sys.executable, "-m", "affinity", "plan", "scatter", "-t", "3", "--runtime", "gnu-torch",
+            "--topology", "synthetic:pack:1 core:4 pu:1"]
+    r = subprocess.run(base + ["--compare", "intel"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "warning (gnu-torch): KMP_AFFINITY=scatter is not read by the gnu-torch runtime" in r.stdout
+    assert "warning (intel)" not in r.stdout
+    r = subprocess.run(base + ["--compare", "intel", "--json"], capture_output=True, text=True)
+    d = json.loads(r.stdout)
+    assert [w.split(" ", 1)[0] for w in d["plan"]["unread"]] == ["KMP_AFFINITY=scatter"]
+    assert d["compare"]["unread"] == []
+    r = subprocess.run(base + ["--json"], capture_output=True, text=True)
+    assert [w.split(" ", 1)[0] for w in json.loads(r.stdout)["unread"]] == ["KMP_AFFINITY=scatter"]
 
 
 @pytest.mark.parametrize("spec", [None, "compact"])
