@@ -220,7 +220,7 @@ def slurm_step(environ: Mapping[str, str]) -> SlurmStep | None:
     """The Slurm step task ``environ`` describes; ``None`` without ``SLURM_LOCALID`` and
     ``SLURM_STEP_TASKS_PER_NODE`` (outside a step: a batch script is one process).
     Malformed variables raise :class:`PlanError` naming them."""
-    if "SLURM_LOCALID" not in environ or "SLURM_STEP_TASKS_PER_NODE" not in environ:
+    if not _is_rank(environ, "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE"):
         return None
     local_id = _int(environ, "SLURM_LOCALID")
     node = _int(environ, "SLURM_NODEID") if "SLURM_NODEID" in environ else 0
