@@ -34,6 +34,7 @@ __all__ = ["BINDING_VARIABLES", "JOB_VARIABLES", "LAUNCHER_DEFAULTS", "LAUNCHER_
            "parse_rank", "partition", "place_rank", "rank_share", "rank_topology", "replaced_binding",
            "slurm_allocation", "slurm_domain_cpus", "slurm_step", "team_environ", "unranked_warning"]
 
+
 @record
 class LocalRank:
     """This process's place among the processes of its job on this node."""
@@ -626,10 +627,10 @@ def unranked_warning(topology: Topology, environ: Mapping[str, str], whole: froz
         share = None
     if share is not None and share.cpus == topology.allowed:
         return None  # the launcher gave this rank CPUs of its own
-    said = (f"{r.source}: this process is local rank {r.rank} of {r.size} on this node, and without --ranks "
-            f"each of the {r.size} ranks plans on all of cpus {format_list(topology.allowed)}")
+    said = (f"{r.source}: this process is local rank {r.rank} of {r.size} on this node and, without --ranks, "
+            f"plans on all of cpus {format_list(topology.allowed)}, which other ranks plan on too")
     if share is None:
-        return f"{said}: they are more than these CPUs can give disjoint shares to; start fewer ranks per node"
+        return f"{said}: there are more ranks than these CPUs can give disjoint shares to; start fewer per node"
     return f"{said}: --ranks auto gives each a disjoint share (this rank's: cpus {format_list(share.cpus)})"
 
 

@@ -171,8 +171,8 @@ def test_ranks_started_unbound_without_ranks_are_warned_once():
         ln = launch(TWO, env, TWO.cpuset)
         said = [w for w in ln.warnings if "--ranks auto" in w]
         assert len(said) == 1, ln.warnings
-        assert ("this process is local rank 1 of 2 on this node, and without --ranks each of the 2 ranks plans on "
-                "all of cpus 0-1: --ranks auto gives each a disjoint share (this rank's: cpus 1)") in said[0]
+        assert ("this process is local rank 1 of 2 on this node and, without --ranks, plans on all of cpus 0-1, "
+                "which other ranks plan on too: --ranks auto gives each a disjoint share (this rank's: cpus 1)") in said[0]
         assert ln.instances[0].cpus == {0, 1}  # the warning changes nothing
 
 
@@ -199,8 +199,8 @@ def test_norespect_without_ranks_under_a_binding_is_warned():
 
 def test_more_ranks_than_cpus_without_ranks_are_told_so():
     (said,) = launch(TWO, srun_env(2, 3, "none"), TWO.cpuset).warnings
-    assert said.endswith("each of the 3 ranks plans on all of cpus 0-1: they are more than these CPUs can give "
-                         "disjoint shares to; start fewer ranks per node"), said
+    assert said.endswith("plans on all of cpus 0-1, which other ranks plan on too: there are more ranks than "
+                         "these CPUs can give disjoint shares to; start fewer per node"), said
 
 
 def test_the_launch_cache_key_holds_every_variable_the_warning_reads():
