@@ -17,8 +17,8 @@ from ..machine.cgroup import CpuQuota, cpu_quota, cpuset_cpus, default_thread_co
 from ..machine.topology import Topology
 from ..planning import precedence
 from ..planning.envvars import plan_environment
-from ..planning.launchers import started_by_a_launcher
 from ..planning.gnu.exports import check_inherited
+from ..planning.launchers import started_by_a_launcher
 from ..planning.memory import check_nodes
 from ..planning.planner import plan, plan_env, unread
 from ..planning.spec import DEFAULT_SPEC, PLACEMENT_VARIABLES

@@ -272,13 +272,12 @@ def unrecognized(parser: argparse.ArgumentParser, words: list[str]) -> str:
 
 def _ranks(text: str) -> str:
     """``auto`` or ``R/N`` with ``0 <= R < N`` (the variables behind ``auto`` are read later)."""
-    rank, sep, size = text.partition("/")
-    numbers = sep and rank.strip().lstrip("-").isdigit() and size.strip().isdigit()
-    if text == "auto" or (numbers and 0 <= int(rank) < int(size)):
+    numbers = re.fullmatch(r"(-?\d+)/(\d+)", text)
+    if text == "auto" or (numbers and 0 <= int(numbers[1]) < int(numbers[2])):
         return text
-    if numbers and int(rank) < 0:
-        raise argparse.ArgumentTypeError(f"the rank must be >= 0, got {int(rank)} in {text!r} (RANK/SIZE with "
-                                         f"0 <= RANK < SIZE)")
+    if numbers and int(numbers[1]) < 0:
+        raise argparse.ArgumentTypeError(f"the rank must be >= 0, got {int(numbers[1])} in {text!r} (RANK/SIZE "
+                                         f"with 0 <= RANK < SIZE)")
     if numbers:
         raise argparse.ArgumentTypeError(f"expected RANK < SIZE, got {text!r} (RANK from 0 to SIZE-1)")
     raise argparse.ArgumentTypeError(f"expected 'auto' or RANK/SIZE with RANK < SIZE, such as '1/4', "
