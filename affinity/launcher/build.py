@@ -244,6 +244,7 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
     warnings.extend(_unranked(opts, topology, ctx, selected))
     work = topology.with_allowed(rank_share.cpus if rank_share is not None else selected)
     shares = _instance_shares(opts, work, rank_share)
+    notices.extend(_kinds_said(opts, work, shares))
     mem_nodes = _explicit_mem_nodes(opts, topology, nodes)
     sharing = opts.instances * (rank.size if rank else 1)
     team_env, said = _team_environ(ctx.environ, rank)
@@ -337,6 +338,7 @@ def _rank_share(opts: RunOptions, topology: Topology, ctx: Context, selected: fr
             hint = ranks.crowded_hint(ctx.environ, rank, binding, selected, ctx.cgroup_cpus & topology.cpuset)
         raise PlanError(f"--ranks: {rank.size} ranks on this node ({rank.source}): {e}{hint}") from e
     (notices if binding is not None or replaced else notes).append(replaced + how)
+    notices.extend(n for n in [ranks.rank_kinds_note(topology.with_allowed(selected), rank, share)] if n)
     return rank, share
 
 
@@ -379,6 +381,16 @@ def _instance_shares(opts: RunOptions, work: Topology, rank_share: Share | None)
         what = f"--instances {opts.instances}" + (f" --cores-per-instance {opts.cores_per_instance}"
                                                    if opts.cores_per_instance else "")
         raise PlanError(f"{what}: {e}") from e
+
+
+def _kinds_said(opts: RunOptions, work: Topology, shares: list[Share | None]) -> list[str]:
+    """On a hybrid machine, which instances' shares mix core kinds or differ in speed."""
+    if len(shares) < 2:
+        return []
+    from ..planning.ranks import kinds_note  # lazy: only several instances pay its import
+
+    note = kinds_note(work, [s for s in shares if s is not None], opts.cores_per_instance, "instance")
+    return [note] if note else []
 
 
 # 4. memory policy

@@ -21,7 +21,7 @@ Three parts, all pure:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from ..cpulist import format_list
 from ..errors import PlanError
@@ -29,10 +29,11 @@ from ..machine.topology import Topology
 from ..record import record, replace
 from .launchers import BINDING_VARIABLES, LAUNCHER_VARIABLES
 
-__all__ = ["BINDING_VARIABLES", "JOB_VARIABLES", "LAUNCHER_DEFAULTS", "LAUNCHER_VARIABLES", "LauncherBinding", "LocalRank", "Share",
-           "SlurmStep", "batch_script", "crowded_hint", "job_of", "launcher_binding", "local_rank", "not_a_rank",
-           "parse_rank", "partition", "place_rank", "rank_share", "rank_topology", "replaced_binding",
-           "slurm_allocation", "slurm_domain_cpus", "slurm_step", "team_environ", "unranked_warning"]
+__all__ = ["BINDING_VARIABLES", "JOB_VARIABLES", "LAUNCHER_DEFAULTS", "LAUNCHER_VARIABLES", "LauncherBinding",
+           "LocalRank", "Share", "SlurmStep", "batch_script", "crowded_hint", "job_of", "kinds_note",
+           "launcher_binding", "local_rank", "not_a_rank", "parse_rank", "partition", "place_rank",
+           "rank_kinds_note", "rank_share", "rank_topology", "replaced_binding", "slurm_allocation",
+           "slurm_domain_cpus", "slurm_step", "team_environ", "unranked_warning"]
 
 
 @record
@@ -371,9 +372,17 @@ def partition(topology: Topology, count: int, cores_per_share: int | None = None
       each node holds a number of shares proportional to its cores and splits its
       cores between them (balanced: sizes differ by at most one core); with
       fewer, each share takes whole neighbouring nodes.
-    * ``cores_per_share=C`` gives every share exactly C cores, still node by node
-      where they fit (a share never straddles nodes unless no node has C free
-      cores); leftover cores are not used.
+    * On a hybrid machine (cores of several kinds, ``Core.efficiency``), a node's
+      shares keep the kinds apart when shares of those same balanced sizes can
+      (8 P-cores and 16 E-cores in 3 shares: 8 | 8 | 8); otherwise they are cut
+      as on any machine, and :func:`kinds_note` says which shares mix kinds.
+    * ``cores_per_share=C`` gives every share exactly C cores; leftover cores are
+      not used.  As many shares as possible stay within one node (a share spans
+      nodes only when no node has C free cores left); those that must span nodes
+      stay within one package where its leftover cores allow, take the nodes with
+      the most cores left first (so they span few), and come after the shares
+      that fit in a node.  Inside a node, shares keep to one core kind and then
+      to one last-level cache where the node's shares fit that way.
     * With more shares than cores (and no C), shares are single PUs, spread the
       same way.
 
@@ -387,14 +396,15 @@ def partition(topology: Topology, count: int, cores_per_share: int | None = None
     if not units:
         raise PlanError(f"no allowed core in {topology.describe()}")
     ncores = sum(len(cs) for _, cs in units)
+    kind = _kind_of(topology)
     if cores_per_share is not None:
         if count * cores_per_share > ncores:
             raise PlanError(
                 f"{_n(count, 'share')} of {_n(cores_per_share, 'core')} need {_n(count * cores_per_share, 'core')}, "
                 f"but only {ncores} {'is' if ncores == 1 else 'are'} allowed (cpus {format_list(topology.allowed)})")
-        groups = _place_fixed(units, count, cores_per_share)
+        groups = _place_fixed(topology, units, count, cores_per_share)
     elif count <= ncores:
-        groups = _place_balanced(units, count)
+        groups = _place_balanced(units, count, kind)
     else:
         npus = len(topology.allowed)
         if count > npus:
@@ -403,7 +413,7 @@ def partition(topology: Topology, count: int, cores_per_share: int | None = None
         # one PU per unit: each allowed PU becomes a "core" of its own
         pu_units = [(dom, [(c, frozenset({p})) for c, ps in cs for p in sorted(ps, key=_pu_order(topology))])
                     for dom, cs in units]
-        groups = _place_balanced(pu_units, count)
+        groups = _place_balanced(pu_units, count, kind)
     return tuple(_share(topology, i, g) for i, g in enumerate(groups))
 
 
@@ -446,6 +456,15 @@ def _units(topology: Topology) -> list[tuple[object, list[Unit]]]:
     return list(domains.items())
 
 
+def _kind_of(topology: Topology) -> Callable[[int], int] | None:
+    """A core's kind (its efficiency rank, -1 when unknown; higher is faster) by its
+    logical index, or ``None`` on a machine whose cores are all of one kind."""
+    cores = topology.cores
+    if not cores or all(c.efficiency == cores[0].efficiency for c in cores):
+        return None
+    return [-1 if c.efficiency is None else c.efficiency for c in cores].__getitem__
+
+
 def _apportion(weights: list[int], count: int, caps: list[int]) -> list[int]:
     """Split ``count`` over domains in proportion to ``weights`` (largest remainder;
     ties go to the earlier domain), never above ``caps``."""
@@ -464,15 +483,63 @@ def _apportion(weights: list[int], count: int, caps: list[int]) -> list[int]:
 def _split(items: list, parts: int) -> list[list]:
     """Consecutive chunks whose sizes differ by at most one, larger first."""
     q, r = divmod(len(items), parts)
+    return _chunks(items, [q + 1] * r + [q] * (parts - r))
+
+
+def _chunks(items: list, sizes: list[int]) -> list[list]:
     out, at = [], 0
-    for i in range(parts):
-        n = q + (1 if i < r else 0)
+    for n in sizes:
         out.append(items[at:at + n])
         at += n
     return out
 
 
-def _place_balanced(units: list[tuple[object, list[Unit]]], count: int) -> list[list[Unit]]:
+def _runs(units: list[Unit], key: Callable[[int], object]) -> list[list[Unit]]:
+    """``units`` cut where ``key`` of the core changes (topology order kept)."""
+    runs: list[list[Unit]] = []
+    last: object = object()
+    for u in units:
+        k = key(u[0])
+        if k != last:
+            runs.append([])
+            last = k
+        runs[-1].append(u)
+    return runs
+
+
+def _split_kinds(units: list[Unit], parts: int, kind: Callable[[int], int] | None) -> list[list[Unit]]:
+    """:func:`_split`, with the chunks' sizes (the same sizes) ordered so that no
+    chunk mixes core kinds, when such an order exists; else :func:`_split`."""
+    runs = [len(r) for r in _runs(units, kind)] if kind is not None else []
+    sizes = _kind_sizes(runs, parts) if len(runs) > 1 else None
+    return _split(units, parts) if sizes is None else _chunks(units, sizes)
+
+
+def _kind_sizes(runs: list[int], parts: int) -> list[int] | None:
+    """Sizes q+1 (r of them) and q, as :func:`_split` gives for ``parts`` chunks of
+    ``sum(runs)`` items, in an order whose chunk boundaries fall on every run
+    boundary (larger chunks first in each run), or ``None`` when none does."""
+    q, r = divmod(sum(runs), parts)
+    if q == 0:
+        return None
+    ways: dict[int, tuple[int, ...]] = {0: ()}  # big chunks used so far -> big chunks per run
+    for length in runs:
+        after: dict[int, tuple[int, ...]] = {}
+        for used, path in ways.items():
+            for a in range(min(r - used, length // (q + 1)), -1, -1):
+                if (length - a * (q + 1)) % q == 0:
+                    after.setdefault(used + a, path + (a,))
+        ways = after
+    if r not in ways:
+        return None
+    sizes: list[int] = []
+    for length, a in zip(runs, ways[r]):
+        sizes += [q + 1] * a + [q] * ((length - a * (q + 1)) // q)
+    return sizes
+
+
+def _place_balanced(units: list[tuple[object, list[Unit]]], count: int,
+                    kind: Callable[[int], int] | None = None) -> list[list[Unit]]:
     sizes = [len(cs) for _, cs in units]
     if count < len(units):
         # fewer shares than domains: each share takes whole neighbouring domains
@@ -487,7 +554,7 @@ def _place_balanced(units: list[tuple[object, list[Unit]]], count: int) -> list[
             else:
                 orphans.extend(cs)
             continue
-        parts = _split(cs, k)
+        parts = _split_kinds(cs, k, kind)
         if orphans:
             parts[0][:0] = orphans
             orphans = []
@@ -495,24 +562,122 @@ def _place_balanced(units: list[tuple[object, list[Unit]]], count: int) -> list[
     return groups
 
 
-def _place_fixed(units: list[tuple[object, list[Unit]]], count: int, c: int) -> list[list[Unit]]:
+# shares of exactly C cores
+
+def _place_fixed(topology: Topology, units: list[tuple[object, list[Unit]]], count: int,
+                 c: int) -> list[list[Unit]]:
+    """``count`` shares of ``c`` cores: as many as can be inside one node each (in
+    topology order), then those that must span nodes (:func:`_span`)."""
+    levels = _inner_levels(topology)
+    inside: list[list[Unit]] = []
+    pools: list[list[Unit]] = []  # each node's cores left over
+    for (_, cs), k in zip(units, _fixed_counts(units, count, c)):
+        got, left = _pack(cs, k, c, levels)
+        inside.extend(sorted(got, key=lambda g: g[0][0]))
+        pools.append(list(left))
+    return inside + _span(topology, units, pools, count - len(inside), c)
+
+
+def _fixed_counts(units: list[tuple[object, list[Unit]]], count: int, c: int) -> list[int]:
+    """How many shares of ``c`` cores each node holds whole: every one it can when
+    they are too few for ``count``; else spread (one share per chunk of neighbouring
+    nodes with fewer shares than nodes, else in proportion to what each holds)."""
     caps = [len(cs) // c for _, cs in units]
-    groups: list[list[Unit]] = []
-    if count >= len(units) and sum(caps) >= count:
-        per = _apportion(caps, count, caps)
-        for (_, cs), k in zip(units, per):
-            groups.extend(cs[i * c:(i + 1) * c] for i in range(k))
-    elif count < len(units):
-        # fewer shares than domains: one share per chunk of neighbouring domains,
-        # from the first domain of the chunk that holds C cores
-        for chunk in _split(units, count):
-            fitting = next((cs for _, cs in chunk if len(cs) >= c), None)
-            groups.append(fitting[:c] if fitting is not None else [u for _, cs in chunk for u in cs][:c])
-    if len(groups) == count and all(len(g) == c for g in groups):
-        return groups
-    # no placement node by node: take cores in topology order, across nodes
-    flat = [u for _, cs in units for u in cs]
-    return [flat[i * c:(i + 1) * c] for i in range(count)]
+    if sum(caps) <= count:
+        return caps
+    if count < len(units):
+        per = [0] * len(units)
+        for chunk in _split(list(range(len(units))), count):
+            first = next((i for i in chunk if caps[i]), None)
+            if first is None:
+                return _apportion(caps, count, caps)
+            per[first] += 1
+        return per
+    return _apportion(caps, count, caps)
+
+
+Level = tuple[Callable[[int], object], bool]  # (a core's group by its logical index, fill fastest first)
+
+
+def _inner_levels(topology: Topology) -> list[Level]:
+    """The groups a node's shares keep to, in order: one core kind (the fastest
+    kind filled first), then one last-level cache (spread over the caches)."""
+    levels: list[Level] = []
+    kind = _kind_of(topology)
+    if kind is not None:
+        levels.append((kind, True))
+    llcs = topology.llcs
+    if len(llcs) > 1:
+        llc_of = {p: llc.logical_index for llc in llcs for p in llc.cpuset}
+        levels.append(([llc_of.get(next(iter(c.cpuset)), -1) for c in topology.cores].__getitem__, False))
+    return levels
+
+
+def _pack(units: list[Unit], k: int, c: int, levels: list[Level]) -> tuple[list[list[Unit]], list[Unit]]:
+    """``k`` shares of ``c`` cores out of ``units`` (``k * c <= len(units)``), each
+    inside one group of the first level where they fit, and the units left over."""
+    if k == 0:
+        return [], units
+    for at, (key, fastest_first) in enumerate(levels):
+        runs = _runs(units, key)
+        if 1 < len(runs) < len(units):  # a level of one group, or of one core per group, says nothing
+            break
+    else:
+        return [units[i * c:(i + 1) * c] for i in range(k)], units[k * c:]
+    caps = [len(r) // c for r in runs]
+    if sum(caps) <= k:
+        per = caps
+    elif fastest_first:
+        per, left = [0] * len(runs), k
+        for i in sorted(range(len(runs)), key=lambda i: -key(runs[i][0][0])):  # type: ignore[operator]
+            per[i] = min(caps[i], left)
+            left -= per[i]
+    else:
+        per = _apportion(caps, k, caps)
+    shares: list[list[Unit]] = []
+    pools: list[list[Unit]] = []
+    for run, n in zip(runs, per):
+        got, left_over = _pack(run, n, c, levels[at + 1:])
+        shares.extend(got)
+        pools.append(list(left_over))
+    if len(shares) < k:
+        shares.extend(_gather(pools, k - len(shares), c))
+    return shares, [u for p in pools for u in p]
+
+
+def _gather(pools: list[list[Unit]], n: int, c: int) -> list[list[Unit]]:
+    """``n`` shares of ``c`` units taken out of ``pools`` (emptied in place), each from
+    as few pools as it can: the fullest pools first, the rest from the smallest pool
+    that holds it."""
+    out: list[list[Unit]] = []
+    for _ in range(n):
+        need, share = c, []
+        while need:
+            fit = [i for i, p in enumerate(pools) if len(p) >= need]
+            i = min(fit, key=lambda i: len(pools[i])) if fit else max(range(len(pools)), key=lambda i: len(pools[i]))
+            take = min(need, len(pools[i]))
+            share.extend(pools[i][:take])
+            del pools[i][:take]
+            need -= take
+        out.append(sorted(share, key=lambda u: u[0]))
+    return out
+
+
+def _span(topology: Topology, units: list[tuple[object, list[Unit]]], pools: list[list[Unit]], n: int,
+          c: int) -> list[list[Unit]]:
+    """``n`` shares of ``c`` cores out of the nodes' leftover ``pools``: inside one
+    package where its leftover cores allow (spread over the packages), then across."""
+    if n == 0:
+        return []
+    packages: dict[int, list[list[Unit]]] = {}
+    for (_, cs), pool in zip(units, pools):
+        packages.setdefault(topology.cores[cs[0][0]].package, []).append(pool)
+    fits = [sum(len(p) for p in ps) // c for ps in packages.values()]
+    per = fits if sum(fits) <= n else _apportion(fits, n, fits)
+    out: list[list[Unit]] = []
+    for ps, k in zip(packages.values(), per):
+        out.extend(_gather(ps, k, c))
+    return out + _gather(pools, n - len(out), c)
 
 
 def _share(topology: Topology, index: int, group: list[Unit]) -> Share:
@@ -521,6 +686,86 @@ def _share(topology: Topology, index: int, group: list[Unit]) -> Share:
     nodes = frozenset(topology.numa_nodes[topology.pu(p).numa].os_index for p in cpus
                       if topology.pu(p).numa is not None)
     return Share(index, cpus, cores, nodes)
+
+
+# core kinds (hybrid machines)
+
+def kinds_note(topology: Topology, shares: Sequence[Share], cores_per_share: int | None = None,
+               noun: str = "share", mine: int | None = None) -> str | None:
+    """A sentence when ``shares`` of a hybrid ``topology`` are not all of one core
+    kind, ``None`` otherwise: each share's core kinds (shares alike grouped; with
+    ``mine``, that one's first, for the rank that holds it), that a team on mixed
+    kinds runs at the pace of its slower cores and that shares of different kinds do
+    not run at the same speed; for a balanced split (no ``cores_per_share``) that
+    mixes kinds, the nearest share counts that keep them apart.  ``noun`` names a
+    share in the sentence (``"rank"``, ``"instance"``)."""
+    kind = _kind_of(topology)
+    if kind is None:
+        return None
+    kinds = [_kinds_in(topology, s) for s in shares]
+    if len(set(kinds)) == 1 and len(kinds[0]) <= 1:
+        return None
+    mixed = any(len(k) > 1 for k in kinds)
+    others = [i for i in range(len(shares)) if i != mine]
+    said = [f"this {noun}'s share: {_kinds_text(kinds[mine])}"] if mine is not None else []
+    alike: dict[tuple[tuple[str, int], ...], list[int]] = {}
+    for i in others:
+        alike.setdefault(kinds[i], []).append(i)
+    listed = ", ".join(f"{noun}{'s' if len(ix) > 1 else ''} {format_list(ix)}: {_kinds_text(k)}"
+                       for k, ix in alike.items())
+    whose = ("the other " if mine is not None else "the ") + noun + ("s" if noun == "share" else "s' shares")
+    said.append(f"{whose}: {listed}")
+    why = []
+    if mixed:
+        why.append("a team on cores of several kinds runs at the pace of its slower ones")
+    if len(set(kinds)) > 1:
+        why.append(f"the {noun}s do not run at the same speed")
+    text = f"core kinds differ: {'; '.join(said)}: {' and '.join(why)}"
+    if mixed and cores_per_share is None:
+        text += "; " + _apart_text(topology, len(shares), kind)
+    return text
+
+
+def rank_kinds_note(topology: Topology, rank: LocalRank, share: Share) -> str | None:
+    """:func:`kinds_note` for local rank ``rank`` when its ``share`` is its part of
+    :func:`partition` of ``topology`` (not a launcher's own mask); ``None`` on a
+    machine of one core kind."""
+    if rank.size < 2 or _kind_of(topology) is None:
+        return None
+    shares = partition(topology, rank.size)
+    if shares[rank.rank].cpus != share.cpus:
+        return None
+    return kinds_note(topology, shares, noun="rank", mine=rank.rank)
+
+
+def _kinds_in(topology: Topology, share: Share) -> tuple[tuple[str, int], ...]:
+    """(kind, cores) of ``share``, the fastest kind first."""
+    count: dict[tuple[int, str], int] = {}
+    for i in share.cores:
+        core = topology.cores[i]
+        eff = -1 if core.efficiency is None else core.efficiency
+        key = (eff, core.kind or f"efficiency-{eff}")
+        count[key] = count.get(key, 0) + 1
+    return tuple((name, n) for (_, name), n in sorted(count.items(), key=lambda kv: -kv[0][0]))
+
+
+def _kinds_text(kinds: tuple[tuple[str, int], ...]) -> str:
+    return " + ".join(f"{n} {name}" for name, n in kinds) + f" core{'' if sum(n for _, n in kinds) == 1 else 's'}"
+
+
+def _apart_text(topology: Topology, count: int, kind: Callable[[int], int]) -> str:
+    """Which share counts nearest ``count`` give balanced shares of one kind each."""
+    units = _units(topology)
+    ncores = sum(len(cs) for _, cs in units)
+
+    def apart(k: int) -> bool:
+        return all(len({kind(c) for c, _ in g}) == 1 for g in _place_balanced(units, k, kind))
+
+    below = next((k for k in range(count - 1, 1, -1) if apart(k)), None)
+    above = next((k for k in range(count + 1, ncores + 1) if apart(k)), None)
+    near = " or ".join(str(k) for k in (below, above) if k is not None)
+    return (f"no split into {count} shares of balanced size keeps the kinds apart here"
+            + (f"; {near} shares would" if near else ""))
 
 
 # ------------------------------------------------------------- placing a rank

@@ -149,11 +149,11 @@ def test_xeon_cores_per_instance_fills_node_by_node():
     assert [len(s.cores) for s in shares] == [10] * 4
     assert [s.numa_nodes for s in shares] == [{0}, {0}, {1}, {1}]
     assert shares[0].cpus == cpus((0, 9), (56, 65)) and shares[2].cpus == cpus((28, 37), (84, 93))
-    # 3 shares of 18 cores: a node holds only one, so they are taken in order across nodes
+    # 3 shares of 18 cores: a node holds only one; the third, from both nodes' leftovers, comes last
     three = partition(t, 3, 18)
     check_disjoint(t, three)
     assert [len(s.cores) for s in three] == [18, 18, 18]
-    assert [s.numa_nodes for s in three] == [{0}, {0, 1}, {1}]
+    assert [s.numa_nodes for s in three] == [{0}, {1}, {0, 1}]
     with pytest.raises(PlanError, match="3 shares of 19 cores need 57 cores, but only 56 are allowed"):
         partition(t, 3, 19)
 
