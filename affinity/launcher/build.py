@@ -18,6 +18,7 @@ from ..machine.topology import Topology
 from ..planning import precedence
 from ..planning.envvars import plan_environment
 from ..planning.gnu.exports import check_inherited
+from ..planning.launchers import started_by_a_launcher
 from ..planning.memory import check_nodes
 from ..planning.planner import plan, plan_env, unread
 from ..planning.spec import DEFAULT_SPEC, PLACEMENT_VARIABLES
@@ -240,6 +241,7 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
     nodes = _Nodes.of(topology, ctx)
     selected = _select_cpus(opts, topology, ctx, nodes, notes)
     rank, rank_share = _rank_share(opts, topology, ctx, selected, notes, notices)
+    warnings.extend(_unranked(opts, topology, ctx, selected))
     work = topology.with_allowed(rank_share.cpus if rank_share is not None else selected)
     shares = _instance_shares(opts, work, rank_share)
     notices.extend(_kinds_said(opts, work, shares))
@@ -316,29 +318,42 @@ def _cpunodebind(ids: IdList, topology: Topology, base: frozenset[int], nodes: _
 def _rank_share(opts: RunOptions, topology: Topology, ctx: Context, selected: frozenset[int],
                 notes: list[str], notices: list[str]) -> tuple[LocalRank | None, Share | None]:
     """This rank's share (:func:`~affinity.planning.ranks.place_rank`): a launcher
-    that bound the rank itself is followed, and that is said (``notices``)."""
+    that bound the rank itself is followed, and that is said (``notices``); under
+    ``--norespect`` its binding is replaced by the cgroup's cpuset, cut as if unbound."""
     if opts.ranks is None:
         return None, None
-    from ..planning.ranks import (launcher_binding, parse_rank, place_rank,  # lazy: only --ranks pays its import
-                                  rank_kinds_note)
+    from ..planning import ranks  # lazy: only --ranks pays its import
 
-    rank = parse_rank(opts.ranks, ctx.environ)
-    binding = launcher_binding(ctx.environ, rank) if opts.ranks == "auto" else None
+    rank = ranks.parse_rank(opts.ranks, ctx.environ)
+    binding = ranks.launcher_binding(ctx.environ, rank, topology) if opts.ranks == "auto" else None
     whole = (ctx.cgroup_cpus or topology.cpuset) & topology.cpuset
+    replaced = ""
+    if binding is not None and opts.norespect:  # --norespect replaces the launcher's binding
+        replaced, binding = ranks.replaced_binding(binding, rank, topology.allowed, whole) + ": ", None
     try:
-        share, how = place_rank(topology.with_allowed(selected), rank, binding, whole)
+        share, how = ranks.place_rank(topology.with_allowed(selected), rank, binding, whole)
     except PlanError as e:
         hint = ""
         if ctx.cgroup_cpus and selected < (ctx.cgroup_cpus & topology.cpuset):
-            hint = (f"; this process may use only {format_list(selected)} of the cgroup's "
-                    f"{format_list(ctx.cgroup_cpus)}: if something bound the ranks without a variable "
-                    f"saying so (torchrun --numa-binding, taskset, an MPI launcher affinity does not "
-                    f"read), start them unbound (mpirun --bind-to none, srun --cpu-bind=none) or pass "
-                    f"--norespect")
+            hint = ranks.crowded_hint(ctx.environ, rank, binding, selected, ctx.cgroup_cpus & topology.cpuset)
         raise PlanError(f"--ranks: {rank.size} ranks on this node ({rank.source}): {e}{hint}") from e
-    (notices if binding is not None else notes).append(how)
-    notices.extend(n for n in [rank_kinds_note(topology.with_allowed(selected), rank, share)] if n)
+    (notices if binding is not None or replaced else notes).append(replaced + how)
+    notices.extend(n for n in [ranks.rank_kinds_note(topology.with_allowed(selected), rank, share)] if n)
     return rank, share
+
+
+def _unranked(opts: RunOptions, topology: Topology, ctx: Context, selected: frozenset[int]) -> list[str]:
+    """Without ``--ranks`` (and without a CPU choice of the user's), in a process a
+    launcher started as one of several local ranks that would all plan on the same
+    CPUs: the warning (:func:`~affinity.planning.ranks.unranked_warning`)."""
+    if (opts.ranks is not None or opts.physcpubind is not None or opts.cpunodebind is not None
+            or not started_by_a_launcher(ctx.environ)):
+        return []
+    from ..planning.ranks import unranked_warning  # lazy: only under a launcher
+
+    whole = (ctx.cgroup_cpus or topology.cpuset) & topology.cpuset
+    said = unranked_warning(topology.with_allowed(selected), ctx.environ, whole, opts.norespect)
+    return [said] if said else []
 
 
 def _team_environ(environ: Mapping[str, str], rank: LocalRank | None) -> tuple[Mapping[str, str], list[str]]:

@@ -70,7 +70,15 @@ KEEP = 32
 READ_PREFIXES = ("OMP_", "KMP_", "GOMP_", "TF_", "AFFINITY_", "HWLOC_", "LD_", "PYTHON")
 #: ... and these (``tests/launcher/test_startup.py`` checks that every variable the
 #: launcher, the planner and the machine layer name is covered)
-READ_NAMES = ("PATH", "HOME", "XDG_CACHE_HOME")
+READ_NAMES = ("PATH", "HOME", "XDG_CACHE_HOME",
+              #: a launcher's local rank and size and its binding: without --ranks, a process that
+              #: is one of several local ranks planning on shared CPUs is warned (never remembered);
+              #: the names of affinity.planning.launchers (tests/launcher/test_launch_ranks.py)
+              "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+              "MV2_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_SIZE", "PMI_LOCAL_RANK", "PMI_LOCAL_SIZE",
+              "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID",
+              "OMPI_MCA_orte_bound_at_launch", "HYDRA_USER_PROVIDED_BINDING", "SLURM_CPU_BIND_TYPE",
+              "SLURM_CPU_BIND_LIST")
 #: the files that hold a cgroup's CPU limits (cgroup v2 and v1)
 _LIMIT_FILES = ("cpu.max", "cpu.cfs_quota_us", "cpu.cfs_period_us", "cpuset.cpus", "cpuset.cpus.effective",
                 "cpuset.effective_cpus")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 
@@ -235,6 +236,7 @@ def run_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "OpenMP runtime the command's executable links, read from its ELF file; else intel)")
     p.add_argument("words", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.set_defaults(_run_parser=p)
+    p._negative_number_matcher = _NEGATIVE  # '--ranks -1/2' is a value (argparse's own attribute)
     return p
 
 
@@ -270,11 +272,21 @@ def unrecognized(parser: argparse.ArgumentParser, words: list[str]) -> str:
 
 def _ranks(text: str) -> str:
     """``auto`` or ``R/N`` with ``0 <= R < N`` (the variables behind ``auto`` are read later)."""
-    rank, sep, size = text.partition("/")
-    if text == "auto" or (sep and rank.isdigit() and size.isdigit() and int(rank) < int(size)):
+    numbers = re.fullmatch(r"(-?\d+)/(\d+)", text)
+    if text == "auto" or (numbers and 0 <= int(numbers[1]) < int(numbers[2])):
         return text
+    if numbers and int(numbers[1]) < 0:
+        raise argparse.ArgumentTypeError(f"the rank must be >= 0, got {int(numbers[1])} in {text!r} (RANK/SIZE "
+                                         f"with 0 <= RANK < SIZE)")
+    if numbers:
+        raise argparse.ArgumentTypeError(f"expected RANK < SIZE, got {text!r} (RANK from 0 to SIZE-1)")
     raise argparse.ArgumentTypeError(f"expected 'auto' or RANK/SIZE with RANK < SIZE, such as '1/4', "
                                      f"got {text!r}")
+
+
+#: what argparse takes for a negative number, not an option (its own test, and a
+#: negative RANK/SIZE: '--ranks -1/2' is then a value that :func:`_ranks` refuses)
+_NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$|^-\d+/\d+$")
 
 
 def positive(text: str) -> int:

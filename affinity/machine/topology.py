@@ -18,7 +18,9 @@ Sources:
   OpenMP runtime reads through ``KMP_CPUINFO_FILE`` (pure Python, no hwloc).
 
 The same machine given as XML, synthetic description and cpuinfo file (plus its
-NUMA node lists) gives equal values.
+NUMA node lists) gives equal values.  A cpuinfo file says nothing of caches:
+its topology has ``caches_known=False`` (not compared), where every hwloc
+source lists the caches the machine reports, none included.
 """
 
 from __future__ import annotations
@@ -134,6 +136,14 @@ class Topology:
     source: str = field(default="", compare=False)
     #: True only for :meth:`from_system`: binding through any other topology is refused.
     is_this_system: bool = field(default=False, compare=False)
+    #: whether ``caches`` is the machine's whole list of caches.  ``False`` for a
+    #: source that cannot describe caches (a cpuinfo file): an empty ``caches`` then
+    #: means "not known", not "none".  The hwloc sources (this system, an XML file,
+    #: a synthetic description) list every cache the machine reports, so there an
+    #: empty ``caches`` is a machine that reports none (Linux without
+    #: ``cpu/cpuN/cache/``: some VMs, ARM boards without cache data).  Like
+    #: ``source``, provenance: not compared.
+    caches_known: bool = field(default=True, compare=False)
     #: CPUs the kernel has configured but not online (SMT switched off, hot-unplugged):
     #: what ``sysconf(_SC_NPROCESSORS_CONF)`` counts beyond the PUs.  Known from this
     #: system and from an hwloc XML (its ``complete_cpuset``); 0 where the source cannot
@@ -239,7 +249,8 @@ class Topology:
         if not mask:
             raise TopologyError(f"mask {format_list(cpus)} selects no PU of this machine", self.source)
         return Topology(self.pus, self.cores, self.packages, self.numa_nodes, self.caches,
-                        self.groups, mask, self.source, self.is_this_system, self.offline_cpus)
+                        self.groups, mask, self.source, self.is_this_system, self.caches_known,
+                        self.offline_cpus)
 
     # -------------------------------------------------------------- rendering
     def to_dict(self) -> dict[str, Any]:
@@ -259,6 +270,7 @@ class Topology:
                             "cpuset": cl(n.cpuset), "memory": n.memory} for n in self.numa_nodes],
             "caches": [{"level": c.level, "logical_index": c.logical_index, "cpuset": cl(c.cpuset),
                         "size": c.size} for c in self.caches],
+            "caches_known": self.caches_known,
             "groups": [{"kind": g.kind, "os_index": g.os_index, "logical_index": g.logical_index,
                         "cpuset": cl(g.cpuset)} for g in self.groups],
             "cores": [{"os_index": c.os_index, "logical_index": c.logical_index, "package": c.package,
@@ -334,7 +346,8 @@ class Topology:
         configured = _xml_configured(data)
         if configured is not None and configured > len(t.pus):
             t = Topology(t.pus, t.cores, t.packages, t.numa_nodes, t.caches, t.groups, t.allowed,
-                         t.source, t.is_this_system, configured - len(t.pus))
+                         t.source, t.is_this_system, caches_known=t.caches_known,
+                         offline_cpus=configured - len(t.pus))
         return t
 
     @staticmethod
@@ -463,13 +476,15 @@ def _assemble(pu_rows: Sequence[tuple[int, int, int, int | None]],
               core_info: Mapping[int, tuple[str | None, int | None]] | None,
               allowed: frozenset[int] | None,
               source: str, this_system: bool,
-              position: Mapping[int, int] | None = None) -> Topology:
+              position: Mapping[int, int] | None = None, caches_known: bool = True) -> Topology:
     """Build a Topology from flat rows.
 
     ``pu_rows``: ``(os_index, package_os, core_key, thread_key)`` per PU where
     ``core_key`` identifies the core within its package (its "core id") and
     ``thread_key`` ranks siblings (``None``: by OS index).
     ``numa``: ``(os_index, cpus, memory, hwloc_logical_index or None)``.
+    ``caches_known``: ``False`` for a source that cannot describe caches (see
+    :attr:`Topology.caches_known`).
     ``position``: each PU's depth-first position (hwloc's PU logical index).
     Every logical index derives from it, as in hwloc: objects of one type are
     numbered in the order of their first PU.  Without it (cpuinfo files) the
@@ -524,7 +539,7 @@ def _assemble(pu_rows: Sequence[tuple[int, int, int, int | None]],
     if not allowed_set:
         raise TopologyError("no PU of this machine is allowed to this process", source)
     return Topology(pus, tuple(cores_l), packages, numa_nodes, tuple(cache_vals), tuple(group_vals),
-                    allowed_set, source, this_system)
+                    allowed_set, source, this_system, caches_known)
 
 
 def _hwloc_like_positions(pkg_cpus: Mapping[int, set[int]],
@@ -613,7 +628,7 @@ def _from_cpuinfo_text(text: str, source: str,
                                 f"processors of the file", source)
     groups = [(f"node{lvl}", gid, frozenset(cpus))
               for lvl, ids in node_levels.items() for gid, cpus in ids.items()]
-    return _assemble(rows, numa, (), groups, None, None, source, False)
+    return _assemble(rows, numa, (), groups, None, None, source, False, caches_known=False)
 
 
 def _numa_from_arg(arg: Any, source: str) -> list[tuple[int, frozenset[int], int, None]]:
@@ -775,6 +790,10 @@ def _from_dict(d: Any, source: str) -> Topology:
         where = "caches"
         caches = tuple(Cache(_int(c["level"]), _int(c["logical_index"]), _cpus(c["cpuset"]), _int(c.get("size", 0)))
                        for c in d.get("caches", ()))
+        where = "caches_known"
+        known = d.get("caches_known", bool(caches))  # a file written before the key: an empty list is unknown
+        if not isinstance(known, bool):
+            raise TypeError(f"{known!r} is not true or false")
         where = "groups"
         groups = tuple(Group(str(g["kind"]), None if g["os_index"] is None else _int(g["os_index"]),
                              _int(g["logical_index"]), _cpus(g["cpuset"])) for g in d.get("groups", ()))
@@ -786,7 +805,7 @@ def _from_dict(d: Any, source: str) -> Topology:
     if type(offline) is not int or offline < 0:
         raise TopologyError(f"offline_cpus: {offline!r} is not a count of CPUs", source)
     return Topology(pus, cores, packages, nodes, caches, groups, frozenset(u.os_index for u in pus), source,
-                    offline_cpus=offline)
+                    caches_known=known, offline_cpus=offline)
 
 
 def _int(v: Any) -> int:
@@ -938,6 +957,7 @@ def _system_topology(refresh: bool) -> Topology:
             conf = os.sysconf("SC_NPROCESSORS_CONF") if hasattr(os, "sysconf") else -1
             if conf > len(t.pus):  # configured CPUs that are offline (the runtimes count them)
                 t = Topology(t.pus, t.cores, t.packages, t.numa_nodes, t.caches, t.groups, t.allowed,
-                             t.source, t.is_this_system, conf - len(t.pus))
+                             t.source, t.is_this_system, caches_known=t.caches_known,
+                             offline_cpus=conf - len(t.pus))
             _system_cache = t
         return _system_cache

@@ -27,42 +27,13 @@ from ..cpulist import format_list
 from ..errors import PlanError
 from ..machine.topology import Topology
 from ..record import record, replace
+from .launchers import BINDING_VARIABLES, LAUNCHER_VARIABLES
 
-__all__ = ["BINDING_VARIABLES", "JOB_VARIABLES", "LAUNCHER_DEFAULTS", "LAUNCHER_VARIABLES", "LauncherBinding", "LocalRank", "Share",
-           "SlurmStep", "job_of", "kinds_note", "launcher_binding", "local_rank", "parse_rank", "partition",
-           "place_rank", "rank_kinds_note", "rank_share", "rank_topology", "slurm_allocation", "slurm_step", "team_environ"]
-
-#: ``affinity run --instances K`` as a launcher: it exports the instance's number and the
-#: count, and it always binds each instance to its share before the command starts
-INSTANCES = "affinity run --instances"
-
-#: (launcher, local-rank variable, local-size variable), in the order they are
-#: tried: MPI launchers first (an mpirun inside a Slurm allocation inherits the
-#: allocation's SLURM_* variables), then torchrun, then Slurm's srun.
-LAUNCHER_VARIABLES: tuple[tuple[str, str, str], ...] = (
-    ("Open MPI", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
-    ("MPICH/Intel MPI (Hydra)", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
-    ("MVAPICH2", "MV2_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_SIZE"),
-    ("Cray PMI", "PMI_LOCAL_RANK", "PMI_LOCAL_SIZE"),
-    ("torchrun", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
-    ("Slurm srun", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE"),
-    (INSTANCES, "AFFINITY_INSTANCE", "AFFINITY_NUM_INSTANCES"),
-)
-
-#: (launcher, variable): the variable a launcher sets in a process it bound to CPUs
-#: itself.  Open MPI 4 (ORTE) sets ``OMPI_MCA_orte_bound_at_launch=1`` whenever it
-#: bound (its default, ``--bind-to core`` for two ranks or fewer); Hydra (MPICH,
-#: Intel MPI) sets ``HYDRA_USER_PROVIDED_BINDING=1`` for ``-bind-to``; srun sets
-#: ``SLURM_CPU_BIND_TYPE`` (``none``, or ``mask_cpu:`` with every local task's mask
-#: in ``SLURM_CPU_BIND_LIST``, which is how ``--cpu-bind=cores`` and Slurm's
-#: automatic binding arrive); ``affinity run --instances K`` always binds (its count,
-#: 2 or more, is the evidence).  torchrun binds nothing itself.
-BINDING_VARIABLES: tuple[tuple[str, str], ...] = (
-    ("Open MPI", "OMPI_MCA_orte_bound_at_launch"),
-    ("MPICH/Intel MPI (Hydra)", "HYDRA_USER_PROVIDED_BINDING"),
-    ("Slurm srun", "SLURM_CPU_BIND_TYPE"),
-    (INSTANCES, "AFFINITY_NUM_INSTANCES"),
-)
+__all__ = ["BINDING_VARIABLES", "JOB_VARIABLES", "LAUNCHER_DEFAULTS", "LAUNCHER_VARIABLES", "LauncherBinding",
+           "LocalRank", "Share", "SlurmStep", "batch_script", "crowded_hint", "job_of", "kinds_note",
+           "launcher_binding", "local_rank", "not_a_rank", "parse_rank", "partition", "place_rank",
+           "rank_kinds_note", "rank_share", "rank_topology", "replaced_binding", "slurm_allocation",
+           "slurm_domain_cpus", "slurm_step", "team_environ", "unranked_warning"]
 
 
 @record
@@ -82,13 +53,10 @@ class LocalRank:
 def local_rank(environ: Mapping[str, str]) -> LocalRank | None:
     """The local rank and size from the launcher variables in ``environ``, ``None``
     when no launcher set them.  Variables that are present but malformed raise
-    :class:`PlanError` naming them."""
+    :class:`PlanError` naming them.  A launcher's rank variable without its size
+    variable makes no rank (:func:`not_a_rank` says why, for the messages)."""
     for name, rank_var, size_var in LAUNCHER_VARIABLES:
-        if rank_var not in environ:
-            continue
-        if size_var not in environ:
-            # torchrun always sets both; for Slurm a SLURM_LOCALID without a step
-            # (the batch script itself) is one process, not a rank of a step
+        if not _is_rank(environ, rank_var, size_var):
             continue
         if size_var == "SLURM_STEP_TASKS_PER_NODE":
             step = slurm_step(environ)
@@ -101,11 +69,62 @@ def local_rank(environ: Mapping[str, str]) -> LocalRank | None:
     return None
 
 
+def _is_rank(environ: Mapping[str, str], rank_var: str, size_var: str) -> bool:
+    """The one rule: a launcher's rank variable counts only with its size variable.
+    Every launcher of :data:`LAUNCHER_VARIABLES` sets both in each rank it starts
+    (torchrun always; srun in the tasks of a step); a Slurm batch script or
+    allocation shell has ``SLURM_LOCALID`` but no step: one process, not a rank."""
+    return rank_var in environ and size_var in environ
+
+
+def batch_script(environ: Mapping[str, str]) -> str | None:
+    """The sentence saying that ``environ`` is a Slurm batch script or allocation
+    shell (inside a job, outside any step: one process, not a rank, by
+    :func:`_is_rank`), with the tasks the allocation runs on this node; ``None``
+    elsewhere.  ``affinity run --ranks auto`` refuses there and ``affinity plan
+    --ranks auto`` previews the tasks ``srun`` will start: both say it with this."""
+    if _is_rank(environ, "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE"):
+        return None
+    alloc = slurm_allocation(environ)
+    if alloc is None and "SLURM_LOCALID" not in environ:
+        return None
+    found = (f" (SLURM_LOCALID={environ['SLURM_LOCALID']} is set without SLURM_STEP_TASKS_PER_NODE)"
+             if "SLURM_LOCALID" in environ else "")
+    where = "outside any step of srun: one process, not a rank"
+    if alloc is None:
+        return f"this process is a Slurm batch script or allocation shell{found}, {where}"
+    n = f"{alloc[0]} task{'' if alloc[0] == 1 else 's'}"
+    return f"{alloc[1]}: {n} on this node; this process is its batch script or allocation shell{found}, {where}"
+
+
+def not_a_rank(environ: Mapping[str, str]) -> tuple[list[str], str]:
+    """Why the launcher variables set in ``environ`` make no rank (one sentence per
+    launcher whose rank variable is set without its size variable, by the rule of
+    :func:`local_rank`), and what to do instead; ``([], "")`` when none is set."""
+    why: list[str] = []
+    todo = ""
+    for name, rank_var, size_var in LAUNCHER_VARIABLES:
+        if rank_var not in environ or _is_rank(environ, rank_var, size_var) or size_var == "SLURM_STEP_TASKS_PER_NODE":
+            continue
+        why.append(f"{rank_var}={environ[rank_var]} is set without {size_var}: {name} sets both in every "
+                   f"rank it starts, so this process is not one of them")
+        todo = todo or f"set {size_var} as well, or give --ranks RANK/SIZE"
+    batch = batch_script(environ)
+    if batch is not None:
+        why.append(batch)
+        todo = ("run the command under srun in the script ('srun affinity run --ranks auto -- CMD'; "
+                "'affinity plan --ranks auto' here previews those tasks), or give --ranks RANK/SIZE")
+    return why, todo
+
+
 def parse_rank(text: str, environ: Mapping[str, str]) -> LocalRank:
     """``"auto"`` (from the launcher variables) or an explicit ``"RANK/SIZE"``."""
     if text == "auto":
         r = local_rank(environ)
         if r is None:
+            why, todo = not_a_rank(environ)
+            if why:
+                raise PlanError(f"--ranks auto: not a launcher's rank here: {'; '.join(why)}; {todo}")
             names = ", ".join(v for _, v, _ in LAUNCHER_VARIABLES)
             raise PlanError(f"--ranks auto: no launcher variables found (looked for {names}); "
                             f"start under mpirun/srun/torchrun or give --ranks RANK/SIZE")
@@ -184,6 +203,9 @@ class SlurmStep:
     cpus_per_task: int | None  #: ``SLURM_CPUS_PER_TASK`` (set only with ``-c``/``--cpus-per-task``)
     cpu_bind_type: str  #: ``SLURM_CPU_BIND_TYPE``: ``"none"``, ``"mask_cpu:"``, ``"map_cpu:"``, ... ("" absent)
     cpu_bind_list: tuple[frozenset[int], ...]  #: ``SLURM_CPU_BIND_LIST``: each local task's CPUs (mask_cpu/map_cpu)
+    #: ``SLURM_CPU_BIND_LIST`` of ``map_ldom:``/``mask_ldom:``: each local task's locality
+    #: domain ids (:func:`slurm_domain_cpus` turns them into CPUs)
+    cpu_bind_domains: tuple[frozenset[int], ...] = ()
 
     @property
     def tasks_on_node(self) -> int:
@@ -200,7 +222,7 @@ def slurm_step(environ: Mapping[str, str]) -> SlurmStep | None:
     """The Slurm step task ``environ`` describes; ``None`` without ``SLURM_LOCALID`` and
     ``SLURM_STEP_TASKS_PER_NODE`` (outside a step: a batch script is one process).
     Malformed variables raise :class:`PlanError` naming them."""
-    if "SLURM_LOCALID" not in environ or "SLURM_STEP_TASKS_PER_NODE" not in environ:
+    if not _is_rank(environ, "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE"):
         return None
     local_id = _int(environ, "SLURM_LOCALID")
     node = _int(environ, "SLURM_NODEID") if "SLURM_NODEID" in environ else 0
@@ -210,8 +232,9 @@ def slurm_step(environ: Mapping[str, str]) -> SlurmStep | None:
                         f"{environ['SLURM_STEP_TASKS_PER_NODE']!r} lists {len(per_node)} nodes")
     cpt = _int(environ, "SLURM_CPUS_PER_TASK") if environ.get("SLURM_CPUS_PER_TASK", "").strip() else None
     bind_type = environ.get("SLURM_CPU_BIND_TYPE", "").strip()
-    return SlurmStep(local_id, node, per_node, cpt, bind_type,
-                     _slurm_bind_list(bind_type, environ.get("SLURM_CPU_BIND_LIST", "")))
+    ids = _slurm_bind_list(bind_type, environ.get("SLURM_CPU_BIND_LIST", ""))
+    domains = bind_type.startswith(("map_ldom", "mask_ldom"))
+    return SlurmStep(local_id, node, per_node, cpt, bind_type, () if domains else ids, ids if domains else ())
 
 
 def slurm_allocation(environ: Mapping[str, str]) -> tuple[int, str] | None:
@@ -241,22 +264,43 @@ def _slurm_counts(text: str, var: str) -> tuple[int, ...]:
 
 
 def _slurm_bind_list(bind_type: str, text: str) -> tuple[frozenset[int], ...]:
-    """``SLURM_CPU_BIND_LIST``: hex masks (``mask_cpu:``, ``0x1,0x2``) or CPU ids
-    (``map_cpu:``, ``0,1``), one per local task; empty for other types."""
-    items = [t.strip() for t in text.split(",") if t.strip()]
+    """``SLURM_CPU_BIND_LIST``, one set per local task, as Slurm's task/affinity reads
+    it: hex masks (``mask_cpu:`` CPUs, ``mask_ldom:`` locality domains; ``0x``
+    optional) or single ids (``map_cpu:`` CPUs, ``map_ldom:`` domains; decimal unless
+    written with ``0x``); empty for other types."""
+    kind = bind_type.partition(":")[0]
+    if kind not in ("mask_cpu", "map_cpu", "mask_ldom", "map_ldom"):
+        return ()
     out = []
-    for item in items:
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
         try:
-            if bind_type.startswith("mask_cpu"):
+            if kind.startswith("mask"):
                 bits = int(item, 16)
                 out.append(frozenset(i for i in range(bits.bit_length()) if bits >> i & 1))
-            elif bind_type.startswith("map_cpu"):
-                out.append(frozenset({int(item)}))
             else:
-                return ()
+                out.append(frozenset({int(item, 16) if item[:2].lower() == "0x" else int(item)}))
         except ValueError:
             raise PlanError(f"SLURM_CPU_BIND_LIST={text!r} ({bind_type}): cannot read {item!r}") from None
     return tuple(out)
+
+
+def slurm_domain_cpus(topology: Topology, domains: frozenset[int]) -> frozenset[int]:
+    """The CPUs of Slurm's locality domains ``domains`` (``map_ldom``, ``mask_ldom``), as
+    its task/affinity plugin binds them: domain ``d`` is the NUMA node whose OS index
+    is ``d`` modulo (the largest node index + 1) -- every CPU of that node --, or, on
+    a machine that knows no NUMA node, package ``d`` modulo the packages."""
+    cpus: set[int] = set()
+    nodes = topology.numa_nodes
+    if nodes:
+        top = max(n.os_index for n in nodes) + 1
+        for d in domains:
+            cpus.update(*(n.cpuset for n in nodes if n.os_index == d % top))
+    elif topology.packages:
+        for d in domains:
+            cpus.update(topology.packages[d % len(topology.packages)].cpuset)
+    return frozenset(cpus)
 
 
 # ---------------------------------------------------------- launcher binding
@@ -268,16 +312,20 @@ class LauncherBinding:
     launcher: str
     evidence: str  #: the variables that say so, e.g. ``"SLURM_CPU_BIND=quiet,mask_cpu:0x1,0x2"``
     masks: tuple[frozenset[int], ...] = ()  #: every local rank's CPUs, where the launcher lists them
-    #: (srun; the list is reused cyclically when shorter than the ranks); empty: unknown
+    #: (srun's CPU masks and ids, or its locality domains' CPUs; the list is reused
+    #: cyclically when shorter than the ranks); empty: unknown
 
     def mask_of(self, rank: int) -> frozenset[int] | None:
         return self.masks[rank % len(self.masks)] if self.masks else None
 
 
-def launcher_binding(environ: Mapping[str, str], rank: LocalRank) -> LauncherBinding | None:
+def launcher_binding(environ: Mapping[str, str], rank: LocalRank,
+                     topology: Topology | None = None) -> LauncherBinding | None:
     """How ``rank``'s launcher (the one whose variables gave the rank) bound the
     process, from :data:`BINDING_VARIABLES`; ``None`` when it bound nothing, or the
-    rank was not given by a launcher."""
+    rank was not given by a launcher.  srun's ``map_ldom``/``mask_ldom`` lists name
+    locality domains: their CPUs come from ``topology`` (:func:`slurm_domain_cpus`;
+    without it the masks are unknown)."""
     var = dict(BINDING_VARIABLES).get(rank.launcher)
     if var is None or var not in environ:
         return None
@@ -286,8 +334,10 @@ def launcher_binding(environ: Mapping[str, str], rank: LocalRank) -> LauncherBin
         if step is None or not step.bound:
             return None
         shown = environ.get("SLURM_CPU_BIND") or f"SLURM_CPU_BIND_TYPE={step.cpu_bind_type}"
-        return LauncherBinding(rank.launcher, shown if "=" in shown else f"SLURM_CPU_BIND={shown}",
-                               step.cpu_bind_list)
+        masks = step.cpu_bind_list
+        if step.cpu_bind_domains and topology is not None:
+            masks = tuple(slurm_domain_cpus(topology, d) for d in step.cpu_bind_domains)
+        return LauncherBinding(rank.launcher, shown if "=" in shown else f"SLURM_CPU_BIND={shown}", masks)
     if environ[var].strip() in ("", "0"):
         return None
     return LauncherBinding(rank.launcher, f"{var}={environ[var]}")
@@ -726,13 +776,14 @@ def place_rank(topology: Topology, rank: LocalRank, binding: LauncherBinding | N
     sentence saying how it was chosen.
 
     * No launcher binding: ``partition(topology, rank.size)[rank.rank]``.
-    * The launcher bound the rank and lists every rank's mask (srun): the ranks
-      it gave the same mask cut that mask between them; a rank alone on its mask
-      plans inside all of it.
-    * The launcher bound the rank without listing the others' (Open MPI, Hydra):
-      a mask narrower than ``whole`` (the CPUs the job's ranks started from: the
-      cgroup's cpuset, default the machine) is the rank's own, planned inside as it
-      is; a mask as wide as ``whole`` says nothing, and is cut as without binding.
+    * The launcher bound the rank and lists every rank's mask (srun), and this
+      process's CPUs lie inside its listed mask: the ranks it gave the same mask
+      cut those CPUs between them; a rank alone on its mask plans inside all of it.
+    * The launcher bound the rank without listing the others' (Open MPI, Hydra), or
+      its list does not hold this process's CPUs: a mask narrower than ``whole``
+      (the CPUs the job's ranks started from: the cgroup's cpuset, default the
+      machine) is the rank's own, planned inside as it is; a mask as wide as
+      ``whole`` says nothing, and is cut as without binding.
     """
     mine = topology.allowed
     whole = (whole if whole is not None else topology.cpuset) & topology.cpuset
@@ -742,18 +793,90 @@ def place_rank(topology: Topology, rank: LocalRank, binding: LauncherBinding | N
     said = f"{binding.launcher} bound local rank {rank.rank} of {rank.size} to cpus {format_list(mine)} " \
            f"({binding.evidence})"
     listed = binding.mask_of(rank.rank)
-    if listed is not None and listed & topology.cpuset == mine:
+    if listed is not None and mine <= listed:
         peers = [i for i in range(rank.size) if binding.mask_of(i) == listed]
         if len(peers) > 1:
             share = replace(partition(topology, len(peers))[peers.index(rank.rank)], index=rank.rank)
             return share, (f"{said}, as it bound local ranks {format_list(peers)}: this rank takes share "
                            f"{peers.index(rank.rank)} of {len(peers)} of that mask: {share.describe()}")
-    elif listed is None and not mine < whole:
+    elif not mine < whole:
         share = rank_share(topology, rank.rank, rank.size)
         return share, (f"{said}, all the CPUs the ranks have: cut between the {rank.size} ranks: "
                        f"{share.describe()}")
     share = whole_share(topology, rank.rank)
     return share, f"{said}: planning inside that mask, not cutting the node again: {share.describe()}"
+
+
+def replaced_binding(binding: LauncherBinding, rank: LocalRank, inherited: frozenset[int],
+                     start: frozenset[int]) -> str:
+    """What ``--norespect`` says under a launcher's binding: the ranks start from
+    ``start`` (the cgroup's cpuset) in place of the mask ``inherited`` the launcher
+    gave, and are cut as if unbound (:func:`place_rank` without the binding)."""
+    return (f"--norespect: starting from the cgroup's cpuset {format_list(start)} in place of the binding "
+            f"{binding.launcher} gave local rank {rank.rank} of {rank.size} ({_cpus(inherited)}, "
+            f"{binding.evidence})")
+
+
+def _cpus(cpus: frozenset[int]) -> str:
+    """``CPU 0``, ``CPUs 0,3``: a CPU list that cannot be read as a count."""
+    return f"{'CPU' if len(cpus) == 1 else 'CPUs'} {format_list(cpus)}"
+
+
+def crowded_hint(environ: Mapping[str, str], rank: LocalRank, binding: LauncherBinding | None,
+                 mine: frozenset[int], cgroup: frozenset[int]) -> str:
+    """What to do when ``rank``'s share cannot be cut from ``mine``, the CPUs this
+    process may use, narrower than the ``cgroup``'s cpuset: the launcher whose
+    binding was followed (``binding``), one whose binding an explicit ``--ranks R/N``
+    cut as if it were the node, or a binding no variable announced."""
+    only = f"this process may use only {_cpus(mine)} of the cgroup's {format_list(cgroup)}"
+    unbound = "start the ranks unbound (srun --cpu-bind=none, mpirun --bind-to none)"
+    norespect = f"pass --norespect to cut the cgroup's cpuset {format_list(cgroup)} between the ranks instead"
+    if binding is not None:
+        listed = binding.mask_of(rank.rank)
+        peers = [i for i in range(rank.size) if listed is not None and binding.mask_of(i) == listed]
+        shared = f" and gave local ranks {format_list(peers)} that same mask" if len(peers) > 1 else ""
+        return (f"; {only}: {binding.launcher} bound it there ({binding.evidence}){shared}: have the launcher "
+                f"give each rank CPUs of its own (srun --cpu-bind=cores, mpirun --bind-to core), {unbound}, "
+                f"or {norespect}")
+    try:
+        found = local_rank(environ)
+        theirs = launcher_binding(environ, found) if found is not None else None
+    except PlanError:
+        theirs = None
+    if theirs is not None and rank.launcher == "":
+        return (f"; {only}: {theirs.launcher} bound it there ({theirs.evidence}), and {rank.source} cuts "
+                f"that mask as if it were the node: use --ranks auto to follow the launcher's binding, "
+                f"{unbound}, or {norespect}")
+    return (f"; {only}, and no launcher variable says it was bound: if something bound the ranks without a "
+            f"variable saying so (torchrun --numa-binding, taskset, an MPI launcher affinity does not read), "
+            f"{unbound} or {norespect}")
+
+
+def unranked_warning(topology: Topology, environ: Mapping[str, str], whole: frozenset[int] | None = None,
+                     norespect: bool = False) -> str | None:
+    """The warning for ``affinity run`` without ``--ranks`` in a process that a
+    launcher started as local rank R of N > 1 (:func:`local_rank`) and that would
+    plan on CPUs its rank shares with the others (``topology.allowed``: what it
+    plans on; ``norespect``: the launcher's binding is replaced); ``None`` for a
+    single rank, or a rank the launcher gave CPUs of its own."""
+    try:
+        r = local_rank(environ)
+        if r is None or r.size < 2:
+            return None
+        binding = None if norespect else launcher_binding(environ, r, topology)
+    except PlanError:
+        return None  # malformed variables: --ranks auto names them
+    try:
+        share: Share | None = place_rank(topology, r, binding, whole)[0]
+    except PlanError:
+        share = None
+    if share is not None and share.cpus == topology.allowed:
+        return None  # the launcher gave this rank CPUs of its own
+    said = (f"{r.source}: this process is local rank {r.rank} of {r.size} on this node and, without --ranks, "
+            f"plans on all of cpus {format_list(topology.allowed)}, which other ranks plan on too")
+    if share is None:
+        return f"{said}: there are more ranks than these CPUs can give disjoint shares to; start fewer per node"
+    return f"{said}: --ranks auto gives each a disjoint share (this rank's: cpus {format_list(share.cpus)})"
 
 
 def rank_topology(topology: Topology, rank: str | LocalRank = "auto",
@@ -768,6 +891,6 @@ def rank_topology(topology: Topology, rank: str | LocalRank = "auto",
 
     env = os.environ if environ is None else environ
     r = rank if isinstance(rank, LocalRank) else parse_rank(rank, env)
-    binding = launcher_binding(env, r) if rank == "auto" or isinstance(rank, LocalRank) else None
+    binding = launcher_binding(env, r, topology) if rank == "auto" or isinstance(rank, LocalRank) else None
     share, _ = place_rank(topology, r, binding)
     return topology.with_allowed(share.cpus), r, share

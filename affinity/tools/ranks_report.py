@@ -28,8 +28,8 @@ from ..errors import PlanError
 from ..launcher.build import Context, Instance, build_launch
 from ..launcher.options import RunOptions
 from ..machine.topology import Topology
-from ..planning.ranks import (LAUNCHER_VARIABLES, LocalRank, job_of, launcher_binding, local_rank,
-                              slurm_allocation)
+from ..planning.ranks import (LAUNCHER_VARIABLES, LocalRank, batch_script, job_of, launcher_binding, local_rank,
+                              not_a_rank, slurm_allocation)
 from ..record import record
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -78,9 +78,10 @@ class RankPlan:
                 "slots": [format_list(s) for s in i.slots], "notices": list(self.said)}
 
 
-def _rank_environments(environ: Mapping[str, str], topology: Topology,
-                       count: str) -> tuple[list[tuple[dict[str, str], Topology, str]], str]:
-    """One (environment, topology, --ranks value) per local rank to plan, and the header."""
+def _rank_environments(environ: Mapping[str, str], topology: Topology, count: str,
+                       cgroup: frozenset[int] | None = None) -> tuple[list[tuple[dict[str, str], Topology, str]], str]:
+    """One (environment, topology, --ranks value) per local rank to plan, and the header
+    (``cgroup``: the cgroup's cpuset, which a launcher's listed domain is cut to)."""
     if count != "auto":
         try:
             _rank_count(count)
@@ -91,7 +92,7 @@ def _rank_environments(environ: Mapping[str, str], topology: Topology,
     me = local_rank(environ)
     if me is not None:
         var = next(rv for name, rv, _ in LAUNCHER_VARIABLES if name == me.launcher)
-        binding = launcher_binding(environ, me)
+        binding = launcher_binding(environ, me, topology)
         if binding is not None and not binding.masks:
             return ([(dict(environ), topology, "auto")],
                     f"{me.source}; {binding.launcher} bound this rank and lists no other rank's mask: "
@@ -99,17 +100,21 @@ def _rank_environments(environ: Mapping[str, str], topology: Topology,
         out = []
         for i in range(me.size):
             mask = binding.mask_of(i) if binding is not None else None
+            mask = (mask & cgroup or mask) if mask and cgroup else mask  # a domain's CPUs, in the allocation
             out.append(({**environ, var: str(i)}, topology.with_allowed(mask) if mask else topology, "auto"))
         return out, me.source
     alloc = slurm_allocation(environ)
     if alloc is None:
-        raise PlanError("--ranks auto: neither launcher variables nor a Slurm allocation in this environment; "
-                        "give the rank count (--ranks 4)")
-    n, source = alloc
+        why, _ = not_a_rank(environ)
+        raise PlanError("--ranks auto: neither launcher variables nor a Slurm allocation in this environment"
+                        + "".join(f"; {w}" for w in why) + "; give the rank count (--ranks 4)")
+    n, _ = alloc
     base = {k: v for k, v in environ.items() if not k.startswith("SLURM_CPU_BIND")}
     return ([({**base, "SLURM_LOCALID": str(i), "SLURM_STEP_TASKS_PER_NODE": str(n), "SLURM_NODEID": "0"},
               topology, "auto") for i in range(n)],
-            f"{source}: the tasks of 'srun --cpu-bind=none' (with Slurm's binding, each plans inside its mask)")
+            f"{batch_script(environ)} ('affinity run --ranks auto' refuses here); the tasks "
+            f"'srun --cpu-bind=none affinity run --ranks auto' will start (with Slurm's binding, each plans "
+            f"inside its mask)")
 
 
 def plan_ranks(topology: Topology, count: str, spec: str | None = None, threads: int | None = None,
@@ -133,7 +138,7 @@ def plan_ranks(topology: Topology, count: str, spec: str | None = None, threads:
         No rank count, or a share that cannot be cut.
     """
     ctx = ctx or Context()
-    envs, header = _rank_environments(ctx.environ, topology, count)
+    envs, header = _rank_environments(ctx.environ, topology, count, ctx.cgroup_cpus)
     plans = []
     for env, topo, ranks in envs:
         opts = RunOptions(command=("-",), spec=spec, threads=threads, ranks=ranks, runtime=runtime)

@@ -91,6 +91,33 @@ def test_openmpi_binding_to_the_whole_node_is_cut_between_the_ranks(tmp_path, om
     assert "all the CPUs the ranks have: cut between the 2 ranks" in r.stderr, r.stderr
 
 
+@needs_openmpi
+def test_openmpi_norespect_replaces_its_binding_and_says_which(tmp_path, omp_lib):
+    """Open MPI binds each rank to a core; --norespect starts from the cgroup's cpuset
+    and cuts it as if unbound, and says which binding it replaced, with that binding's
+    own CPUs (it said 'Open MPI bound local rank 0 of 2 to cpus 0-1': HPC audit F5)."""
+    out = tmp_path / "out"
+    r = launch([OPENMPI, "--allow-run-as-root", "-np", "2", *AFFINITY_RUN, "--ranks", "auto", "--norespect", "--",
+                *probe_command(tmp_path, out, "plain", omp_lib)])
+    reports = sorted(read_reports(out, 2), key=local_rank_of)
+    shares = check_disjoint_placed(reports, CPUS)
+    assert shares == [s.cpus for s in partition(NODE, 2)]
+    assert "bound local rank" not in r.stderr, r.stderr
+    for i in range(2):
+        assert (f"--norespect: starting from the cgroup's cpuset {format_list(CPUS)} in place of the binding "
+                f"Open MPI gave local rank {i} of 2 (") in r.stderr, r.stderr
+
+
+@needs_openmpi
+def test_openmpi_unbound_ranks_without_ranks_are_warned(tmp_path, omp_lib):
+    """mpirun --bind-to none without --ranks: each rank plans on the whole node, as asked,
+    and each is told once that --ranks auto gives it a share of its own (HPC audit F11)."""
+    r = launch([OPENMPI, "--allow-run-as-root", "-np", "2", "--bind-to", "none", *AFFINITY_RUN, "--", "true"])
+    for i in range(2):
+        assert r.stderr.count(f"this process is local rank {i} of 2 on this node") == 1, r.stderr
+    assert r.stderr.count("--ranks auto gives each a disjoint share") == 2, r.stderr
+
+
 @needs_mpich
 @pytest.mark.parametrize("bind", [None, "user"])
 def test_mpich_ranks_auto(tmp_path, omp_lib, bind):

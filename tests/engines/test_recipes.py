@@ -177,7 +177,7 @@ def test_multi_instance_inference(tmp_path):
 
 def test_mpi_and_srun_ranks(slurm, omp_lib, tmp_path):
     lines = [ln for b in blocks("Horovod / MPI ranks") for ln in b.strip().splitlines()]
-    assert len(lines) == 4
+    assert len(lines) == 5
     launchers = {"mpirun ": f"{shutil.which('mpirun.openmpi')} --allow-run-as-root ",
                  "mpiexec.hydra ": f"{shutil.which('mpiexec.hydra')} ", "srun ": "srun "}
     for i, line in enumerate(lines):
@@ -187,7 +187,11 @@ def test_mpi_and_srun_ranks(slurm, omp_lib, tmp_path):
         cmd = scale(line, {launcher: launchers[launcher], "python train_hvd.py": probe})
         r = bash(cmd, tmp_path, {**env(), **slurm.env})
         shares = check_disjoint_placed(read_reports(out, 2), CPUS)
-        if "--cpu-bind=cores" in line:  # srun's own binding, followed and said
+        if "--norespect" in line:  # srun's binding replaced: the step's cgroup cut between the ranks
+            assert "--norespect: starting from the cgroup's cpuset" in r.stderr, r.stderr
+            assert shares == [s.cpus for s in partition(NODE.with_allowed(step_cpus(read_reports(out, 2), CPUS)),
+                                                        2)], line
+        elif "--cpu-bind=cores" in line:  # srun's own binding, followed and said
             assert "planning inside that mask" in r.stderr, r.stderr
         else:  # cut between the ranks: the node (MPI), the step's CPUs (srun)
             assert shares == [s.cpus for s in partition(NODE.with_allowed(step_cpus(read_reports(out, 2), CPUS)),

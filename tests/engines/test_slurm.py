@@ -78,6 +78,53 @@ def test_srun_binding_is_followed_never_fought_and_said(slurm, omp_lib, tmp_path
         assert shares == [s.cpus for s in reversed(partition(NODE.with_allowed(shares[0] | shares[1]), 2))]
 
 
+@pytest.mark.parametrize("bind", ["--cpu-bind=cores", "--cpu-bind=map_cpu:{rev}"])
+def test_srun_norespect_cuts_the_step_as_if_unbound(slurm, omp_lib, tmp_path, bind):
+    """--norespect replaces srun's binding: the tasks cut the cgroup's cpuset as with
+    --cpu-bind=none (they both planned on it, each 'bound by srun to' all of it: HPC
+    audit F1), and each says which binding it replaced, with that binding's CPUs."""
+    out = tmp_path / "out"
+    bind = bind.format(rev=",".join(str(min(c.cpuset)) for c in reversed(NODE.cores[:2])))
+    r = srun(slurm, "-n", "2", bind, *AFFINITY_RUN, "--ranks", "auto", "--norespect", "--",
+             *probe_command(tmp_path, out, "plain", omp_lib))
+    reports = read_reports(out, 2)
+    shares = check_disjoint_placed(reports, CPUS)
+    assert shares == [s.cpus for s in partition(NODE.with_allowed(step_cpus(reports, CPUS)), 2)]
+    assert "bound local rank" not in r.stderr, r.stderr
+    for rep in reports:
+        i = local_rank_of(rep)
+        mask = srun_mask(rep.env, i)
+        assert (f"in place of the binding Slurm srun gave local rank {i} of 2 ({'CPU' if len(mask) == 1 else 'CPUs'} "
+                f"{format_list(mask)}, SLURM_CPU_BIND={rep.env['SLURM_CPU_BIND']}): rank {i} of 2 on this node"
+                in r.stderr), r.stderr
+
+
+@pytest.mark.skipif(len(NODE.numa_nodes) != 1, reason="one NUMA domain: map_ldom:0,0 gives both tasks the node")
+@pytest.mark.parametrize("bind", ["map_ldom:0,0", "mask_ldom:0x1,0x1"])
+def test_srun_tasks_on_one_numa_domain_cut_it(slurm, omp_lib, tmp_path, bind):
+    """srun's domain lists as srun writes them: both tasks on domain 0 (here the whole
+    node), which they cut between them, saying so (HPC audit F3)."""
+    out = tmp_path / "out"
+    r = srun(slurm, "-n", "2", f"--cpu-bind={bind}", *AFFINITY_RUN, "--ranks", "auto", "--",
+             *probe_command(tmp_path, out, "plain", omp_lib))
+    reports = read_reports(out, 2)
+    shares = check_disjoint_placed(reports, CPUS)
+    assert {rep.env["SLURM_CPU_BIND_TYPE"] for rep in reports} == {bind.split(":")[0] + ":"}
+    assert shares == [s.cpus for s in partition(NODE.with_allowed(step_cpus(reports, CPUS)), 2)]
+    assert "as it bound local ranks 0-1: this rank takes share 1 of 2 of that mask" in r.stderr, r.stderr
+
+
+def test_srun_tasks_without_ranks_are_warned(slurm):
+    """srun --cpu-bind=none without --ranks: each task plans on the whole step, as asked,
+    and is told once that --ranks auto gives it a share of its own (HPC audit F11)."""
+    r = srun(slurm, "-n", "2", "--cpu-bind=none", *AFFINITY_RUN, "--", "true")
+    for i in range(2):
+        assert r.stderr.count(f"(SLURM_LOCALID={i}, SLURM_STEP_TASKS_PER_NODE=2): this process is local rank {i} "
+                              f"of 2 on this node") == 1, r.stderr
+    r = srun(slurm, "-n", "1", "--cpu-bind=none", *AFFINITY_RUN, "--", "true")
+    assert "--ranks auto" not in r.stderr, r.stderr
+
+
 @pytest.mark.skipif(len(NODE.packages) != 1, reason="one socket: srun gives both tasks the whole node")
 @pytest.mark.parametrize("bind", ["sockets", "rank"])
 def test_srun_binding_without_a_mask_of_its_own(slurm, omp_lib, tmp_path, bind):

@@ -83,8 +83,8 @@ def test_every_variable_the_launch_names_is_in_the_key() -> None:
     """The key's variables (fastpath.READ_PREFIXES / READ_NAMES) cover every
     environment variable the launcher, the planner, the machine layer and the CLI
     read by name (``environ.get("X")``, ``environ["X"]``, ``"X" in environ``,
-    ``getenv("X")``); the rank module's are read only with --ranks, whose launches
-    are never remembered."""
+    ``getenv("X")``); the rank module's launcher variables are in the key by name
+    (``tests/launcher/test_launch_ranks.py`` checks them)."""
     import re
 
     root = Path(fastpath.__file__).parent.parent

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from affinity.errors import PlanError
 from affinity.planning.ranks import (LauncherBinding, LocalRank, job_of, launcher_binding, local_rank, parse_rank,
-                                     partition, place_rank, rank_share, rank_topology, slurm_allocation, slurm_step,
-                                     team_environ)
+                                     partition, place_rank, rank_share, rank_topology, slurm_allocation,
+                                     slurm_domain_cpus, slurm_step, team_environ)
 from affinity.machine.topology import Topology
 
 from helpers import golden_dir
@@ -401,3 +401,42 @@ def test_team_environ_sets_aside_only_what_the_launcher_set_by_itself():
     assert team_environ(worker, "0/2")[1] == []  # a rank given by hand: no launcher set anything
     mpi = {"MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2", "OMP_NUM_THREADS": "1"}
     assert team_environ(mpi, "auto") == (mpi, [])
+
+
+def test_srun_domain_lists_are_read_as_slurm_reads_them():
+    """map_ldom/mask_ldom (HPC audit F3): each task's locality domains, then their CPUs
+    from the topology -- NUMA node d modulo (largest node index + 1), packages where the
+    topology knows no NUMA node -- as Slurm's task/affinity binds them."""
+    env = {**SRUN_AUTO, "SLURM_CPU_BIND_TYPE": "map_ldom:", "SLURM_CPU_BIND_LIST": "0,0x1,3"}
+    s = slurm_step(env)
+    assert s.bound and s.cpu_bind_list == () and s.cpu_bind_domains == ({0}, {1}, {3})
+    s = slurm_step({**env, "SLURM_CPU_BIND_TYPE": "mask_ldom:", "SLURM_CPU_BIND_LIST": "0x3,2"})
+    assert s.cpu_bind_domains == ({0, 1}, {1})
+    # map_cpu ids are decimal unless written with 0x, as Slurm reads them
+    assert slurm_step({**env, "SLURM_CPU_BIND_TYPE": "map_cpu:", "SLURM_CPU_BIND_LIST": "0x10,10"}).cpu_bind_list == (
+        {16}, {10})
+    with pytest.raises(PlanError, match="SLURM_CPU_BIND_LIST='0,x' \\(map_ldom:\\): cannot read 'x'"):
+        slurm_step({**env, "SLURM_CPU_BIND_LIST": "0,x"})
+    snc = Topology.from_synthetic(SNC)  # 4 nodes of 12 PUs
+    assert slurm_domain_cpus(snc, frozenset({1})) == snc.numa_nodes[1].cpuset
+    assert slurm_domain_cpus(snc, frozenset({5})) == snc.numa_nodes[1].cpuset  # 5 modulo 4 nodes
+    assert slurm_domain_cpus(snc, frozenset({0, 3})) == snc.numa_nodes[0].cpuset | snc.numa_nodes[3].cpuset
+    flat = Topology.from_cpuinfo(GOLDEN / "cpuinfo" / "2s4c2t_linux.cpuinfo")  # no NUMA node: packages
+    assert not flat.numa_nodes
+    assert slurm_domain_cpus(flat, frozenset({1})) == {4, 5, 6, 7, 12, 13, 14, 15}
+    assert slurm_domain_cpus(flat, frozenset({2})) == {0, 1, 2, 3, 8, 9, 10, 11}
+    r = local_rank(env)
+    b = launcher_binding(env, r, snc)
+    assert b.masks == (snc.numa_nodes[0].cpuset, snc.numa_nodes[1].cpuset, snc.numa_nodes[3].cpuset)
+    assert launcher_binding(env, r).masks == ()  # without a topology the domains' CPUs are unknown
+
+
+def test_a_listed_mask_that_does_not_hold_this_process_is_no_evidence():
+    """srun listed CPU 0 for task 0, but the process runs on both CPUs (its mask was
+    widened, as --norespect did): the list says nothing about it, and a mask as wide as
+    the ranks' is cut between them (it used to plan both ranks on 0-1: HPC audit F1)."""
+    t = Topology.from_synthetic(TWO_CORES)
+    for r in (0, 1):
+        env = {**SRUN_AUTO, "SLURM_LOCALID": str(r)}
+        share, how = place_rank(t, local_rank(env), launcher_binding(env, local_rank(env), t), t.cpuset)
+        assert share.cpus == {r} and "cut between the 2 ranks" in how

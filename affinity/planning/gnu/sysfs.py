@@ -52,11 +52,16 @@ def sysfs_view(topology: Topology) -> SysfsView:
 
     Thread siblings are the PU's core, core siblings its package (Linux's
     ``core_siblings`` is the package), the last-level cache is the
-    highest-level cache holding the PU (a topology that knows no cache at all,
-    such as one read from a cpuinfo file, is taken to have one per package:
-    sysfs always lists caches), NUMA nodes come in node-number order
+    highest-level cache holding the PU, NUMA nodes come in node-number order
     with their full CPU lists (memory-only nodes list none).  ``usable`` is
     ``topology.allowed``: the CPUs a thread of this process may be bound to.
+
+    Caches: a PU no cache holds has no cache files.  A topology that lists no
+    cache is a machine whose sysfs has no ``cpu/cpuN/cache/`` (an hwloc source:
+    hwloc reads those files, so an XML, synthetic description or this system
+    without caches is such a machine; libgomp's ``ll_caches`` then finds none),
+    unless its source could not say (``topology.caches_known`` false: a cpuinfo
+    file), where one cache per package is taken, the common case.
     """
     threads: dict[int, frozenset[int]] = {}
     cores: dict[int, frozenset[int]] = {}
@@ -68,7 +73,7 @@ def sysfs_view(topology: Topology) -> SysfsView:
         for cpu in c.cpuset:
             if cpu not in cache or c.level >= cache[cpu][0]:
                 cache[cpu] = (c.level, c.cpuset)
-    if not topology.caches:  # a description without caches (a cpuinfo file): one per package, the common case
+    if not topology.caches and not topology.caches_known:  # a cpuinfo file: one per package, the common case
         cache = {cpu: (0, cores[cpu]) for cpu in cores}
     nodes = tuple(sorted((n.os_index, n.cpuset) for n in topology.numa_nodes))
     return SysfsView(threads, cores, {k: v[1] for k, v in cache.items()}, nodes,

@@ -148,7 +148,8 @@ def test_torch_build_crashes_on_a_threads_count_inside_a_core(linux16):
 
 
 def test_a_description_without_caches_has_one_per_package(tmp_path):
-    """A cpuinfo file says nothing of caches; sysfs always lists them: one per package."""
+    """A cpuinfo file says nothing of caches: one per package is taken (an hwloc
+    description without caches is a machine without cache files: test_gnu_caches.py)."""
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("".join(f"processor : {c}\nphysical id : {c // 4}\ncore id : {c % 4}\n\n" for c in range(8)))
     t = Topology.from_cpuinfo(cpuinfo)
