@@ -41,7 +41,7 @@ from ..cpulist import format_list
 from ..errors import AffinityWarning, BindError
 from ..machine import _native, cgroup
 from ..machine.topology import Topology
-from ..planning.envvars import DEFAULT_BLOCKTIME, plan_environment, worker_slots
+from ..planning.envvars import DEFAULT_BLOCKTIME, export, worker_slots
 from ..planning.memory import MemorySpec, membind_spec
 from ..planning import precedence
 from ..planning.planner import DEFAULT_RUNTIME
@@ -599,7 +599,9 @@ def _apply_steps(b: Binding, tensorflow: Any, openmp: Any, blas: Any, want_mem: 
         b.membind = numa.set_membind(want_mem.nodes, want_mem.policy)
     # 2. environment for children and runtimes not yet loaded
     if env:
-        _set_env(plan_environment(b.plan, blocktime=blocktime), env == "keep", b, b._snapshot.env)
+        values, problems = export(b.plan, blocktime=blocktime)
+        _set_env(values, env == "keep", b, b._snapshot.env)
+        b.notes.extend(problems)  # a runtime that cannot be told the plan (libgomp and norespect)
     # 3. TensorFlow: now if it is imported, else when it is (and when its runtime starts)
     if tensorflow is True or (tensorflow == "auto" and _tf.imported()):
         _attach_tensorflow(b, start=tensorflow is True)

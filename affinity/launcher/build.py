@@ -16,7 +16,7 @@ from ..errors import PlanError
 from ..machine.cgroup import CpuQuota, cpu_quota, cpuset_cpus, default_thread_count
 from ..machine.topology import Topology
 from ..planning import precedence
-from ..planning.envvars import plan_environment
+from ..planning.envvars import export
 from ..planning.gnu.exports import check_inherited
 from ..planning.launchers import started_by_a_launcher
 from ..planning.memory import check_nodes
@@ -261,7 +261,8 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
         slots = tuple(p.cpusets)  # thread i of the team on the plan's set i
         warnings.extend(f"{who}: {w}" for w in precedence.oversubscription(
             threads, cpus, "--threads" if opts.threads is not None else "OMP_NUM_THREADS"))
-        env = _instance_env(i, len(shares), p, slots, opts, ctx.environ)
+        env, problems = _instance_env(i, len(shares), p, slots, opts, ctx.environ)
+        warnings.extend(f"{who}: {w}" for w in problems)
         notes.extend(f"{who}: {n}" for n in precedence.replaced(env, ctx.environ))
         policy, policy_nodes, required = _memory_policy(who, share, opts, mem_nodes, nodes, warnings)
         log = os.path.join(opts.log_dir, f"instance-{i}.log") if opts.log_dir else None
@@ -486,9 +487,11 @@ def _make_plan(spec: str | None, threads: int, topology: Topology, cpus: frozens
 
 
 def _instance_env(i: int, count: int, p: Any, slots: tuple[frozenset[int], ...], opts: RunOptions,
-                  environ: Mapping[str, str]) -> dict[str, str]:
-    """The plan's variables, the instance number (several), the preload's (``--pin-threads``)."""
-    env = plan_environment(p, blocktime=opts.blocktime)
+                  environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The plan's variables, the instance number (several), the preload's (``--pin-threads``);
+    and what a runtime will not follow (:func:`~affinity.planning.envvars.export`:
+    nothing under ``--pin-threads``, where the runtimes bind nothing)."""
+    env, problems = export(p, blocktime=opts.blocktime)
     check_inherited(environ, env)  # a libgomp variable of the caller's that would defeat the plan
     env.update(torch_environment(p, environ))  # PyTorch: inter-op size, libgomp's load-time pin undone
     if count > 1:
@@ -499,4 +502,5 @@ def _instance_env(i: int, count: int, p: Any, slots: tuple[frozenset[int], ...],
         env.update(pin_environment(slots, environ, skip=opts.pin_skip, main=opts.pin_main,
                                    children=opts.pin_children,
                                    verbose=opts.verbose))
-    return env
+        problems = []
+    return env, problems

@@ -9,10 +9,14 @@ given the original settings) does:
 =========================  ====================================================
 ``OMP_NUM_THREADS``        the plan's team size (``plan.threads``)
 ``KMP_AFFINITY``           Intel/LLVM runtimes: an explicit proclist with one set
-                           per thread (:meth:`~affinity.planning.planner.Plan.to_kmp_affinity`)
+                           per thread (:meth:`~affinity.planning.planner.Plan.to_kmp_affinity`);
+                           where libiomp5 would not read one that long (4096 bytes),
+                           CPU ranges, or no type, so that ``OMP_PLACES`` decides
 ``OMP_PLACES``             OpenMP 4+ runtimes (libgomp): one place per thread, in
-                           thread order; left out when a one-CPU-per-thread plan
-                           binds outside the process mask (libgomp would cut it)
+                           thread order (with strides and repeats where the plain
+                           list is too long for libiomp5); left out when a
+                           one-CPU-per-thread plan binds outside the process mask
+                           (libgomp would cut it)
 ``OMP_PROC_BIND``          ``close``: thread i on place i
 ``GOMP_CPU_AFFINITY``      libgomp's own form, only when every thread has one CPU
                            (the rules: :mod:`affinity.planning.gnu.exports`)
@@ -39,14 +43,16 @@ from __future__ import annotations
 
 import re
 
+from ..cpulist import format_list
 from ..errors import SpecError
 from .gnu.exports import gomp_exports
+from .intel.limits import fits_env
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["DEFAULT_BLOCKTIME", "EXPORTED_VARIABLES", "check_blocktime", "plan_environment", "worker_slots"]
+__all__ = ["DEFAULT_BLOCKTIME", "EXPORTED_VARIABLES", "check_blocktime", "export", "plan_environment", "worker_slots"]
 
 #: what :func:`plan_environment` may set (the output side; the planner reads
 #: :data:`affinity.planning.spec.SETTINGS_VARIABLES`)
@@ -107,15 +113,78 @@ def plan_environment(plan: Any, *, blocktime: str | None = DEFAULT_BLOCKTIME) ->
     dict of str to str
         Variable name -> value (see the module docstring for each variable).
     """
+    return export(plan, blocktime=blocktime)[0]
+
+
+def export(plan: Any, *, blocktime: str | None = DEFAULT_BLOCKTIME) -> tuple[dict[str, str], list[str]]:
+    """:func:`plan_environment`'s variables, and one sentence for each runtime that
+    will not bind as the plan says (``affinity run`` warns, ``apply()`` too):
+
+    * libgomp cuts every place to the process mask, so a set partly outside it (a
+      ``norespect`` plan) cannot be given to it (:func:`~.gnu.exports.gomp_exports`);
+    * libiomp5 reads no variable longer than 4096 bytes
+      (:func:`~.intel.limits.fits_env`): an explicit proclist that long is replaced
+      by the same CPUs written as ranges (one CPU per thread), or by a
+      ``KMP_AFFINITY`` without a type, which leaves the binding to ``OMP_PLACES``
+      (written with strides and repeats, :meth:`Plan.to_omp_places`); said when
+      neither fits.
+    """
+    gomp, exact = gomp_exports(plan)  # libgomp's variables: planning/gnu/exports.py
     env = {
         "OMP_NUM_THREADS": str(plan.threads),
-        "KMP_AFFINITY": plan.to_kmp_affinity(),
+        "KMP_AFFINITY": _kmp_affinity(plan, gomp),
         "KMP_WARNINGS": "0",
         "TF_NUM_INTRAOP_THREADS": str(int(plan.intra_op_threads)),
         "TF_NUM_INTEROP_THREADS": str(int(plan.inter_op_threads)),
     }
-    # libgomp's variables (OMP_PLACES/OMP_PROC_BIND/GOMP_CPU_AFFINITY): planning/gnu/exports.py
-    env.update(gomp_exports(plan)[0])
+    env.update(gomp)
     if blocktime is not None:
         env["KMP_BLOCKTIME"] = check_blocktime(blocktime)
-    return env
+    problems = []
+    if not exact:
+        problems.append(f"libgomp cuts every place to the process mask ({format_list(plan.initial_mask)}): a "
+                        f"thread whose set lies partly outside it (the plan binds outside the mask: norespect) "
+                        f"gets only the part inside; Intel's and LLVM's runtimes follow the plan")
+    if not fits_env("KMP_AFFINITY", env["KMP_AFFINITY"]):
+        problems.append(f"the plan needs a KMP_AFFINITY of {len(env['KMP_AFFINITY'])} characters, longer than "
+                        f"Intel's runtime reads (4096 bytes with its name): libiomp5 ignores it (Warning #65) "
+                        f"and binds nothing by it")
+    return env, problems
+
+
+def _kmp_affinity(plan: Any, gomp: dict[str, str]) -> str:
+    """The explicit ``KMP_AFFINITY`` of ``plan``, or where libiomp5 would not read
+    it, the shortest form that says the same (see :func:`export`)."""
+    full = plan.to_kmp_affinity()
+    if fits_env("KMP_AFFINITY", full):
+        return full
+    if all(len(s) == 1 for s in plan.cpusets):  # CPU ranges, with strides: 0-62:2,1-63:2
+        ranged = _PROCLIST.sub("proclist=[" + _ranges([min(s) for s in plan.cpusets]) + "]", full, count=1)
+        if fits_env("KMP_AFFINITY", ranged):
+            return ranged
+    places = gomp.get("OMP_PLACES")
+    if places is not None and fits_env("OMP_PLACES", places):  # no type: the runtime follows OMP_PLACES
+        return "norespect,granularity=fine" if not plan.union <= plan.initial_mask else "granularity=fine"
+    return full
+
+
+_PROCLIST = re.compile(r"proclist=\[[^\]]*\]")
+
+
+def _ranges(cpus: list[int]) -> str:
+    """CPUs in order as proclist items: ascending arithmetic runs of 3 or more as
+    ``first-last[:stride]`` (``0-6:2`` is 0, 2, 4, 6: one thread each)."""
+    out, i = [], 0
+    while i < len(cpus):
+        j = i
+        if i + 1 < len(cpus) and cpus[i + 1] > cpus[i]:
+            step = cpus[i + 1] - cpus[i]
+            while j + 1 < len(cpus) and cpus[j + 1] - cpus[j] == step:
+                j += 1
+        if j - i >= 2:
+            out.append(f"{cpus[i]}-{cpus[j]}" + ("" if step == 1 else f":{step}"))
+        else:
+            j = i
+            out.append(str(cpus[i]))
+        i = j + 1
+    return ",".join(out)

@@ -36,6 +36,7 @@ from ..record import field, record
 from .gnu.rules import GNU, GNU_TORCH
 from .intel import llvm
 from .intel import runtime as intel
+from .intel.limits import fits_env
 from .intel.runtime import kmp_mask_str
 from .rules import Memo, Outcome, Rules
 from .spec import SETTINGS_VARIABLES, VARIABLES, KmpAffinity, ProcList, Settings, parse_assignments
@@ -275,9 +276,12 @@ class Plan:
         Returns
         -------
         str
-            The place list, e.g. ``{0:2},{2:2}``.
+            The place list, e.g. ``{0:2},{2:2}``; where that is longer than
+            Intel's runtime reads (:func:`~affinity.planning.intel.limits.fits_env`),
+            the same places with strides and repeats (``{0:32:2}:64:0``).
         """
-        return ",".join("{" + _place_members(s) + "}" for s in self.cpusets)
+        plain = ",".join("{" + _place_members(s) + "}" for s in self.cpusets)
+        return plain if fits_env("OMP_PLACES", plain) else _compact_places(self.cpusets)
 
     def to_gomp_cpu_affinity(self) -> str:
         """A ``GOMP_CPU_AFFINITY`` list (libgomp binds thread ``i`` to the ``i``-th CPU).
@@ -370,6 +374,43 @@ class Plan:
 def _place_members(s: frozenset[int]) -> str:
     """``{0, 1, 2, 3, 8}`` -> ``"0:4,8"`` (OMP_PLACES interval form)."""
     return ",".join(str(a) if a == b else f"{a}:{b - a + 1}" for a, b in runs(s))
+
+
+def _strided_members(s: frozenset[int]) -> str:
+    """``{0, 2, 4, 6, 9}`` -> ``"0:4:2,9"``: arithmetic runs as ``first:count[:stride]``."""
+    xs, out, i = sorted(s), [], 0
+    while i < len(xs):
+        j = i + 1
+        if j < len(xs):
+            step = xs[j] - xs[i]
+            while j + 1 < len(xs) and xs[j + 1] - xs[j] == step:
+                j += 1
+            if j - i + 1 >= 3 or step == 1:
+                out.append(f"{xs[i]}:{j - i + 1}" + ("" if step == 1 else f":{step}"))
+                i = j + 1
+                continue
+        out.append(str(xs[i]))
+        i += 1
+    return ",".join(out)
+
+
+def _compact_places(cpusets: Iterable[frozenset[int]]) -> str:
+    """One place per set, in order, in OpenMP's shortest forms the runtimes all read:
+    members as strided intervals, and a run of places each the one before shifted by
+    the same stride (0 included: a repeated place) as ``{place}:count:stride``."""
+    sets = [sorted(s) for s in cpusets]
+    out, i = [], 0
+    while i < len(sets):
+        j, step = i, None
+        while j + 1 < len(sets) and len(sets[j + 1]) == len(sets[i]):
+            d = sets[j + 1][0] - sets[j][0]
+            if d < 0 or (step is not None and d != step) or any(b - a != d for a, b in zip(sets[j], sets[j + 1])):
+                break
+            step, j = d, j + 1
+        place = "{" + _strided_members(frozenset(sets[i])) + "}"
+        out.append(place if j == i else f"{place}:{j - i + 1}:{step}")
+        i = j + 1
+    return ",".join(out)
 
 
 # ---------------------------------------------------------------------------

@@ -21,6 +21,14 @@ When the first parallel region forks, ``__kmp_reserve_threads``
 the first that cuts the team prints ``OMP: Warning #96: Cannot form a team with
 N threads, using M instead.`` once (N: the team asked for, M: that limit), and
 the smaller limit wins.  ``KMP_AFFINITY=nowarnings`` does not silence it.
+
+The runtime also reads an environment variable only when its ``NAME=VALUE`` fits
+in :data:`ENV_ENTRY_MAX` bytes (measured with libiomp5 2026.2 on a real process:
+``KMP_AFFINITY`` of 4,083 characters is read; longer, it is "syntax error, not
+using affinity", ``OMP: Warning #65``, and ``OMP_PLACES`` "syntax error, using
+threads", #251).  LLVM's libomp 19 and libgomp read far longer values; an
+explicit proclist with many CPUs per thread passes the limit on ordinary machines
+(:func:`affinity.planning.envvars.plan_environment` exports a shorter form then).
 """
 
 from __future__ import annotations
@@ -29,7 +37,16 @@ from collections.abc import Callable, Mapping
 
 from ...errors import SpecError
 
-__all__ = ["ALL", "LIMIT_VARIABLES", "cap_team", "read_limits"]
+__all__ = ["ALL", "ENV_ENTRY_MAX", "LIMIT_VARIABLES", "cap_team", "fits_env", "read_limits"]
+
+#: The longest ``NAME=VALUE`` environment entry libiomp5 reads, in bytes.
+ENV_ENTRY_MAX = 4096
+
+
+def fits_env(name: str, value: str) -> bool:
+    """Whether libiomp5 reads ``name=value`` (:data:`ENV_ENTRY_MAX`)."""
+    return len(name) + 1 + len(value.encode()) <= ENV_ENTRY_MAX
+
 
 #: The variables that cap the team, in name order.
 LIMIT_VARIABLES = ("KMP_ALL_THREADS", "KMP_DEVICE_THREAD_LIMIT", "OMP_THREAD_LIMIT")
