@@ -33,6 +33,7 @@ from ..cpulist import check_ids, format_list, parse_list, runs
 from ..errors import ArgumentTypeError, PlanError
 from ..machine.topology import Topology
 from ..record import field, record
+from .gnu.places import cpu_limit
 from .gnu.rules import GNU, GNU_TORCH
 from .intel import llvm
 from .intel import runtime as intel
@@ -346,7 +347,7 @@ class Plan:
         ------
         PlanError
             ``gomp``: the plan cannot be expressed (a thread with several
-            CPUs, or CPUs outside the process mask).
+            CPUs, or a CPU beyond the CPU sets libgomp sizes for the process mask).
         ValueError
             An unknown ``target``.
         """
@@ -359,9 +360,12 @@ class Plan:
                 env["KMP_AFFINITY"] = "norespect"
             return env
         if target == "gomp":
-            if self._needs_norespect():
-                raise PlanError("GOMP_CPU_AFFINITY cannot bind outside the process mask")
-            return {"GOMP_CPU_AFFINITY": self.to_gomp_cpu_affinity(), "OMP_NUM_THREADS": n}
+            gca = self.to_gomp_cpu_affinity()  # libgomp binds these CPUs as they are, outside the mask too,
+            limit = cpu_limit(self.initial_mask)  # up to the size of its CPU sets
+            if max(self.union) >= limit:
+                raise PlanError(f"GOMP_CPU_AFFINITY cannot name CPU {max(self.union)}: libgomp sizes its CPU "
+                                f"sets for the process mask's highest CPU and drops CPUs from {limit} on")
+            return {"GOMP_CPU_AFFINITY": gca, "OMP_NUM_THREADS": n}
         raise ValueError(f"unknown translation target {target!r} (kmp_affinity, omp_places or gomp)")
 
     def __repr__(self) -> str:

@@ -112,3 +112,23 @@ def test_affinity_run_warns_where_libgomp_cannot_be_told():
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "affinity run: warning: instance 0: libgomp cuts every place to the process mask (0)" in r.stderr
+
+
+def test_gomp_translation_of_single_cpus_outside_the_mask():
+    """``translation_env("gomp")`` refused every plan outside the process mask, though
+    libgomp binds GOMP_CPU_AFFINITY's CPUs as they are (the fuzz: 1,122 runs of both
+    builds, all as planned) -- up to the CPU sets it sizes for the mask."""
+    t = Topology.from_synthetic("pack:1 core:4 pu:2")
+    p = plan_env({"KMP_AFFINITY": "norespect,granularity=fine,proclist=[1,5],explicit", "OMP_NUM_THREADS": "2"},
+                 topology=t, initial_mask={0})
+    env = p.translation_env("gomp")
+    assert env == {"GOMP_CPU_AFFINITY": "1 5", "OMP_NUM_THREADS": "2"}
+    for runtime in ("gnu", "gnu-torch"):
+        assert plan_env(env, topology=t, initial_mask={0}, runtime=runtime).cpusets == p.cpusets
+    far = plan_env({"KMP_AFFINITY": "norespect,granularity=fine,proclist=[100],explicit", "OMP_NUM_THREADS": "1"},
+                   topology=Topology.from_synthetic("pack:1 core:128 pu:1"), initial_mask={0})
+    from affinity.errors import PlanError
+
+    with pytest.raises(PlanError, match="cannot name CPU 100: libgomp sizes its CPU sets for the process mask's "
+                                        "highest CPU and drops CPUs from 64 on"):
+        far.translation_env("gomp")
