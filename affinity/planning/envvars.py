@@ -123,8 +123,8 @@ def export(plan: Any, *, blocktime: str | None = DEFAULT_BLOCKTIME) -> tuple[dic
     * libgomp cuts every place to the process mask, so a set partly outside it (a
       ``norespect`` plan) cannot be given to it (:func:`~.gnu.exports.gomp_exports`);
     * libiomp5 reads no variable longer than 4096 bytes
-      (:func:`~.intel.limits.fits_env`): an explicit proclist that long is replaced
-      by the same CPUs written as ranges (one CPU per thread), or by a
+      (:func:`~.intel.limits.fits_env`): an explicit proclist that long (one
+      CPU a thread is written as ranges already) is replaced by a
       ``KMP_AFFINITY`` without a type, which leaves the binding to ``OMP_PLACES``
       (written with strides and repeats, :meth:`Plan.to_omp_places`); said when
       neither fits.
@@ -154,37 +154,11 @@ def export(plan: Any, *, blocktime: str | None = DEFAULT_BLOCKTIME) -> tuple[dic
 
 def _kmp_affinity(plan: Any, gomp: dict[str, str]) -> str:
     """The explicit ``KMP_AFFINITY`` of ``plan``, or where libiomp5 would not read
-    it, the shortest form that says the same (see :func:`export`)."""
-    full = plan.to_kmp_affinity()
+    it, a ``KMP_AFFINITY`` without a type, which leaves the binding to ``OMP_PLACES``."""
+    full = plan.to_kmp_affinity()  # one CPU a thread: ranges already, where the list is long
     if fits_env("KMP_AFFINITY", full):
         return full
-    if all(len(s) == 1 for s in plan.cpusets):  # CPU ranges, with strides: 0-62:2,1-63:2
-        ranged = _PROCLIST.sub("proclist=[" + _ranges([min(s) for s in plan.cpusets]) + "]", full, count=1)
-        if fits_env("KMP_AFFINITY", ranged):
-            return ranged
     places = gomp.get("OMP_PLACES")
     if places is not None and fits_env("OMP_PLACES", places):  # no type: the runtime follows OMP_PLACES
         return "norespect,granularity=fine" if not plan.union <= plan.initial_mask else "granularity=fine"
     return full
-
-
-_PROCLIST = re.compile(r"proclist=\[[^\]]*\]")
-
-
-def _ranges(cpus: list[int]) -> str:
-    """CPUs in order as proclist items: ascending arithmetic runs of 3 or more as
-    ``first-last[:stride]`` (``0-6:2`` is 0, 2, 4, 6: one thread each)."""
-    out, i = [], 0
-    while i < len(cpus):
-        j = i
-        if i + 1 < len(cpus) and cpus[i + 1] > cpus[i]:
-            step = cpus[i + 1] - cpus[i]
-            while j + 1 < len(cpus) and cpus[j + 1] - cpus[j] == step:
-                j += 1
-        if j - i >= 2:
-            out.append(f"{cpus[i]}-{cpus[j]}" + ("" if step == 1 else f":{step}"))
-        else:
-            j = i
-            out.append(str(cpus[i]))
-        i = j + 1
-    return ",".join(out)

@@ -261,12 +261,20 @@ class Plan:
         -------
         str
             ``granularity=fine,proclist=[...],explicit`` (with ``norespect``
-            when a set lies outside the initial mask).
+            when a set lies outside the initial mask).  One CPU a thread, where the
+            list written out is longer than libiomp5 reads (4096 bytes with the
+            name: :func:`~affinity.planning.intel.limits.fits_env`), as ranges
+            (``0-62:2``); several CPUs a thread have no shorter form, and such a
+            plan can pass the limit (:meth:`translation_env` refuses it then).
         """
         pl = ProcList.of(self.cpusets)
         spec = KmpAffinity(type="explicit", granularity="thread", proclist=pl,
                            respect=False if self._needs_norespect() else None)
-        return str(spec)
+        full = str(spec)
+        if fits_env("KMP_AFFINITY", full) or any(len(s) != 1 for s in self.cpusets):
+            return full
+        # one CPU a thread, too long for libiomp5 written out: the same CPUs as ranges (0-62:2)
+        return _PROCLIST.sub("proclist=[" + _proc_ranges([min(s) for s in self.cpusets]) + "]", full, count=1)
 
     def to_omp_places(self) -> str:
         """An ``OMP_PLACES`` list with one place per thread, in thread order.
@@ -346,6 +354,7 @@ class Plan:
         Raises
         ------
         PlanError
+            ``kmp_affinity``: the proclist is longer than libiomp5 reads;
             ``gomp``: the plan cannot be expressed (a thread with several
             CPUs, or a CPU beyond the CPU sets libgomp sizes for the process mask).
         ValueError
@@ -353,7 +362,12 @@ class Plan:
         """
         n = str(self.threads)
         if target == "kmp_affinity":
-            return {"KMP_AFFINITY": self.to_kmp_affinity(), "OMP_NUM_THREADS": n}
+            kmp = self.to_kmp_affinity()
+            if not fits_env("KMP_AFFINITY", kmp):
+                raise PlanError(f"KMP_AFFINITY alone cannot say this plan: its proclist takes {len(kmp)} "
+                                f"characters, and libiomp5 reads no variable longer than 4096 bytes; use "
+                                f"translation_env('omp_places')")
+            return {"KMP_AFFINITY": kmp, "OMP_NUM_THREADS": n}
         if target == "omp_places":
             env = {"OMP_PLACES": self.to_omp_places(), "OMP_PROC_BIND": "close", "OMP_NUM_THREADS": n}
             if self._needs_norespect():
@@ -378,6 +392,28 @@ class Plan:
 def _place_members(s: frozenset[int]) -> str:
     """``{0, 1, 2, 3, 8}`` -> ``"0:4,8"`` (OMP_PLACES interval form)."""
     return ",".join(str(a) if a == b else f"{a}:{b - a + 1}" for a, b in runs(s))
+
+
+_PROCLIST = re.compile(r"proclist=\[[^\]]*\]")
+
+
+def _proc_ranges(cpus: list[int]) -> str:
+    """CPUs in order as proclist items: ascending arithmetic runs of 3 or more as
+    ``first-last[:stride]`` (``0-6:2`` is 0, 2, 4, 6: one thread each)."""
+    out, i = [], 0
+    while i < len(cpus):
+        j = i
+        if i + 1 < len(cpus) and cpus[i + 1] > cpus[i]:
+            step = cpus[i + 1] - cpus[i]
+            while j + 1 < len(cpus) and cpus[j + 1] - cpus[j] == step:
+                j += 1
+        if j - i >= 2:
+            out.append(f"{cpus[i]}-{cpus[j]}" + ("" if step == 1 else f":{step}"))
+        else:
+            j = i
+            out.append(str(cpus[i]))
+        i = j + 1
+    return ",".join(out)
 
 
 def _strided_members(s: frozenset[int]) -> str:

@@ -132,3 +132,23 @@ def test_gomp_translation_of_single_cpus_outside_the_mask():
     with pytest.raises(PlanError, match="cannot name CPU 100: libgomp sizes its CPU sets for the process mask's "
                                         "highest CPU and drops CPUs from 64 on"):
         far.translation_env("gomp")
+
+
+def test_kmp_affinity_alone_says_the_plan_or_refuses():
+    """``translation_env("kmp_affinity")`` handed out a KMP_AFFINITY libiomp5 ignores
+    (Warning #65: every thread on every CPU) once its proclist passed 4096 bytes."""
+    from affinity.errors import PlanError
+
+    one = plan_env({"KMP_AFFINITY": "granularity=fine,compact", "OMP_NUM_THREADS": "2048"},
+                   topology=Topology.from_synthetic("pack:8 core:256 pu:1"))
+    assert one.to_kmp_affinity() == "granularity=fine,proclist=[0-2047],explicit"  # one CPU a thread: ranges
+    env = one.translation_env("kmp_affinity")
+    assert plan_env(env, topology=one.topology).cpusets == one.cpusets
+    wide = plan_env({"KMP_AFFINITY": "granularity=socket,scatter", "OMP_NUM_THREADS": "56"},
+                    topology=Topology.from_synthetic("pack:2 core:28 pu:1"))
+    with pytest.raises(PlanError, match=r"KMP_AFFINITY alone cannot say this plan: its proclist takes 45\d\d "
+                                        r"characters, and libiomp5 reads no variable longer than 4096 bytes; use "
+                                        r"translation_env\('omp_places'\)"):
+        wide.translation_env("kmp_affinity")
+    back = plan_env(wide.translation_env("omp_places"), topology=wide.topology)
+    assert back.cpusets == wide.cpusets
