@@ -259,8 +259,8 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
         p = _make_plan(opts.spec, threads, topology, cpus, ctx, opts.runtime)
         warnings.extend(f"planner: {w}" for w in getattr(p, "warnings", ()))
         slots = tuple(p.cpusets)  # thread i of the team on the plan's set i
-        warnings.extend(f"{who}: {w}" for w in precedence.oversubscription(
-            threads, cpus, "--threads" if opts.threads is not None else "OMP_NUM_THREADS"))
+        warnings.extend(f"{who}: {w}" for w in precedence.oversubscription(  # the CPUs the threads get
+            threads, cpus | p.union, "--threads" if opts.threads is not None else "OMP_NUM_THREADS"))
         env, problems = _instance_env(i, len(shares), p, slots, opts, ctx.environ)
         warnings.extend(f"{who}: {w}" for w in problems)
         notes.extend(f"{who}: {n}" for n in precedence.replaced(env, ctx.environ))

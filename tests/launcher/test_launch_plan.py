@@ -234,6 +234,16 @@ def test_an_explicit_thread_count_is_honoured_and_oversubscription_said():
             if "oversubscribes" in w] == [
         "rank 1, instance 0: --threads=5 on 4 CPUs oversubscribes them (8-11): several threads share a CPU",
         "rank 1, instance 1: --threads=5 on 4 CPUs oversubscribes them (12-15): several threads share a CPU"]
+    # a norespect plan's threads get CPUs outside the process mask: the warning counts those
+    # (2 threads on their 2 CPUs were "--threads=2 on 1 CPU oversubscribes them (0)")
+    smt = Topology.from_synthetic("pack:1 core:2 pu:2")
+    out = launch(topology=smt, spec="norespect,granularity=core,compact", threads=2,
+                 physcpubind=IdList.parse("0", "CPU"))
+    assert [w for w in out.warnings if "oversubscribes" in w] == []
+    out = launch(topology=smt, spec="norespect,granularity=core,compact", threads=5,
+                 physcpubind=IdList.parse("0", "CPU"))
+    assert [w for w in out.warnings if "oversubscribes" in w] == [
+        "instance 0: --threads=5 on 4 CPUs oversubscribes them (0-3): several threads share a CPU"]
     small = Topology.from_synthetic("pack:1 core:2 pu:1")
     one = launch(topology=small, threads=4).instances[0]
     assert one.env["OMP_NUM_THREADS"] == "4" and one.threads == 4
