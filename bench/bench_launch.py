@@ -41,7 +41,7 @@ from pathlib import Path
 import pytest
 
 from affinity.launcher.preload import pin_library
-from affinity.planning.ranks import partition
+from affinity.planning.partition import partition
 from affinity.machine.topology import Topology
 
 TRUE = shutil.which("true") or "/bin/true"

@@ -37,18 +37,14 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from ..cpulist import format_list
 from ..errors import AffinityWarning, BindError
-from ..machine import _native, cgroup
+from ..machine import _native
+from ..machine.loaded import census
 from ..machine.topology import Topology
-from ..planning.envvars import DEFAULT_BLOCKTIME, export, worker_slots
-from ..planning.memory import MemorySpec, membind_spec
-from ..planning import precedence
+from ..planning.decide import Decision, Placement, Request, decide
+from ..planning.envvars import BLOCKTIME_DEFAULT, worker_slots
+from ..planning.launchers import LocalRank
 from ..planning.planner import DEFAULT_RUNTIME
-from ..planning.planner import plan as make_plan
-from ..planning.planner import unread
-from ..planning.ranks import rank_topology, team_environ
-from ..planning.spec import DEFAULT_SPEC
 from ..record import field, record
 from . import blas as _blas
 from . import numa, registry
@@ -56,12 +52,13 @@ from . import openmp as _omp
 from . import tf as _tf
 from . import threads as _threads
 from . import torch as _torch
-from .importwatch import ImportWatch
-from .runtimes import census, meaning_notes
-from .which import resolve_runtime
 from .bindmap import BindMap, report
+from .importwatch import ImportWatch
+from .launchvars import parse_rank
+from .situation import this_process
+from .which import resolve_runtime
 
-__all__ = ["Binding", "Pin", "apply", "pinned"]
+__all__ = ["Binding", "Pin", "apply", "pinned", "request_of"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -133,6 +130,7 @@ class Binding:
     membind: Any = None
     inter: str = "union"
     active: bool = True
+    decision: Decision | None = field(default=None, repr=False, compare=False)  #: what was decided
     # private state, set by apply() (never passed to the constructor)
     _snapshot: _Snapshot | None = field(default=None, init=False, repr=False, compare=False)
     _blas: Any = field(default=None, init=False, repr=False, compare=False)
@@ -373,20 +371,11 @@ def _user_environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if ours.get(k) != v}
 
 
-def _set_env(values: Mapping[str, str], keep: bool, b: Binding, snap_env: dict[str, str | None]
-             ) -> None:
-    """Export ``values``; the user's differing values are replaced and noted
-    (:func:`affinity.planning.precedence.replaced`, the rule of ``affinity run``), or
-    kept with ``export="keep"``."""
-    user = _user_environ()
-    if not keep:
-        b.notes.extend(precedence.replaced(values, user))
+def _set_env(values: Mapping[str, str], b: Binding, snap_env: dict[str, str | None]) -> None:
+    """Export the decision's ``values`` (the user's values it replaces were said by
+    the decision; those it keeps are not in ``values``)."""
     for k, v in values.items():
-        old = os.environ.get(k)
-        if keep and k in user and user[k] != v:
-            b.env_kept[k] = old
-            continue
-        snap_env.setdefault(k, old)
+        snap_env.setdefault(k, os.environ.get(k))
         os.environ[k] = v
         b.env_set[k] = v
 
@@ -405,21 +394,27 @@ def _check_modes(tensorflow: Any, openmp: Any, blas: Any, inter: str, env: Any, 
 
 
 @registry.applying  # serialized, all or nothing even on Ctrl-C
-def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
+def apply(spec: Any = None, *, threads: int | None = None,
           topology: Topology | None = None, tensorflow: str | bool = "auto",
           openmp: str | bool = "auto", blas: str | bool = "auto", membind: Any = None,
-          export: bool | str = True, inter_placement: str = "union", blocktime: str | None = DEFAULT_BLOCKTIME,
+          export: bool | str = True, inter_placement: str = "union", blocktime: str | None = BLOCKTIME_DEFAULT,
           rank: Any = None, strict: bool = False, torch: str | bool = "auto",
           dataloader_workers: int | None = None, runtime: str = DEFAULT_RUNTIME) -> Binding:
     """Plan ``spec`` on this machine and apply it to this process.
 
     Parameters
     ----------
-    spec : str or spec value
+    spec : str, spec value or None
         A ``KMP_AFFINITY`` string, ``KEY=VALUE`` settings or a spec value (what
-        :func:`affinity.plan` takes); default :data:`~affinity.planning.spec.DEFAULT_SPEC`.
+        :func:`affinity.plan` takes); None (the default): the placement variables
+        the user set in the environment (``KMP_AFFINITY``, ``OMP_PLACES``...), as
+        the runtime would read them, else :data:`~affinity.planning.spec.DEFAULT_SPEC`
+        -- what ``affinity run`` without SPEC does.
     threads : int, optional
-        The team size (default: what the runtime would use).
+        The team size (default: ``OMP_NUM_THREADS``, else one thread per core of the
+        CPUs planned on, within the CFS quota; as ``affinity run``).  PyTorch's
+        intra-op team is this team (``torch.set_num_threads``), TensorFlow's intra-op
+        pool the plan's distinct CPU sets (``Binding.intra_op_threads``).
     topology : Topology, optional
         Must describe this machine (default: :meth:`Topology.from_system`).
     tensorflow : {"auto", True, False}
@@ -435,8 +430,10 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
         Limit BLAS pools to the intra-op count (threadpoolctl) and pin OpenBLAS's
         worker threads; what cannot be done is a note (:mod:`affinity.binding.blas`).
     membind : None, "auto", str or (policy, nodes)
-        ``None`` leaves memory alone; ``"auto"`` binds to the NUMA nodes of the
-        plan's CPUs; ``"interleave:all"``, ``"bind:0-1"``, ``("preferred", {0})``...
+        ``None`` leaves memory alone (with ``rank``: binds it to the NUMA nodes of
+        the rank's share where the kernel allows, as ``affinity run --ranks`` does;
+        a refusal is a note); ``"auto"`` binds to the NUMA nodes of the plan's CPUs;
+        ``"interleave:all"``, ``"bind:0-1"``, ``("preferred", {0})``...
         Set on the calling thread before pools start, so they inherit it.
     export : {True, "override", "keep", False}
         ``True`` (or ``"override"``): export the plan's variables, replacing values
@@ -448,8 +445,9 @@ def apply(spec: Any = DEFAULT_SPEC, *, threads: int | None = None,
         Where inter-op workers go: anywhere in the plan, or worker ``j`` on the
         ``j``-th package used.
     blocktime : str or None
-        ``KMP_BLOCKTIME`` to export (default
-        :data:`~affinity.planning.envvars.DEFAULT_BLOCKTIME`); ``None`` exports none.
+        ``KMP_BLOCKTIME`` to export; ``None`` exports none; default: the user's
+        ``KMP_BLOCKTIME``, else :data:`~affinity.planning.envvars.DEFAULT_BLOCKTIME`
+        (as ``affinity run``).
     rank : None, "auto", "R/N" or LocalRank
         Plan inside this local rank's disjoint share of the node
         (:func:`affinity.planning.ranks.rank_topology`); ``"auto"`` reads the
@@ -507,52 +505,61 @@ def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow
            blas: Any, membind: Any, env: Any, inter: str, blocktime: str | None, rank: Any,
            strict: bool, torch: tuple[Any, int | None] = ("auto", None),
            runtime: str = DEFAULT_RUNTIME) -> Binding:
-    """:func:`apply` without its docstring: plan, snapshot, apply every step or none."""
+    """:func:`apply` without its docstring: read this process, ask the decision
+    (:func:`affinity.planning.decide.decide`, the one ``affinity run`` asks too),
+    snapshot, then perform every step or none."""
     topo = Topology.load(topology)  # the forms plan, apply and tune all take
     _threads.require_system(topo)
     _check_modes(tensorflow, openmp, blas, inter, env, torch[0])
     # (a mask PyTorch's libgomp narrowed to its first place at load is widened back)
     process_mask = _torch.mask_before_load_pin(_native.get_thread_cpubind(os.getpid()))
-    asked = threads
-    user_env, rank_said = team_environ(_user_environ(), rank) if rank is not None else (_user_environ(), [])
-    threads, env_warnings = precedence.team_size(threads, user_env)  # the rule of `affinity run`
-    share: frozenset[int] | None = None
-    if rank is not None:  # this rank's share of what the process may use
-        rtopo, lrank, _ = rank_topology(topo.with_allowed(process_mask), rank)
-        share = rtopo.allowed
-        p = make_plan(spec, threads=threads, topology=rtopo, strict=strict, runtime=runtime)
-    else:  # the process mask inside the cgroup's cpuset (what `norespect` may reach)
-        p = make_plan(spec, threads=threads, topology=topo.with_allowed(_cgroup_cpus(topo, process_mask)),
-                      strict=strict, initial_mask=process_mask, runtime=runtime)
-    want_mem = membind_spec(membind, topo, p.union)
+    request = request_of(spec, threads=threads, runtime=runtime, strict=strict, blocktime=blocktime,
+                         membind=membind, rank=rank, dataloader_workers=torch[1], export=env)
+    d = decide(request, this_process(topo.with_allowed(process_mask), _user_environ(), loaded=census()))
+    pl = d.placements[0]
     masks = _threads.get_process_affinity()
-    snap = _Snapshot(masks, process_mask, numa.get_membind() if want_mem is not None else None,
+    snap = _Snapshot(masks, process_mask, numa.get_membind() if pl.memory is not None else None,
                      omp_known=frozenset(rt.path for rt in _omp.loaded_runtimes()),
                      starts=_threads.task_starts(tids=masks))
-    b = Binding(plan=p, inter=inter)
+    b = Binding(plan=pl.plan, inter=inter, env_kept=dict(d.kept), decision=d)
     b._snapshot = snap
     b._seen = dict(snap.starts)  # (a thread gone before its start was read is left out)
-    b.notes.extend(f"planner: {w}" for w in p.warnings)  # the runtime's own warnings
-    b.notes.extend(unread(spec, runtime))  # what the runtime's rules never read (compact under libgomp)
-    b.notes.extend(env_warnings)
-    b.notes.extend(precedence.oversubscription(p.threads, p.union, "threads" if asked is not None
-                                               else "OMP_NUM_THREADS" if threads is not None
-                                               else "the runtime's default team"))
+    b.notes.extend(d.warnings)  # the runtime's own warnings first: a typo binds nothing
     env_before = dict(os.environ)
     try:
-        if share is not None:  # the calling thread in the rank's share: what it starts later stays there
-            _keep_in_share(b, share, f"local rank {lrank.rank} of {lrank.size}")
-        _apply_steps(b, tensorflow, openmp, blas, want_mem, env, blocktime, torch)
+        if pl.share is not None and d.rank is not None:  # the calling thread in the rank's share
+            _keep_in_share(b, pl.share.cpus, f"local rank {d.rank.rank} of {d.rank.size}")
+        _apply_steps(b, pl, tensorflow, openmp, blas, torch[0])
     except BaseException:
         _note_env_changes(snap, env_before)
         b.restore()
         raise
     _note_env_changes(snap, env_before)
     registry.add(b)
-    for n in b.notes:  # planner notes first: what the runtime itself would print (a typo binds nothing)
+    for n in b.notes:
         warnings.warn(f"affinity: {n}", AffinityWarning, stacklevel=_caller_level())
-    b.notes.extend(rank_said)  # a note, no warning: torchrun's default in every rank is as expected
+    b.notes.extend(d.notices)  # notes, no warning: a launcher's binding followed, torchrun's default
+    b.notes.extend(d.notes)
     return b
+
+
+def request_of(spec: Any, *, threads: int | None, runtime: str, strict: bool, blocktime: str | None,
+               membind: Any, rank: Any, dataloader_workers: int | None, export: Any) -> Request:
+    """:func:`apply`'s arguments as the decision's :class:`~affinity.planning.decide.Request`
+    (the translation ``affinity run`` has in :func:`affinity.launcher.build.request_of`)."""
+    return Request(spec=spec, threads=threads, runtime=runtime, strict=strict, blocktime=blocktime,
+                   memory=membind, ranks=_rank_request(rank), dataloader_workers=dataloader_workers,
+                   export={True: "replace", "override": "replace", "keep": "keep", False: "none"}[export])
+
+
+def _rank_request(rank: Any) -> Any:
+    """``rank=``: None, ``"auto"``, a :class:`~affinity.planning.launchers.LocalRank`,
+    or ``"R/N"`` read into one."""
+    if rank is None or rank == "auto" or isinstance(rank, LocalRank):
+        return rank
+    if not isinstance(rank, str):
+        raise TypeError(f"apply(rank={rank!r}): expected None, 'auto', 'R/N' or a LocalRank")
+    return parse_rank(rank, {})
 
 
 def _caller_level() -> int:
@@ -563,12 +570,6 @@ def _caller_level() -> int:
     while frame is not None and frame.f_code.co_filename in here:
         frame, level = frame.f_back, level + 1
     return level
-
-
-def _cgroup_cpus(topo: Topology, process_mask: frozenset[int]) -> frozenset[int]:
-    """The CPUs of the cgroup's cpuset (every CPU of the machine when it sets none)."""
-    cg = (cgroup.cpuset_cpus() or topo.cpuset) & topo.cpuset
-    return cg if process_mask <= cg else process_mask
 
 
 def _note_env_changes(snap: _Snapshot, before: Mapping[str, str]) -> None:
@@ -590,37 +591,41 @@ def _keep_in_share(b: Binding, share: frozenset[int], who: str) -> None:
     b._pin({tid: share})
 
 
-def _apply_steps(b: Binding, tensorflow: Any, openmp: Any, blas: Any, want_mem: MemorySpec | None,
-                 env: Any, blocktime: str | None, torch: tuple[Any, int | None] = ("auto", None)) -> None:
+def _apply_steps(b: Binding, pl: Placement, tensorflow: Any, openmp: Any, blas: Any, torch: Any = "auto") -> None:
     """The steps of :func:`apply`, in the order that matters."""
     assert b._snapshot is not None
     # 1. memory first: pools created below inherit the calling thread's policy
-    if want_mem is not None:
-        b.membind = numa.set_membind(want_mem.nodes, want_mem.policy)
-    # 2. environment for children and runtimes not yet loaded
-    if env:
-        values, problems = export(b.plan, blocktime=blocktime)
-        _set_env(values, env == "keep", b, b._snapshot.env)
-        b.notes.extend(problems)  # a runtime that cannot be told the plan (libgomp and norespect)
+    if pl.memory is not None:
+        _bind_memory(b, pl)
+    # 2. environment for children and runtimes not yet loaded (the decision's exports)
+    _set_env(pl.exports, b, b._snapshot.env)
     # 3. TensorFlow: now if it is imported, else when it is (and when its runtime starts)
     if tensorflow is True or (tensorflow == "auto" and _tf.imported()):
         _attach_tensorflow(b, start=tensorflow is True)
     elif tensorflow == "auto":
         b._hooks.append(ImportWatch("tensorflow", lambda _, ok: ok and _tensorflow_imported(b)))
     # 3b. PyTorch: likewise (its libgomp team, its inter-op pool, DataLoader workers)
-    _torch.attach(b, torch[0], torch[1], Pin)
+    _torch.attach(b, torch, pl.workers, Pin)
     # 4. OpenMP runtimes already loaded: size and pin from inside a region
     if openmp is True or openmp == "auto":
         _pin_openmp(b)
-    if len(b._snapshot.omp_known) > 1:  # two runtimes in one process: say which
-        b.notes.extend(w for w in [census().warning()] if w)
-    if b._snapshot.omp_known:  # settings a loaded runtime reads otherwise than the plan's rules
-        b.notes.extend(meaning_notes(b.plan))
     # 5. BLAS pools (OpenBLAS, MKL, BLIS): counted and limited
     if blas is True or blas == "auto":
         _limit_blas(b)
     # 6. anything else that started meanwhile goes inside the plan
     b.refresh()
+
+
+def _bind_memory(b: Binding, pl: Placement) -> None:
+    """The placement's memory policy on the calling thread; one the kernel refuses is
+    an error where it was asked for, a note where it only follows the rank's share."""
+    assert pl.memory is not None
+    try:
+        b.membind = numa.set_membind(pl.memory.nodes, pl.memory.policy)
+    except BindError as e:
+        if pl.memory_required:
+            raise
+        b.notes.append(f"memory policy {pl.memory} of the rank's share not set: {e}")
 
 
 def _attach_tensorflow(b: Binding, *, start: bool) -> None:
@@ -759,7 +764,7 @@ class pinned:
     ... def infer(batch): ...
     """
 
-    def __init__(self, spec: Any = DEFAULT_SPEC, **kwargs: Any):
+    def __init__(self, spec: Any = None, **kwargs: Any):
         self.spec = spec
         self.kwargs = kwargs
         self._local = threading.local()  # each thread's own bindings (a decorator shared by threads)

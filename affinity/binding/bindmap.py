@@ -28,7 +28,7 @@ from ..machine import _native
 from ..machine.topology import Topology
 from ..record import asdict, record, replace
 from . import registry
-from . import runtimes as _runtimes
+from ..machine import loaded as _loaded
 from .numa import get_membind
 from . import tf as _tf
 from .threads import _tgid, task_ids, task_names
@@ -66,7 +66,7 @@ class BindMap:
     pid: int
     rows: tuple[ThreadRow, ...]
     mems_allowed: str
-    runtimes: Any = None  #: the OpenMP runtimes loaded (:class:`~affinity.binding.runtimes.Census`)
+    runtimes: Any = None  #: the OpenMP runtimes loaded (:class:`~affinity.machine.loaded.Census`)
     rules: str | None = None  #: whose rules the binding's plan followed (``Plan.runtime``), if one applies
 
     @property
@@ -257,7 +257,7 @@ def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
 
 def _census(pid: int) -> Any:
     try:
-        return _runtimes.census(pid)
+        return _loaded.census(pid)
     except OSError:  # exited meanwhile, or maps not readable: the rows still stand
         return None
 

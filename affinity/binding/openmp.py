@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from ..machine import _native
 from ..record import record
-from .runtimes import family_of
+from ..machine.loaded import family_of
 
 __all__ = ["OpenMPRuntime", "loaded_runtimes"]
 
@@ -75,7 +75,7 @@ def loaded_runtimes() -> list[OpenMPRuntime]:
         path = parts[5].strip()
         if path in seen or path.endswith(" (deleted)"):
             continue
-        found = family_of(path)  # the runtimes' file names: binding.runtimes
+        found = family_of(path)  # the runtimes' file names: machine.loaded
         if found is not None:
             seen[path] = OpenMPRuntime(os.path.realpath(path), found[0])
     # one entry per real file (symlinked names map the same object)

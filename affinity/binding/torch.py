@@ -48,7 +48,8 @@ from . import registry
 from . import threads as _threads
 from .importwatch import ImportWatch
 from .openmp import OpenMPRuntime
-from .runtimes import GNU_PLACEMENT, family_of, meaning_notes
+from ..machine.loaded import census, family_of
+from ..planning.decide import GNU_PLACEMENT, WORKERS_VARIABLE, meaning_notes
 
 __all__ = ["INTER_NAME", "LoadPin", "TorchAdapter", "attach", "imported", "interop_pool", "load_pin",
            "torch_runtime", "worker_init_fn"]
@@ -59,7 +60,7 @@ LOAD_PIN_VARIABLES = GNU_PLACEMENT
 #: what a DataLoader worker is told about itself
 WORKER_VARIABLES = ("AFFINITY_WORKER_ID", "AFFINITY_WORKER_CPUS", "AFFINITY_DATALOADER_WORKERS")
 #: the layout of the workers, exported by ``pinned(..., dataloader_workers=K)`` for workers started by spawn
-LAYOUT_VARIABLE = "AFFINITY_DATALOADER_CPUS"
+LAYOUT_VARIABLE = WORKERS_VARIABLE  # the one name: planning.decide
 REFUSED = "cannot set number of interop threads"
 
 
@@ -265,7 +266,7 @@ class TorchAdapter:
         if not (ok and self.binding.active and imported() and hasattr(sys.modules["torch"], "set_num_threads")):
             return
         try:
-            for n in self.attach_now() + meaning_notes(self.binding.plan):
+            for n in self.attach_now() + meaning_notes(self.binding.plan, census()):
                 warnings.warn(f"affinity: {n}", AffinityWarning, stacklevel=3)
         except Exception as e:  # noqa: BLE001 - never break the user's import
             warnings.warn(f"affinity: PyTorch was imported inside the binding but its threads could not be "
@@ -281,7 +282,7 @@ class TorchAdapter:
         undone = load_pin(self.runtime)  # undone below: the main thread goes back to the plan's CPUs
         if self.threads_before is None:
             self.threads_before = torch.get_num_threads()
-        torch.set_num_threads(b.intra_op_threads)
+        torch.set_num_threads(b.plan.threads)  # the team OMP_NUM_THREADS exports: one story
         refused = size_interop(b.inter_op_threads)
         if refused:
             notes.append(refused)
@@ -299,7 +300,7 @@ class TorchAdapter:
         """Pin the intra-op team (from inside a region of torch's runtime) and the
         inter-op pool; the main thread, team member 0, keeps the plan's CPUs."""
         b = self.binding
-        slots, main = b.slots, os.getpid()
+        slots, main = list(b.plan.cpusets), os.getpid()  # member i on the plan's set i
         masks: dict[int, frozenset[int]] = {}
         if self.runtime is not None:
             self.runtime.set_num_threads(len(slots))
@@ -339,19 +340,14 @@ class TorchAdapter:
         self._loader_patch = _LoaderPatch(self.layout)
 
 
-def attach(b: Any, mode: Any, workers: int | None, pin_cls: Any) -> TorchAdapter | None:
+def attach(b: Any, mode: Any, layout: WorkerLayout | None, pin_cls: Any) -> TorchAdapter | None:
     """PyTorch's part of :func:`affinity.apply`: now if torch is imported, else when
-    it is; ``mode`` False leaves torch alone.  Returns the adapter (in ``b._hooks``)."""
+    it is; ``mode`` False leaves torch alone; ``layout``: where the DataLoader workers
+    go (decided, and exported, with the plan).  Returns the adapter (in ``b._hooks``)."""
     if mode is False:
         return None
-    layout = worker_layout(b.plan, workers) if workers else None
-    ad = TorchAdapter(b, pin_cls, workers, layout)
+    ad = TorchAdapter(b, pin_cls, layout.workers if layout is not None else None, layout)
     b._hooks.append(ad)
-    if layout is not None:
-        b.notes.extend(n for n in [layout.shared_note()] if n)
-        b.env_set[LAYOUT_VARIABLE] = layout.to_env_value()
-        b._snapshot.env.setdefault(LAYOUT_VARIABLE, os.environ.get(LAYOUT_VARIABLE))
-        os.environ[LAYOUT_VARIABLE] = layout.to_env_value()
     if mode is True or imported():
         b.notes.extend(ad.attach_now())
     else:
@@ -367,7 +363,7 @@ def repin(b: Any) -> None:
     """After an inner binding's restore: the enclosing binding's torch pools again."""
     ad = adapter_of(b)
     if ad is not None and ad.runtime is not None and imported():
-        _torch().set_num_threads(b.intra_op_threads)
+        _torch().set_num_threads(b.plan.threads)
         ad.pin_pools()
 
 

@@ -2,7 +2,7 @@
 
 Planning is pure and knows only named rule sets (:data:`~affinity.planning.planner.RUNTIMES`);
 ``"auto"`` is resolved here, in the binding layer, from the runtimes mapped into
-this process (:func:`~affinity.binding.runtimes.census`), before planning is called:
+this process (:func:`~affinity.machine.loaded.census`), before planning is called:
 
 =============================  ===========================================
 loaded in this process         ``"auto"`` becomes
@@ -23,7 +23,7 @@ from __future__ import annotations
 from ..errors import PlanError
 from ..planning.gnu.rules import runtime_for_library
 from ..planning.planner import DEFAULT_RUNTIME
-from .runtimes import Census, LoadedRuntime, census
+from ..machine.loaded import Census, LoadedRuntime, census
 
 __all__ = ["AUTO", "resolve_runtime", "rules_of"]
 

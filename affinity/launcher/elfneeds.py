@@ -17,7 +17,7 @@ import os
 import shutil
 import struct
 
-from ..binding.runtimes import family_of
+from ..machine.loaded import family_of
 from ..record import record
 
 __all__ = ["CommandRuntime", "MAX_ENTRIES", "MAX_READ", "command_runtime", "needed_libraries"]

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 
 from ..cpulist import MAX_CPUS, IdList
 from ..errors import SpecError, UsageError
-from ..planning.envvars import DEFAULT_BLOCKTIME, check_blocktime
+from ..planning.envvars import BLOCKTIME_DEFAULT, DEFAULT_BLOCKTIME, blocktime_for, check_blocktime
 from ..planning.spec import DEFAULT_SPEC
 from ..record import record
 
@@ -64,7 +64,9 @@ class RunOptions:
     verbose : bool
         Say what is applied.
     blocktime : str or None
-        ``KMP_BLOCKTIME`` to export; None exports none.
+        ``KMP_BLOCKTIME`` to export; None exports none; ``"default"``: the user's
+        ``KMP_BLOCKTIME``, else :data:`~affinity.planning.envvars.DEFAULT_BLOCKTIME`
+        (:func:`~affinity.planning.envvars.blocktime_for`).
     """
 
     command: tuple[str, ...] = ()
@@ -85,7 +87,7 @@ class RunOptions:
     log_dir: str | None = None
     ranks: str | None = None
     verbose: bool = False
-    blocktime: str | None = DEFAULT_BLOCKTIME  #: None: export no KMP_BLOCKTIME
+    blocktime: str | None = BLOCKTIME_DEFAULT  #: None: export no KMP_BLOCKTIME; "default": the user's, else 1
     runtime: str = "intel"  #: whose rules the plan follows; "auto": the command's (resolved by cmd_run)
 
     def to_words(self, environ: Mapping[str, str] | None = None) -> list[str]:
@@ -106,7 +108,7 @@ class RunOptions:
         words = [self.spec] if self.spec else []
         words += _value_words(self)
         words += [flag for flag, on in _FLAGS if on(self)]
-        if self.blocktime != _blocktime(None, environ or {}):
+        if self.blocktime not in (BLOCKTIME_DEFAULT, blocktime_for(BLOCKTIME_DEFAULT, environ or {})):
             words += ["--blocktime", "none" if self.blocktime is None else self.blocktime]
         return words + (["--", *self.command] if self.command else [])
 
@@ -338,10 +340,11 @@ def _id_list(what: str) -> Callable[[str], IdList]:
 
 
 def _blocktime(text: str | None, environ: Mapping[str, str]) -> str | None:
-    """``--blocktime``'s value: as given, None for ``none``; not given: the user's
-    ``KMP_BLOCKTIME``, else :data:`~affinity.planning.envvars.DEFAULT_BLOCKTIME`."""
+    """``--blocktime``'s value: as given, None for ``none``; not given:
+    :data:`~affinity.planning.envvars.BLOCKTIME_DEFAULT` (the user's ``KMP_BLOCKTIME``,
+    else :data:`~affinity.planning.envvars.DEFAULT_BLOCKTIME`, decided with the rest)."""
     if text is None:
-        return environ.get("KMP_BLOCKTIME", DEFAULT_BLOCKTIME)
+        return BLOCKTIME_DEFAULT
     if text.strip().lower() == "none":
         return None
     return check_blocktime(text, "--blocktime")

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..cpulist import format_list
 from ..errors import NativeUnavailableError
 
-__all__ = ["PIN_LIBRARY", "RUNTIMES_BIND_NOTHING", "leave_binding_to_the_library", "pin_environment", "pin_library"]
+__all__ = ["PIN_LIBRARY", "pin_environment", "pin_library"]
 
 #: the preload library's file name, next to this module
 PIN_LIBRARY = "libaffinity_pin.so"
@@ -90,21 +90,3 @@ def pin_environment(slots: Sequence[frozenset[int]], environ: Mapping[str, str],
     return env
 
 
-#: What the OpenMP runtimes are told when the library pins: bind nothing yourselves.
-#: A runtime that starts after the library pinned the main thread to its slot reads
-#: that one slot as the process's mask: Intel's (and LLVM's) libomp then set every
-#: worker to it as the worker starts, after the library's pin -- the whole team on one
-#: CPU, whatever ``KMP_AFFINITY`` says, except ``disabled``; a libgomp loaded then
-#: (``import torch``) drops every place outside it ("Number of places reduced").
-RUNTIMES_BIND_NOTHING = {"KMP_AFFINITY": "disabled", "OMP_PROC_BIND": "false"}
-#: the place lists the plan exports, not exported where the library pins
-_PLACE_LISTS = ("OMP_PLACES", "GOMP_CPU_AFFINITY")
-
-
-def leave_binding_to_the_library(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` (a plan's exports) with the runtimes' binding turned off
-    (:data:`RUNTIMES_BIND_NOTHING`) and its place lists left out: the library binds
-    every thread to its slot, and nothing binds it again."""
-    out = {k: v for k, v in env.items() if k not in _PLACE_LISTS}
-    out.update(RUNTIMES_BIND_NOTHING)
-    return out

@@ -26,7 +26,7 @@ from ..cpulist import parse_list
 from ..errors import SpecError, TopologyError
 from ..record import record
 
-__all__ = ["CpuQuota", "Mount", "cpu_quota", "cpuset_cpus", "default_thread_count",
+__all__ = ["CpuQuota", "Mount", "cpu_quota", "cpuset_cpus", "default_thread_count", "mems_allowed",
            "parse_cgroup_file", "parse_mountinfo"]
 
 
@@ -207,6 +207,19 @@ def cpuset_cpus(root: str = "/", pid: str = "self") -> frozenset[int] | None:
         if version == 2:
             continue  # v2: an empty file means "inherit": ask the parent
         break
+    return None
+
+
+def mems_allowed(pid: str = "self") -> frozenset[int] | None:
+    """The NUMA nodes process ``pid`` may allocate on (``Mems_allowed_list`` of
+    ``/proc/PID/status``); None where it cannot be read (no such line, no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("Mems_allowed_list:"):
+                    return parse_list(line.split(":", 1)[1])
+    except OSError:
+        pass
     return None
 
 

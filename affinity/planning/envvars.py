@@ -42,6 +42,7 @@ intra-op thread.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from ..cpulist import format_list
 from ..errors import SpecError
@@ -52,7 +53,9 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinit
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["DEFAULT_BLOCKTIME", "EXPORTED_VARIABLES", "check_blocktime", "export", "plan_environment", "worker_slots"]
+__all__ = ["BLOCKTIME_DEFAULT", "DEFAULT_BLOCKTIME", "EXPORTED_VARIABLES", "RUNTIMES_BIND_NOTHING",
+           "blocktime_for", "check_blocktime", "export",
+           "leave_binding_to_the_library", "plan_environment", "worker_slots"]
 
 #: what :func:`plan_environment` may set (the output side; the planner reads
 #: :data:`affinity.planning.spec.SETTINGS_VARIABLES`)
@@ -86,6 +89,21 @@ DEFAULT_BLOCKTIME = "1"
 #: what the Intel/LLVM runtime reads as ``KMP_BLOCKTIME``: a whole number of
 #: milliseconds (LLVM 18+ also takes an ``ms``/``us`` unit), or ``infinite``/``infinity``
 _BLOCKTIME_RE = re.compile(r"[0-9]{1,10}(ms|us)?|infinite|infinity", re.IGNORECASE)
+
+
+#: ``blocktime=`` / ``--blocktime`` not given: the user's ``KMP_BLOCKTIME``, else
+#: :data:`DEFAULT_BLOCKTIME` (:func:`blocktime_for`)
+BLOCKTIME_DEFAULT = "default"
+
+
+def blocktime_for(asked: str | None, environ: Mapping[str, str]) -> str | None:
+    """The ``KMP_BLOCKTIME`` to export: ``asked``, or for :data:`BLOCKTIME_DEFAULT`
+    the user's own value in ``environ`` (kept, not replaced), else
+    :data:`DEFAULT_BLOCKTIME`; None exports none.  One rule for ``apply()`` and
+    ``affinity run``."""
+    if asked == BLOCKTIME_DEFAULT:
+        return environ.get("KMP_BLOCKTIME", DEFAULT_BLOCKTIME)
+    return asked
 
 
 def check_blocktime(value: object, what: str = "blocktime") -> str:
@@ -162,3 +180,23 @@ def _kmp_affinity(plan: Any, gomp: dict[str, str]) -> str:
     if places is not None and fits_env("OMP_PLACES", places):  # no type: the runtime follows OMP_PLACES
         return "norespect,granularity=fine" if not plan.union <= plan.initial_mask else "granularity=fine"
     return full
+
+
+#: What the OpenMP runtimes are told when the library pins: bind nothing yourselves.
+#: A runtime that starts after the library pinned the main thread to its slot reads
+#: that one slot as the process's mask: Intel's (and LLVM's) libomp then set every
+#: worker to it as the worker starts, after the library's pin -- the whole team on one
+#: CPU, whatever ``KMP_AFFINITY`` says, except ``disabled``; a libgomp loaded then
+#: (``import torch``) drops every place outside it ("Number of places reduced").
+RUNTIMES_BIND_NOTHING = {"KMP_AFFINITY": "disabled", "OMP_PROC_BIND": "false"}
+#: the place lists the plan exports, not exported where the library pins
+_PLACE_LISTS = ("OMP_PLACES", "GOMP_CPU_AFFINITY")
+
+
+def leave_binding_to_the_library(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` (a plan's exports) with the runtimes' binding turned off
+    (:data:`RUNTIMES_BIND_NOTHING`) and its place lists left out: the library binds
+    every thread to its slot, and nothing binds it again."""
+    out = {k: v for k, v in env.items() if k not in _PLACE_LISTS}
+    out.update(RUNTIMES_BIND_NOTHING)
+    return out

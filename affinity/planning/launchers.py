@@ -1,17 +1,23 @@
-"""The variables launchers set in the processes they start: which local rank of how
-many a process is, and whether the launcher bound it to CPUs itself.
+"""The variables launchers set in the processes they start (which local rank of how
+many a process is, whether the launcher bound it to CPUs itself), and what they say
+as values: :class:`LocalRank`, :class:`LauncherBinding`, and :class:`Job`, all of it
+for one process.
 
-Only the tables and a presence test live here, so that ``affinity run`` without
-``--ranks`` can tell whether a launcher started it without importing
-:mod:`affinity.planning.ranks`, which reads them (:func:`~affinity.planning.ranks.local_rank`,
-:func:`~affinity.planning.ranks.launcher_binding`).
+The tables are facts about the launchers; reading them from an environment is
+:mod:`affinity.binding.launchvars` (the faces read the process they run in), and
+what a rank is given is decided from the :class:`Job` value by
+:func:`affinity.planning.decide.decide`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["BINDING_VARIABLES", "INSTANCES", "LAUNCHER_VARIABLES", "started_by_a_launcher"]
+from ..errors import PlanError
+from ..record import record
+
+__all__ = ["BINDING_VARIABLES", "INSTANCES", "Job", "LAUNCHER_DEFAULTS", "LAUNCHER_VARIABLES", "LauncherBinding",
+           "LocalRank", "started_by_a_launcher"]
 
 #: ``affinity run --instances K`` as a launcher: it exports the instance's number and the
 #: count, and it always binds each instance to its share before the command starts
@@ -49,5 +55,71 @@ BINDING_VARIABLES: tuple[tuple[str, str], ...] = (
 
 def started_by_a_launcher(environ: Mapping[str, str]) -> bool:
     """A launcher's local-rank and local-size variables are both in ``environ`` (the
-    first test of :func:`~affinity.planning.ranks.local_rank`, without reading them)."""
+    first test of :func:`~affinity.binding.launchvars.local_rank`, without reading them)."""
     return any(rank_var in environ and size_var in environ for _, rank_var, size_var in LAUNCHER_VARIABLES)
+
+
+#: (launcher, variable, value): what a launcher sets in every rank by itself when the
+#: user set nothing -- torchrun's ``OMP_NUM_THREADS=1`` for more than one worker per
+#: node, its guard against workers crowding each other's CPUs.  On disjoint shares
+#: nothing is crowded: the team is sized from the share (a thread count given
+#: explicitly still wins; a user's other value is the user's).
+LAUNCHER_DEFAULTS: tuple[tuple[str, str, str], ...] = (
+    ("torchrun", "OMP_NUM_THREADS", "1"),
+)
+
+
+@record
+class LocalRank:
+    """This process's place among the processes of its job on this node."""
+
+    rank: int
+    size: int
+    source: str  #: which launcher's variables said so, e.g. ``"Open MPI (OMPI_COMM_WORLD_LOCAL_RANK=1, ...)"``
+    launcher: str = ""  #: the launcher's name in :data:`LAUNCHER_VARIABLES`; "" when given by hand
+
+    def __post_init__(self) -> None:
+        if self.size < 1 or not 0 <= self.rank < self.size:
+            raise PlanError(f"local rank {self.rank} of {self.size} is not a valid rank ({self.source})")
+
+
+@record
+class LauncherBinding:
+    """A launcher bound this process to CPUs itself (:func:`affinity.binding.launchvars.launcher_binding`)."""
+
+    launcher: str
+    evidence: str  #: the variables that say so, e.g. ``"SLURM_CPU_BIND=quiet,mask_cpu:0x1,0x2"``
+    masks: tuple[frozenset[int], ...] = ()  #: every local rank's CPUs, where the launcher lists them
+    #: (srun's CPU masks and ids, or its locality domains' CPUs; the list is reused
+    #: cyclically when shorter than the ranks); empty: unknown
+
+    def mask_of(self, rank: int) -> frozenset[int] | None:
+        return self.masks[rank % len(self.masks)] if self.masks else None
+
+
+@record
+class Job:
+    """What the launcher variables of one process's environment say
+    (:func:`affinity.binding.launchvars.read_job`): its local rank, how the launcher
+    bound it, or why they make no rank.
+
+    Parameters
+    ----------
+    rank : LocalRank or None
+        The launcher's local rank of this process; None: no launcher set one.
+    binding : LauncherBinding or None
+        How that launcher bound the process to CPUs itself; None: it did not.
+    error : str
+        Launcher variables that are present but malformed (the message); empty: none.
+    not_a_rank : tuple of str
+        Why the launcher variables that are set make no rank (a batch script, a
+        rank variable without its size variable).
+    todo : str
+        What to do instead, for those.
+    """
+
+    rank: LocalRank | None = None
+    binding: LauncherBinding | None = None
+    error: str = ""
+    not_a_rank: tuple[str, ...] = ()
+    todo: str = ""

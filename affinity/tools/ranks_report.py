@@ -11,7 +11,7 @@ does), or from a Slurm allocation (a batch script, an ``salloc`` shell: the rank
 ``srun --cpu-bind=none`` would start).
 
 ``show --ranks`` finds the processes of a job on this node by their launcher
-variables (:func:`~affinity.planning.ranks.job_of`) and reads every thread's mask
+variables (:func:`~affinity.binding.launchvars.job_of`) and reads every thread's mask
 and last CPU from the kernel (:func:`~affinity.binding.bindmap.report`).
 """
 
@@ -28,8 +28,8 @@ from ..errors import PlanError
 from ..launcher.build import Context, Instance, build_launch
 from ..launcher.options import RunOptions
 from ..machine.topology import Topology
-from ..planning.ranks import (LAUNCHER_VARIABLES, LocalRank, batch_script, job_of, launcher_binding, local_rank,
-                              not_a_rank, slurm_allocation)
+from ..binding.launchvars import batch_script, job_of, launcher_binding, local_rank, not_a_rank, slurm_allocation
+from ..planning.launchers import LAUNCHER_VARIABLES, LocalRank
 from ..record import record
 
 if TYPE_CHECKING:  # pragma: no cover

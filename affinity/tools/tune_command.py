@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import (AffinityError, PictureError, SeedMismatch, Signalled, TrialPruned, TuneError, TuneUsageError,
                       exit_status)
 from ..machine.topology import Topology
-from ..planning.ranks import partition
+from ..planning.partition import partition
 from ..record import field, record
 from ..tuning.config import Config
 from ..tuning.search import Search, TrialRecord, TuneResult, check_budget, machine_id

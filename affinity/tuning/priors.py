@@ -33,7 +33,7 @@ from typing import Any
 from ..errors import AffinityError
 from ..machine.topology import Topology
 from ..planning.planner import plan
-from ..planning.ranks import partition
+from ..planning.partition import partition
 from ..planning.spec import DEFAULT_SPEC, parse_kmp_affinity
 from ..record import record
 from .space import KNOWN, Space

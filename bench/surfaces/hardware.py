@@ -60,7 +60,7 @@ if str(HERE.parent.parent) not in sys.path:
 from affinity import record  # noqa: E402
 from affinity.machine.topology import Topology  # noqa: E402
 from affinity.planning.planner import plan  # noqa: E402
-from affinity.planning.ranks import partition  # noqa: E402
+from affinity.planning.partition import partition  # noqa: E402
 
 HYBRID = "hybrid:8P2T+16E"  # 8 P-cores with 2 threads, 16 E-cores with 1
 

@@ -47,7 +47,7 @@ sys.path.insert(0, str(HERE.parent.parent))
 
 from affinity.machine.topology import Topology  # noqa: E402
 from affinity.planning.planner import plan  # noqa: E402
-from affinity.planning.ranks import partition  # noqa: E402
+from affinity.planning.partition import partition  # noqa: E402
 
 
 @dataclass(frozen=True)

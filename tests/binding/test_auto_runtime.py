@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from affinity.binding.runtimes import Census, LoadedRuntime
+from affinity.machine.loaded import Census, LoadedRuntime
 from affinity.binding.which import resolve_runtime
 from affinity.errors import PlanError
 from tests.helpers.ompprog import iomp5_dir
@@ -24,7 +24,7 @@ if sys.argv[1] == "torch":
 elif sys.argv[1] != "none":
     ctypes.CDLL(sys.argv[1])
 import affinity
-from affinity.binding.runtimes import census
+from affinity.machine.loaded import census
 p = affinity.plan("OMP_PLACES=threads OMP_PROC_BIND=spread", threads=3, runtime="auto")
 q = affinity.plan_env({"OMP_PLACES": "threads", "OMP_NUM_THREADS": "3"}, runtime="auto")
 print(json.dumps({"plan": p.runtime, "plan_env": q.runtime,

@@ -250,7 +250,7 @@ def test_rank_share_in_process(monkeypatch):
     # local rank 1 of 2 (Open MPI's variables): the plan stays inside rank 1's share
     monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1")
     monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2")
-    from affinity.planning.ranks import rank_share
+    from affinity.planning.partition import rank_share
 
     share = rank_share(Topology.from_system().with_allowed(os.sched_getaffinity(0)), 1, 2)
     with affinity.pinned("granularity=fine,compact", rank="auto", **KW) as b:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from affinity.binding import runtimes
+from affinity.machine import loaded as runtimes
+from affinity.planning.decide import meaning_notes
 
 MAPS = """\
 7f00-7f10 r--p 00000000 fe:00 111 /venv/site-packages/torch/lib/libgomp.so.1
@@ -184,11 +185,11 @@ def test_meaning_notes_for_each_family_against_the_plans_rules():
     p = affinity.plan("OMP_PLACES=numa_domains OMP_PROC_BIND=close", threads=2, topology=t)
     llvm = runtimes.LoadedRuntime("/x/libomp.so", "libomp", "llvm", ("0", 1))
     intel = runtimes.LoadedRuntime("/x/libiomp5.so", "libiomp5", "intel", ("0", 2))
-    (note,) = runtimes.meaning_notes(p, runtimes.Census(None, (llvm, intel)))
+    (note,) = meaning_notes(p, runtimes.Census(None, (llvm, intel)))
     assert note == ("OMP_PLACES=numa_domains OMP_PROC_BIND=close means something else to the libomp loaded here "
                     "(/x/libomp.so, llvm's rules): it places 2 threads on {0} {1}, where intel's rules, followed "
                     "and pinned here, give {0-1} {2-3}")
     # KMP_AFFINITY alone: libgomp does not read it (and apply() pins its team itself)
     gomp = runtimes.LoadedRuntime("/x/libgomp.so.1", "libgomp", "gnu", ("0", 3))
     k = affinity.plan("granularity=fine,scatter", threads=2, topology=t)
-    assert runtimes.meaning_notes(k, runtimes.Census(None, (gomp,))) == []
+    assert meaning_notes(k, runtimes.Census(None, (gomp,))) == []

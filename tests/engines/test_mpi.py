@@ -15,7 +15,7 @@ import pytest
 
 from affinity.cpulist import format_list
 from affinity.machine.topology import Topology
-from affinity.planning.ranks import partition
+from affinity.planning.partition import partition
 
 from helpers.launch import clean_env
 from helpers.ranks_probe import check_disjoint_placed, local_rank_of, probe_command, read_reports

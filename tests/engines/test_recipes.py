@@ -16,7 +16,7 @@ import pytest
 
 from affinity.cpulist import format_list, parse_list
 from affinity.machine.topology import Topology
-from affinity.planning.ranks import partition
+from affinity.planning.partition import partition
 
 from helpers.cgroups import run_in
 from helpers.launch import clean_env, probe_result, write_probe

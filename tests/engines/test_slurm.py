@@ -13,7 +13,8 @@ import pytest
 
 from affinity.cpulist import format_list
 from affinity.machine.topology import Topology
-from affinity.planning.ranks import local_rank, partition
+from affinity.binding.launchvars import local_rank
+from affinity.planning.partition import partition
 
 from helpers.launch import clean_env
 from helpers.ranks_probe import check_disjoint_placed, local_rank_of, probe_command, read_reports, step_cpus
@@ -165,7 +166,7 @@ def test_apply_rank_auto_inside_srun_tasks(slurm, omp_lib, tmp_path, bind):
 
 VARS = r"""
 import json, os, sys
-from affinity.planning.ranks import slurm_step
+from affinity.binding.launchvars import slurm_step
 s = slurm_step(os.environ)
 json.dump({"step": [s.local_id, s.node_id, list(s.tasks_per_node), s.cpus_per_task, s.cpu_bind_type,
                     [sorted(m) for m in s.cpu_bind_list]],

@@ -16,7 +16,7 @@ import pytest
 from affinity.launcher.build import Context, build_launch
 from affinity.launcher.options import RunOptions
 from affinity.machine.topology import Topology
-from affinity.planning.ranks import partition
+from affinity.planning.partition import partition
 
 from helpers.launch import clean_env
 from helpers.ranks_probe import local_rank_of, probe_command, read_reports

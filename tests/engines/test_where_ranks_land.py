@@ -18,7 +18,7 @@ import pytest
 from affinity.cpulist import format_list, parse_list
 from affinity.launcher.build import Context
 from affinity.machine.topology import Topology
-from affinity.planning.ranks import partition
+from affinity.planning.partition import partition
 from affinity.tools.cli import main
 from affinity.tools.ranks_report import plan_ranks
 

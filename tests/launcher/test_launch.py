@@ -17,7 +17,7 @@ import pytest
 
 from affinity.cpulist import format_list, parse_list
 from affinity.machine.topology import Topology
-from affinity.planning.ranks import partition
+from affinity.planning.partition import partition
 from affinity.launcher.preload import pin_library
 
 from helpers.ompprog import build_program

@@ -15,7 +15,7 @@ from affinity.launcher.build import Context, build_launch
 from affinity.launcher.numactl import hardware_text, shell_text, show_text
 from affinity.launcher.options import RunOptions, options_from_args
 from affinity.launcher.run import add_run_parser
-from affinity.planning.envvars import DEFAULT_BLOCKTIME
+from affinity.planning.envvars import BLOCKTIME_DEFAULT, DEFAULT_BLOCKTIME
 from affinity.machine.topology import Topology
 
 XEON = Topology.from_synthetic("pack:2 [numa] core:28 pu:2(indexes=2*56:1*2)")
@@ -141,11 +141,11 @@ def test_spec_and_environment_specs():
 
 
 def test_blocktime_default_user_value_and_none():
-    # the default exports DEFAULT_BLOCKTIME; the command line's default is the user's KMP_BLOCKTIME
-    assert RunOptions().blocktime == DEFAULT_BLOCKTIME
+    # the default is the user's KMP_BLOCKTIME, else DEFAULT_BLOCKTIME: decided with the rest
+    # (planning.envvars.blocktime_for, the rule apply() follows too)
+    assert RunOptions().blocktime == parse("--", "p").blocktime == BLOCKTIME_DEFAULT
     assert launch().instances[0].env["KMP_BLOCKTIME"] == DEFAULT_BLOCKTIME
-    assert parse("--", "p").blocktime == DEFAULT_BLOCKTIME
-    assert parse("--", "p", environ={"KMP_BLOCKTIME": "30"}).blocktime == "30"
+    assert launch(ctx=Context(environ={"KMP_BLOCKTIME": "30"})).instances[0].env["KMP_BLOCKTIME"] == "30"
     assert parse("--blocktime", "7", "--", "p", environ={"KMP_BLOCKTIME": "30"}).blocktime == "7"
     # 'none' exports none (None means the same in affinity.binding.apply.apply)
     opts = parse("--blocktime", "none", "--", "p", environ={"KMP_BLOCKTIME": "30"})
@@ -225,15 +225,15 @@ def test_an_explicit_thread_count_is_honoured_and_oversubscription_said():
     for inst in two.instances:  # 8 cores each, 16 threads asked for: 16 it is
         assert inst.threads == 16 and inst.env["OMP_NUM_THREADS"] == "16" and len(inst.slots) == 16
     assert [w for w in two.warnings if "oversubscribes" in w] == [
-        "instance 0: --threads=16 on 8 CPUs oversubscribes them (0-7): several threads share a CPU",
-        "instance 1: --threads=16 on 8 CPUs oversubscribes them (8-15): several threads share a CPU"]
+        "instance 0: threads=16 on 8 CPUs oversubscribes them (0-7): several threads share a CPU",
+        "instance 1: threads=16 on 8 CPUs oversubscribes them (8-15): several threads share a CPU"]
     # under --ranks the messages name the rank (they said "instance 0" in every rank)
     assert [w for w in launch(topology=flat16, ranks="1/2", threads=9).warnings if "oversubscribes" in w] == [
-        "rank 1: --threads=9 on 8 CPUs oversubscribes them (8-15): several threads share a CPU"]
+        "rank 1: threads=9 on 8 CPUs oversubscribes them (8-15): several threads share a CPU"]
     assert [w for w in launch(topology=flat16, ranks="1/2", instances=2, threads=5).warnings
             if "oversubscribes" in w] == [
-        "rank 1, instance 0: --threads=5 on 4 CPUs oversubscribes them (8-11): several threads share a CPU",
-        "rank 1, instance 1: --threads=5 on 4 CPUs oversubscribes them (12-15): several threads share a CPU"]
+        "rank 1, instance 0: threads=5 on 4 CPUs oversubscribes them (8-11): several threads share a CPU",
+        "rank 1, instance 1: threads=5 on 4 CPUs oversubscribes them (12-15): several threads share a CPU"]
     # a norespect plan's threads get CPUs outside the process mask: the warning counts those
     # (2 threads on their 2 CPUs were "--threads=2 on 1 CPU oversubscribes them (0)")
     smt = Topology.from_synthetic("pack:1 core:2 pu:2")
@@ -243,7 +243,7 @@ def test_an_explicit_thread_count_is_honoured_and_oversubscription_said():
     out = launch(topology=smt, spec="norespect,granularity=core,compact", threads=5,
                  physcpubind=IdList.parse("0", "CPU"))
     assert [w for w in out.warnings if "oversubscribes" in w] == [
-        "instance 0: --threads=5 on 4 CPUs oversubscribes them (0-3): several threads share a CPU"]
+        "threads=5 on 4 CPUs oversubscribes them (0-3): several threads share a CPU"]
     small = Topology.from_synthetic("pack:1 core:2 pu:1")
     one = launch(topology=small, threads=4).instances[0]
     assert one.env["OMP_NUM_THREADS"] == "4" and one.threads == 4

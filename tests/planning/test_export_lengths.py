@@ -111,7 +111,7 @@ def test_affinity_run_warns_where_libgomp_cannot_be_told():
                         "-t", "2", "--dry-run", "--topology", "synthetic:pack:1 core:2 pu:2", "--", "true"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert "affinity run: warning: instance 0: libgomp cuts every place to the process mask (0)" in r.stderr
+    assert "affinity run: warning: libgomp cuts every place to the process mask (0)" in r.stderr
 
 
 def test_gomp_translation_of_single_cpus_outside_the_mask():

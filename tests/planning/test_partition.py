@@ -12,7 +12,8 @@ from affinity.errors import PlanError
 from affinity.launcher.build import Context, build_launch
 from affinity.launcher.options import RunOptions
 from affinity.machine.topology import Topology
-from affinity.planning.ranks import LocalRank, kinds_note, partition, rank_kinds_note
+from affinity.planning.launchers import LocalRank
+from affinity.planning.partition import kinds_note, partition, rank_kinds_note
 from affinity.record import replace
 from affinity.tools.ranks_report import plan_ranks
 

@@ -13,9 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from affinity.errors import PlanError
-from affinity.planning.ranks import (LauncherBinding, LocalRank, job_of, launcher_binding, local_rank, parse_rank,
-                                     partition, place_rank, rank_share, rank_topology, slurm_allocation,
-                                     slurm_domain_cpus, slurm_step, team_environ)
+from affinity.binding.launchvars import (job_of, launcher_binding, local_rank, parse_rank, slurm_allocation,
+                                         slurm_domain_cpus, slurm_step)
+from affinity.binding.launchvars import read_job
+from affinity.planning.decide import Request, Situation, decide, team_environ
+from affinity.planning.launchers import LauncherBinding, LocalRank
+from affinity.planning.partition import partition, place_rank, rank_share
 from affinity.machine.topology import Topology
 
 from helpers import golden_dir
@@ -99,7 +102,7 @@ def test_parse_rank():
 
 # each process writes its own file: mpirun merges the processes' stdout in chunks, and two
 # lines have come out as one
-PROBE = ("import json, os; from affinity.planning.ranks import local_rank; r = local_rank(os.environ); "
+PROBE = ("import json, os; from affinity.binding.launchvars import local_rank; r = local_rank(os.environ); "
          "open(os.path.join(os.environ['RANK_OUT'], str(os.getpid())), 'w')"
          ".write(json.dumps([r.rank, r.size, r.source]))")
 
@@ -268,15 +271,20 @@ def test_partition_properties(shape, data):
         assert all(len(s.cores) == c for s in fixed)
 
 
-def test_rank_topology_for_in_process_use():
+def _rank_decision(t, ranks, environ):
+    return decide(Request(ranks=ranks, threads=1), Situation(topology=t, environ=environ,
+                                                             job=read_job(environ, t)))
+
+
+def test_a_ranks_share_for_in_process_use():
     t = Topology.from_synthetic(XEON)
-    sub, r, share = rank_topology(t, "auto", {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"})
-    assert (r.rank, r.size) == (1, 2) and r.source.startswith("torchrun")
-    assert sub.allowed == share.cpus == cpus((28, 55), (84, 111)) and sub.cpuset == t.cpuset
-    sub, r, _ = rank_topology(t, LocalRank(0, 4, "test"))
-    assert sub.allowed == cpus((0, 13), (56, 69))
+    d = _rank_decision(t, "auto", {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"})
+    assert (d.rank.rank, d.rank.size) == (1, 2) and d.rank.source.startswith("torchrun")
+    assert d.placements[0].cpus == d.placements[0].share.cpus == cpus((28, 55), (84, 111))
+    d = _rank_decision(t, LocalRank(0, 4, "test"), {})
+    assert d.placements[0].cpus == cpus((0, 13), (56, 69))
     with pytest.raises(PlanError, match="no launcher variables"):
-        rank_topology(t, "auto", {})
+        _rank_decision(t, "auto", {})
 
 
 # ------------------------------------------------- Slurm's variables, launcher binding
@@ -363,12 +371,11 @@ def test_place_rank_without_the_other_ranks_masks():
     assert share.cpus == {2, 3, 10, 11} and "cut between the 2 ranks" in how
 
 
-def test_rank_topology_follows_a_launchers_binding():
+def test_a_ranks_share_follows_a_launchers_binding():
     t = Topology.from_synthetic(TWO_CORES)
-    sub, r, share = rank_topology(t.with_allowed({1}), "auto", SRUN_AUTO)
-    assert sub.allowed == share.cpus == {1} and r.launcher == "Slurm srun"
-    sub, _, _ = rank_topology(t, "auto", SRUN_NONE)
-    assert sub.allowed == {1}
+    d = _rank_decision(t.with_allowed({1}), "auto", SRUN_AUTO)
+    assert d.placements[0].cpus == {1} and d.rank.launcher == "Slurm srun"
+    assert _rank_decision(t, "auto", SRUN_NONE).placements[0].cpus == {1}
 
 
 def test_job_of_names_the_job_a_rank_belongs_to():
@@ -395,12 +402,13 @@ def test_slurm_allocation_outside_a_step():
 
 def test_team_environ_sets_aside_only_what_the_launcher_set_by_itself():
     worker = {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "OMP_NUM_THREADS": "1", "PATH": "/bin"}
-    env, said = team_environ(worker, "auto")
+    env, said = team_environ(worker, local_rank(worker))
     assert "OMP_NUM_THREADS" not in env and env["PATH"] == "/bin" and len(said) == 1
-    assert team_environ({**worker, "OMP_NUM_THREADS": "3"}, "auto") == ({**worker, "OMP_NUM_THREADS": "3"}, [])
-    assert team_environ(worker, "0/2")[1] == []  # a rank given by hand: no launcher set anything
+    three = {**worker, "OMP_NUM_THREADS": "3"}
+    assert team_environ(three, local_rank(three)) == (three, [])
+    assert team_environ(worker, parse_rank("0/2", {}))[1] == []  # a rank given by hand: no launcher set anything
     mpi = {"MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2", "OMP_NUM_THREADS": "1"}
-    assert team_environ(mpi, "auto") == (mpi, [])
+    assert team_environ(mpi, local_rank(mpi)) == (mpi, [])
 
 
 def test_srun_domain_lists_are_read_as_slurm_reads_them():

@@ -1,14 +1,5 @@
-"""Local ranks, and disjoint shares of a node for ranks and instances.
+"""Disjoint shares of a node for ranks and instances, and a rank's share: pure.
 
-Three parts, all pure:
-
-* :func:`local_rank` reads a process's rank among the processes of its job on
-  this node, and how many there are, from the variables MPI launchers, Slurm and
-  torchrun set (Slurm's as it writes them: :func:`slurm_step`);
-* :func:`launcher_binding` reads whether that launcher bound the process to CPUs
-  itself (Slurm's ``--cpu-bind``, Open MPI's ``--bind-to``, Hydra's ``-bind-to``),
-  and :func:`place_rank` then plans inside the launcher's mask instead of cutting
-  the node again -- it never fights the launcher;
 * :func:`partition` cuts a machine (the PUs a :class:`~affinity.machine.topology.Topology`
   allows) into ``count`` disjoint shares of whole physical cores, NUMA node by
   NUMA node -- mpibind's idea: spread the shares over the nodes first, so that
@@ -17,333 +8,30 @@ Three parts, all pure:
   objects with their own PU sets, so a "core id" (unique within a package only)
   is never mistaken for a CPU id, and siblings such as ``i`` and ``i+56`` stay
   together.
+* :func:`place_rank` gives a local rank its share: a launcher that bound the rank
+  itself (:class:`~affinity.planning.launchers.LauncherBinding`) is followed -- it
+  never fights the launcher --, else the node is cut between the ranks.
+* :func:`kinds_note`, :func:`unranked_warning`, :func:`crowded_hint`: what is said
+  about shares (core kinds on hybrid machines, ranks that would plan on one node's
+  CPUs, a share that cannot be cut).
+
+The launcher variables are read elsewhere (:mod:`affinity.binding.launchvars`);
+here they arrive as values (:class:`~affinity.planning.launchers.Job`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from ..cpulist import format_list
 from ..errors import PlanError
 from ..machine.topology import Topology
 from ..record import record, replace
-from .launchers import BINDING_VARIABLES, LAUNCHER_VARIABLES
+from .launchers import Job, LauncherBinding, LocalRank
 
-__all__ = ["BINDING_VARIABLES", "JOB_VARIABLES", "LAUNCHER_DEFAULTS", "LAUNCHER_VARIABLES", "LauncherBinding",
-           "LocalRank", "Share", "SlurmStep", "batch_script", "crowded_hint", "job_of", "kinds_note",
-           "launcher_binding", "local_rank", "not_a_rank", "parse_rank", "partition", "place_rank",
-           "rank_kinds_note", "rank_share", "rank_topology", "replaced_binding", "slurm_allocation",
-           "slurm_domain_cpus", "slurm_step", "team_environ", "unranked_warning"]
+__all__ = ["Share", "crowded_hint", "kinds_note", "partition", "place_rank", "rank_kinds_note", "rank_share",
+           "replaced_binding", "unranked_warning", "whole_share"]
 
-
-@record
-class LocalRank:
-    """This process's place among the processes of its job on this node."""
-
-    rank: int
-    size: int
-    source: str  #: which launcher's variables said so, e.g. ``"Open MPI (OMPI_COMM_WORLD_LOCAL_RANK=1, ...)"``
-    launcher: str = ""  #: the launcher's name in :data:`LAUNCHER_VARIABLES`; "" when given by hand
-
-    def __post_init__(self) -> None:
-        if self.size < 1 or not 0 <= self.rank < self.size:
-            raise PlanError(f"local rank {self.rank} of {self.size} is not a valid rank ({self.source})")
-
-
-def local_rank(environ: Mapping[str, str]) -> LocalRank | None:
-    """The local rank and size from the launcher variables in ``environ``, ``None``
-    when no launcher set them.  Variables that are present but malformed raise
-    :class:`PlanError` naming them.  A launcher's rank variable without its size
-    variable makes no rank (:func:`not_a_rank` says why, for the messages)."""
-    for name, rank_var, size_var in LAUNCHER_VARIABLES:
-        if not _is_rank(environ, rank_var, size_var):
-            continue
-        if size_var == "SLURM_STEP_TASKS_PER_NODE":
-            step = slurm_step(environ)
-            assert step is not None
-            rank, size = step.local_id, step.tasks_on_node
-        else:
-            rank, size = _int(environ, rank_var), _int(environ, size_var)
-        return LocalRank(rank, size, f"{name} ({rank_var}={environ[rank_var]}, "
-                                     f"{size_var}={environ[size_var]})", name)
-    return None
-
-
-def _is_rank(environ: Mapping[str, str], rank_var: str, size_var: str) -> bool:
-    """The one rule: a launcher's rank variable counts only with its size variable.
-    Every launcher of :data:`LAUNCHER_VARIABLES` sets both in each rank it starts
-    (torchrun always; srun in the tasks of a step); a Slurm batch script or
-    allocation shell has ``SLURM_LOCALID`` but no step: one process, not a rank."""
-    return rank_var in environ and size_var in environ
-
-
-def batch_script(environ: Mapping[str, str]) -> str | None:
-    """The sentence saying that ``environ`` is a Slurm batch script or allocation
-    shell (inside a job, outside any step: one process, not a rank, by
-    :func:`_is_rank`), with the tasks the allocation runs on this node; ``None``
-    elsewhere.  ``affinity run --ranks auto`` refuses there and ``affinity plan
-    --ranks auto`` previews the tasks ``srun`` will start: both say it with this."""
-    if _is_rank(environ, "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE"):
-        return None
-    alloc = slurm_allocation(environ)
-    if alloc is None and "SLURM_LOCALID" not in environ:
-        return None
-    found = (f" (SLURM_LOCALID={environ['SLURM_LOCALID']} is set without SLURM_STEP_TASKS_PER_NODE)"
-             if "SLURM_LOCALID" in environ else "")
-    where = "outside any step of srun: one process, not a rank"
-    if alloc is None:
-        return f"this process is a Slurm batch script or allocation shell{found}, {where}"
-    n = f"{alloc[0]} task{'' if alloc[0] == 1 else 's'}"
-    return f"{alloc[1]}: {n} on this node; this process is its batch script or allocation shell{found}, {where}"
-
-
-def not_a_rank(environ: Mapping[str, str]) -> tuple[list[str], str]:
-    """Why the launcher variables set in ``environ`` make no rank (one sentence per
-    launcher whose rank variable is set without its size variable, by the rule of
-    :func:`local_rank`), and what to do instead; ``([], "")`` when none is set."""
-    why: list[str] = []
-    todo = ""
-    for name, rank_var, size_var in LAUNCHER_VARIABLES:
-        if rank_var not in environ or _is_rank(environ, rank_var, size_var) or size_var == "SLURM_STEP_TASKS_PER_NODE":
-            continue
-        why.append(f"{rank_var}={environ[rank_var]} is set without {size_var}: {name} sets both in every "
-                   f"rank it starts, so this process is not one of them")
-        todo = todo or f"set {size_var} as well, or give --ranks RANK/SIZE"
-    batch = batch_script(environ)
-    if batch is not None:
-        why.append(batch)
-        todo = ("run the command under srun in the script ('srun affinity run --ranks auto -- CMD'; "
-                "'affinity plan --ranks auto' here previews those tasks), or give --ranks RANK/SIZE")
-    return why, todo
-
-
-def parse_rank(text: str, environ: Mapping[str, str]) -> LocalRank:
-    """``"auto"`` (from the launcher variables) or an explicit ``"RANK/SIZE"``."""
-    if text == "auto":
-        r = local_rank(environ)
-        if r is None:
-            why, todo = not_a_rank(environ)
-            if why:
-                raise PlanError(f"--ranks auto: not a launcher's rank here: {'; '.join(why)}; {todo}")
-            names = ", ".join(v for _, v, _ in LAUNCHER_VARIABLES)
-            raise PlanError(f"--ranks auto: no launcher variables found (looked for {names}); "
-                            f"start under mpirun/srun/torchrun or give --ranks RANK/SIZE")
-        return r
-    rank_s, sep, size_s = text.partition("/")
-    if not sep or not rank_s.strip().isdigit() or not size_s.strip().isdigit():
-        raise PlanError(f"--ranks: expected 'auto' or RANK/SIZE such as '1/4', got {text!r}")
-    return LocalRank(int(rank_s), int(size_s), f"--ranks {text}")
-
-
-def _int(environ: Mapping[str, str], var: str) -> int:
-    v = environ[var].strip()
-    if not v.isdigit():
-        raise PlanError(f"{var}={environ[var]!r} is not a non-negative integer")
-    return int(v)
-
-
-#: (launcher, variable, value): what a launcher sets in every rank by itself when the
-#: user set nothing -- torchrun's ``OMP_NUM_THREADS=1`` for more than one worker per
-#: node, its guard against workers crowding each other's CPUs.  On disjoint shares
-#: nothing is crowded: the team is sized from the share (a thread count given
-#: explicitly still wins; a user's other value is the user's).
-LAUNCHER_DEFAULTS: tuple[tuple[str, str, str], ...] = (
-    ("torchrun", "OMP_NUM_THREADS", "1"),
-)
-
-
-def team_environ(environ: Mapping[str, str], rank: str | LocalRank) -> tuple[dict[str, str], list[str]]:
-    """``environ`` without the values ``rank``'s launcher set by itself
-    (:data:`LAUNCHER_DEFAULTS`), and a sentence for each: the environment the team
-    size is read from (:func:`affinity.planning.precedence.team_size`) for a rank
-    (``"auto"``, ``"R/N"`` or a :class:`LocalRank`; by hand: nothing is dropped)."""
-    r = rank if isinstance(rank, LocalRank) else parse_rank(rank, environ)
-    out, said = dict(environ), []
-    for launcher, var, value in LAUNCHER_DEFAULTS:
-        if r.launcher == launcher and r.size > 1 and environ.get(var, "").strip() == value:
-            del out[var]
-            said.append(f"{var}={value} is what {launcher} sets for every worker when nothing is set, not a "
-                        f"team size: the team is sized from this rank's share (give a thread count to choose one)")
-    return out, said
-
-
-#: (launcher, variables): what one job's processes on a node share, per launcher (Open
-#: MPI's job id, torchrun's run id, Slurm's job and step); launchers not listed (Hydra,
-#: MVAPICH2, Cray PMI) start a job's local ranks from one proxy: their parent process
-JOB_VARIABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Open MPI", ("OMPI_MCA_ess_base_jobid",)),
-    ("torchrun", ("TORCHELASTIC_RUN_ID",)),
-    ("Slurm srun", ("SLURM_JOB_ID", "SLURM_STEP_ID")),
-)
-
-
-def job_of(environ: Mapping[str, str], parent: int) -> tuple[LocalRank, str] | None:
-    """(local rank, job) of a process with environment ``environ`` and parent PID
-    ``parent``: the job names the launcher and its job variables (:data:`JOB_VARIABLES`),
-    else the parent.  ``None`` for a process that is no launcher's rank."""
-    r = local_rank(environ)
-    if r is None:
-        return None
-    names = dict(JOB_VARIABLES).get(r.launcher, ())
-    if names and all(v in environ for v in names):
-        return r, f"{r.launcher} " + ", ".join(f"{v}={environ[v]}" for v in names)
-    return r, f"{r.launcher} ranks of parent process {parent}"
-
-
-# ---------------------------------------------------------------- Slurm
-
-@record
-class SlurmStep:
-    """A task of a Slurm job step, from the variables srun sets, read as Slurm
-    writes them (:func:`slurm_step`)."""
-
-    local_id: int  #: ``SLURM_LOCALID``: the task's rank on this node
-    node_id: int  #: ``SLURM_NODEID`` (0 when absent)
-    tasks_per_node: tuple[int, ...]  #: ``SLURM_STEP_TASKS_PER_NODE``, ``"2(x3),1"`` -> (2, 2, 2, 1)
-    cpus_per_task: int | None  #: ``SLURM_CPUS_PER_TASK`` (set only with ``-c``/``--cpus-per-task``)
-    cpu_bind_type: str  #: ``SLURM_CPU_BIND_TYPE``: ``"none"``, ``"mask_cpu:"``, ``"map_cpu:"``, ... ("" absent)
-    cpu_bind_list: tuple[frozenset[int], ...]  #: ``SLURM_CPU_BIND_LIST``: each local task's CPUs (mask_cpu/map_cpu)
-    #: ``SLURM_CPU_BIND_LIST`` of ``map_ldom:``/``mask_ldom:``: each local task's locality
-    #: domain ids (:func:`slurm_domain_cpus` turns them into CPUs)
-    cpu_bind_domains: tuple[frozenset[int], ...] = ()
-
-    @property
-    def tasks_on_node(self) -> int:
-        return self.tasks_per_node[self.node_id]
-
-    @property
-    def bound(self) -> bool:
-        """srun bound the task to CPUs itself (``--cpu-bind`` other than ``none``, or
-        Slurm's automatic binding)."""
-        return self.cpu_bind_type not in ("", "none") and not self.cpu_bind_type.startswith("none")
-
-
-def slurm_step(environ: Mapping[str, str]) -> SlurmStep | None:
-    """The Slurm step task ``environ`` describes; ``None`` without ``SLURM_LOCALID`` and
-    ``SLURM_STEP_TASKS_PER_NODE`` (outside a step: a batch script is one process).
-    Malformed variables raise :class:`PlanError` naming them."""
-    if not _is_rank(environ, "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE"):
-        return None
-    local_id = _int(environ, "SLURM_LOCALID")
-    node = _int(environ, "SLURM_NODEID") if "SLURM_NODEID" in environ else 0
-    per_node = _slurm_counts(environ["SLURM_STEP_TASKS_PER_NODE"], "SLURM_STEP_TASKS_PER_NODE")
-    if not 0 <= node < len(per_node):
-        raise PlanError(f"SLURM_NODEID={node} but SLURM_STEP_TASKS_PER_NODE="
-                        f"{environ['SLURM_STEP_TASKS_PER_NODE']!r} lists {len(per_node)} nodes")
-    cpt = _int(environ, "SLURM_CPUS_PER_TASK") if environ.get("SLURM_CPUS_PER_TASK", "").strip() else None
-    bind_type = environ.get("SLURM_CPU_BIND_TYPE", "").strip()
-    ids = _slurm_bind_list(bind_type, environ.get("SLURM_CPU_BIND_LIST", ""))
-    domains = bind_type.startswith(("map_ldom", "mask_ldom"))
-    return SlurmStep(local_id, node, per_node, cpt, bind_type, () if domains else ids, ids if domains else ())
-
-
-def slurm_allocation(environ: Mapping[str, str]) -> tuple[int, str] | None:
-    """Inside a Slurm allocation but outside a step (a batch script, an ``salloc``
-    shell): how many tasks the allocation runs on this node (``SLURM_TASKS_PER_NODE``
-    at ``SLURM_NODEID``) and what said so; ``None`` elsewhere."""
-    text = environ.get("SLURM_TASKS_PER_NODE")
-    if "SLURM_JOB_ID" not in environ or not text:
-        return None
-    counts = _slurm_counts(text, "SLURM_TASKS_PER_NODE")
-    node = _int(environ, "SLURM_NODEID") if "SLURM_NODEID" in environ else 0
-    if not 0 <= node < len(counts):
-        raise PlanError(f"SLURM_NODEID={node} but SLURM_TASKS_PER_NODE={text!r} lists {len(counts)} nodes")
-    return counts[node], f"Slurm job {environ['SLURM_JOB_ID']} (SLURM_TASKS_PER_NODE={text}, SLURM_NODEID={node})"
-
-
-def _slurm_counts(text: str, var: str) -> tuple[int, ...]:
-    """``"2(x3),1"`` (a count per node, run-length encoded) -> ``(2, 2, 2, 1)``."""
-    counts: list[int] = []
-    for item in text.split(","):
-        item = item.strip()
-        n, _, rep = item.partition("(x")
-        if not n.isdigit() or (rep and not (rep.endswith(")") and rep[:-1].isdigit())):
-            raise PlanError(f"{var}={text!r}: cannot read {item!r}")
-        counts.extend([int(n)] * (int(rep[:-1]) if rep else 1))
-    return tuple(counts)
-
-
-def _slurm_bind_list(bind_type: str, text: str) -> tuple[frozenset[int], ...]:
-    """``SLURM_CPU_BIND_LIST``, one set per local task, as Slurm's task/affinity reads
-    it: hex masks (``mask_cpu:`` CPUs, ``mask_ldom:`` locality domains; ``0x``
-    optional) or single ids (``map_cpu:`` CPUs, ``map_ldom:`` domains; decimal unless
-    written with ``0x``); empty for other types."""
-    kind = bind_type.partition(":")[0]
-    if kind not in ("mask_cpu", "map_cpu", "mask_ldom", "map_ldom"):
-        return ()
-    out = []
-    for item in (t.strip() for t in text.split(",")):
-        if not item:
-            continue
-        try:
-            if kind.startswith("mask"):
-                bits = int(item, 16)
-                out.append(frozenset(i for i in range(bits.bit_length()) if bits >> i & 1))
-            else:
-                out.append(frozenset({int(item, 16) if item[:2].lower() == "0x" else int(item)}))
-        except ValueError:
-            raise PlanError(f"SLURM_CPU_BIND_LIST={text!r} ({bind_type}): cannot read {item!r}") from None
-    return tuple(out)
-
-
-def slurm_domain_cpus(topology: Topology, domains: frozenset[int]) -> frozenset[int]:
-    """The CPUs of Slurm's locality domains ``domains`` (``map_ldom``, ``mask_ldom``), as
-    its task/affinity plugin binds them: domain ``d`` is the NUMA node whose OS index
-    is ``d`` modulo (the largest node index + 1) -- every CPU of that node --, or, on
-    a machine that knows no NUMA node, package ``d`` modulo the packages."""
-    cpus: set[int] = set()
-    nodes = topology.numa_nodes
-    if nodes:
-        top = max(n.os_index for n in nodes) + 1
-        for d in domains:
-            cpus.update(*(n.cpuset for n in nodes if n.os_index == d % top))
-    elif topology.packages:
-        for d in domains:
-            cpus.update(topology.packages[d % len(topology.packages)].cpuset)
-    return frozenset(cpus)
-
-
-# ---------------------------------------------------------- launcher binding
-
-@record
-class LauncherBinding:
-    """A launcher bound this process to CPUs itself (:func:`launcher_binding`)."""
-
-    launcher: str
-    evidence: str  #: the variables that say so, e.g. ``"SLURM_CPU_BIND=quiet,mask_cpu:0x1,0x2"``
-    masks: tuple[frozenset[int], ...] = ()  #: every local rank's CPUs, where the launcher lists them
-    #: (srun's CPU masks and ids, or its locality domains' CPUs; the list is reused
-    #: cyclically when shorter than the ranks); empty: unknown
-
-    def mask_of(self, rank: int) -> frozenset[int] | None:
-        return self.masks[rank % len(self.masks)] if self.masks else None
-
-
-def launcher_binding(environ: Mapping[str, str], rank: LocalRank,
-                     topology: Topology | None = None) -> LauncherBinding | None:
-    """How ``rank``'s launcher (the one whose variables gave the rank) bound the
-    process, from :data:`BINDING_VARIABLES`; ``None`` when it bound nothing, or the
-    rank was not given by a launcher.  srun's ``map_ldom``/``mask_ldom`` lists name
-    locality domains: their CPUs come from ``topology`` (:func:`slurm_domain_cpus`;
-    without it the masks are unknown)."""
-    var = dict(BINDING_VARIABLES).get(rank.launcher)
-    if var is None or var not in environ:
-        return None
-    if var == "SLURM_CPU_BIND_TYPE":
-        step = slurm_step(environ)
-        if step is None or not step.bound:
-            return None
-        shown = environ.get("SLURM_CPU_BIND") or f"SLURM_CPU_BIND_TYPE={step.cpu_bind_type}"
-        masks = step.cpu_bind_list
-        if step.cpu_bind_domains and topology is not None:
-            masks = tuple(slurm_domain_cpus(topology, d) for d in step.cpu_bind_domains)
-        return LauncherBinding(rank.launcher, shown if "=" in shown else f"SLURM_CPU_BIND={shown}", masks)
-    if environ[var].strip() in ("", "0"):
-        return None
-    return LauncherBinding(rank.launcher, f"{var}={environ[var]}")
-
-
-# --------------------------------------------------------------- partitioning
 
 @record
 class Share:
@@ -822,12 +510,13 @@ def _cpus(cpus: frozenset[int]) -> str:
     return f"{'CPU' if len(cpus) == 1 else 'CPUs'} {format_list(cpus)}"
 
 
-def crowded_hint(environ: Mapping[str, str], rank: LocalRank, binding: LauncherBinding | None,
+def crowded_hint(job: Job, rank: LocalRank, binding: LauncherBinding | None,
                  mine: frozenset[int], cgroup: frozenset[int]) -> str:
     """What to do when ``rank``'s share cannot be cut from ``mine``, the CPUs this
     process may use, narrower than the ``cgroup``'s cpuset: the launcher whose
-    binding was followed (``binding``), one whose binding an explicit ``--ranks R/N``
-    cut as if it were the node, or a binding no variable announced."""
+    binding was followed (``binding``), one whose binding (``job.binding``) an
+    explicit ``--ranks R/N`` cut as if it were the node, or a binding no variable
+    announced."""
     only = f"this process may use only {_cpus(mine)} of the cgroup's {format_list(cgroup)}"
     unbound = "start the ranks unbound (srun --cpu-bind=none, mpirun --bind-to none)"
     norespect = f"pass --norespect to cut the cgroup's cpuset {format_list(cgroup)} between the ranks instead"
@@ -838,11 +527,7 @@ def crowded_hint(environ: Mapping[str, str], rank: LocalRank, binding: LauncherB
         return (f"; {only}: {binding.launcher} bound it there ({binding.evidence}){shared}: have the launcher "
                 f"give each rank CPUs of its own (srun --cpu-bind=cores, mpirun --bind-to core), {unbound}, "
                 f"or {norespect}")
-    try:
-        found = local_rank(environ)
-        theirs = launcher_binding(environ, found) if found is not None else None
-    except PlanError:
-        theirs = None
+    theirs = job.binding
     if theirs is not None and rank.launcher == "":
         return (f"; {only}: {theirs.launcher} bound it there ({theirs.evidence}), and {rank.source} cuts "
                 f"that mask as if it were the node: use --ranks auto to follow the launcher's binding, "
@@ -852,20 +537,18 @@ def crowded_hint(environ: Mapping[str, str], rank: LocalRank, binding: LauncherB
             f"{unbound} or {norespect}")
 
 
-def unranked_warning(topology: Topology, environ: Mapping[str, str], whole: frozenset[int] | None = None,
+def unranked_warning(topology: Topology, job: Job, whole: frozenset[int] | None = None,
                      norespect: bool = False) -> str | None:
-    """The warning for ``affinity run`` without ``--ranks`` in a process that a
-    launcher started as local rank R of N > 1 (:func:`local_rank`) and that would
-    plan on CPUs its rank shares with the others (``topology.allowed``: what it
-    plans on; ``norespect``: the launcher's binding is replaced); ``None`` for a
-    single rank, or a rank the launcher gave CPUs of its own."""
-    try:
-        r = local_rank(environ)
-        if r is None or r.size < 2:
-            return None
-        binding = None if norespect else launcher_binding(environ, r, topology)
-    except PlanError:
-        return None  # malformed variables: --ranks auto names them
+    """The warning for a process planned without a rank that a launcher started as
+    local rank R of N > 1 (``job.rank``) and that would plan on CPUs its rank
+    shares with the others (``topology.allowed``: what it plans on; ``norespect``:
+    the launcher's binding is replaced); ``None`` for a single rank, or a rank the
+    launcher gave CPUs of its own (malformed launcher variables: ``--ranks auto``
+    names them)."""
+    r = job.rank
+    if r is None or r.size < 2:
+        return None
+    binding = None if norespect else job.binding
     try:
         share: Share | None = place_rank(topology, r, binding, whole)[0]
     except PlanError:
@@ -877,20 +560,3 @@ def unranked_warning(topology: Topology, environ: Mapping[str, str], whole: froz
     if share is None:
         return f"{said}: there are more ranks than these CPUs can give disjoint shares to; start fewer per node"
     return f"{said}: --ranks auto gives each a disjoint share (this rank's: cpus {format_list(share.cpus)})"
-
-
-def rank_topology(topology: Topology, rank: str | LocalRank = "auto",
-                  environ: Mapping[str, str] | None = None) -> tuple[Topology, LocalRank, Share]:
-    """``topology`` restricted to this rank's share of the node, for in-process use
-    (``affinity.apply(..., rank="auto")``): ``rank`` is ``"auto"`` (launcher
-    variables of ``environ``, default ``os.environ``), ``"R/N"`` or a
-    :class:`LocalRank`.  ``topology.allowed`` is what the process may use; a
-    launcher that bound the rank itself is followed (:func:`place_rank`).
-    Returns the restricted topology, the rank and its share."""
-    import os
-
-    env = os.environ if environ is None else environ
-    r = rank if isinstance(rank, LocalRank) else parse_rank(rank, env)
-    binding = launcher_binding(env, r, topology) if rank == "auto" or isinstance(rank, LocalRank) else None
-    share, _ = place_rank(topology, r, binding)
-    return topology.with_allowed(share.cpus), r, share

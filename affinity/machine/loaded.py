@@ -18,24 +18,18 @@ or two copies of libgomp from two wheels) each keep a team of their own: togethe
 they start more threads than there are CPUs, and the variables each reads mean
 different things to each (pytorch#98836: 3x slower).  :func:`census` returns them;
 :meth:`Census.warning` says so in one line.
+The values are read here (:func:`census`) and judged by the planner
+(:func:`affinity.planning.decide.meaning_notes`).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from ..cpulist import format_list
-from ..errors import PlanError
-from ..planning.gnu import GOMP_VARIABLES, plan_gomp
-from ..planning.planner import plan_env
 from ..record import record
 
-__all__ = ["Census", "LoadedRuntime", "census", "family_of", "meaning_notes", "parse_maps"]
+__all__ = ["Census", "LoadedRuntime", "census", "family_of", "parse_maps"]
 
-#: the variables libgomp places its threads by (it ignores KMP_AFFINITY): what it
-#: reads (planning.gnu.GOMP_VARIABLES) but its thread counts
-GNU_PLACEMENT = tuple(v for v in GOMP_VARIABLES if v not in ("OMP_THREAD_LIMIT", "OMP_NUM_THREADS"))
 
 #: library name pattern -> (kind, family); the one table of OpenMP runtimes' file names
 _LIBRARIES = (
@@ -152,44 +146,3 @@ def census(pid: int | None = None) -> Census:
     with open(f"/proc/{'self' if pid is None else int(pid)}/maps") as fh:
         text = fh.read()
     return Census(pid, tuple(parse_maps(text)))
-
-
-def _sets(cpusets: Any) -> str:
-    return " ".join(f"{{{format_list(c)}}}" for c in cpusets)
-
-
-def _placement_by(rt: LoadedRuntime, env: dict[str, str], plan: Any) -> tuple[str, Any]:
-    """(the rules' name, the team's CPU sets) of ``env`` read by loaded runtime ``rt``."""
-    if rt.family == "gnu":
-        build = "torch" if rt.bundled_by == "torch" else "gcc12"
-        g = plan_gomp(env, plan.topology, plan.initial_mask, build=build)
-        return f"{build} build", g.cpusets
-    p = plan_env(env, topology=plan.topology, initial_mask=plan.initial_mask, runtime=rt.family)
-    return f"{rt.family}'s rules", p.cpusets
-
-
-def meaning_notes(plan: Any, loaded: Census | None = None) -> list[str]:
-    """One line for each OpenMP runtime loaded in this process that reads the
-    plan's settings into another placement than the rules the plan followed
-    (Intel's by default): what ``apply()`` pins is the plan's, what that runtime
-    does alone is not.  A GNU libgomp is compared only for settings it reads
-    (``OMP_PLACES``/``OMP_PROC_BIND``/``GOMP_CPU_AFFINITY``; it ignores
-    ``KMP_AFFINITY``, and ``apply()`` pins its team itself)."""
-    env = {k: v for k, v in plan.env}
-    env.setdefault("OMP_NUM_THREADS", str(plan.threads))
-    loaded = census() if loaded is None else loaded
-    notes = []
-    for rt in loaded.runtimes:
-        if rt.family == plan.runtime or (rt.family == "gnu" and not any(k in env for k in GNU_PLACEMENT)):
-            continue
-        words = " ".join(f"{k}={v}" for k, v in sorted(env.items()) if k != "OMP_NUM_THREADS")
-        try:
-            rules, cpusets = _placement_by(rt, env, plan)
-        except PlanError as e:
-            notes.append(f"{words} is refused by the {rt.kind} loaded here ({rt.path}): {e}")
-            continue
-        if tuple(cpusets) != tuple(plan.cpusets):
-            notes.append(f"{words} means something else to the {rt.kind} loaded here ({rt.path}, {rules}): "
-                         f"it places {len(cpusets)} threads on {_sets(cpusets)}, where {plan.runtime}'s rules, "
-                         f"followed and pinned here, give {_sets(plan.cpusets)}")
-    return notes
