@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
+from typing import TYPE_CHECKING
 
 # name -> submodule that defines it; resolved on first access (PEP 562).
 _LAZY = {

@@ -34,10 +34,8 @@ from __future__ import annotations
 from operator import attrgetter
 
 from .errors import FrozenInstanceError
+from typing import Any, Callable
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:
-    from typing import Any, Callable
 
 __all__ = ["asdict", "field", "fields", "record", "replace"]
 

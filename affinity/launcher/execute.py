@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -27,14 +28,11 @@ from ..machine import _native
 from ..machine.topology import Topology
 from ..machine.userfiles import why
 from .build import Instance, Launch
-from .fastpath import which
 from .numactl import show_text
 from .options import say
+from typing import Any, NoReturn
+import subprocess
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, NoReturn
-    import subprocess
 
 __all__ = ["apply_instance", "execute", "show_current"]
 
@@ -180,7 +178,7 @@ def _resolve_command(argv: Sequence[str], env: Mapping[str, str]) -> str:
         if os.path.isdir(cmd) or not os.access(cmd, os.X_OK):
             raise CannotExecute(126, f"{cmd}: not an executable file")
         return cmd
-    found = which(cmd, env.get("PATH", os.defpath))  # shutil.which's answer, without importing shutil (bz2, lzma)
+    found = shutil.which(cmd, path=env.get("PATH", os.defpath))
     if found is None:
         raise CannotExecute(127, f"{cmd}: command not found (PATH={env.get('PATH', os.defpath)})")
     return found

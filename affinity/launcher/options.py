@@ -15,10 +15,8 @@ from ..errors import SpecError, UsageError
 from ..planning.envvars import BLOCKTIME_DEFAULT, DEFAULT_BLOCKTIME, blocktime_for, check_blocktime
 from ..planning.spec import DEFAULT_SPEC
 from ..record import record
+from typing import Any
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 __all__ = ["RunOptions", "options_from_args", "positive", "run_parser", "runtime_name", "say", "unrecognized"]
 

@@ -40,13 +40,10 @@ import os
 from ..errors import TopologyError
 from ..machine.topology import Topology
 from ..record import replace
-from . import fastpath
 from .build import Context, Launch, build_launch
 from .options import check_numa_nodes, options_from_args, run_parser, say
+from typing import Any
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 __all__ = ["add_run_parser", "cmd_run"]
 
@@ -119,11 +116,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             n.os_index for n in topology.numa_nodes)
         print(show_current(launch, topology, mems))
         return 0
-    key = getattr(args, "launch_key", None)  # set by the program's entry (affinity.tools.cli.main)
-    # (--runtime auto depends on the executable's contents, which the key does not hold)
-    if key is not None and _rememberable(launch) and args.runtime != "auto":
-        inst = launch.instances[0]
-        fastpath.remember(key, inst.cpus, dict(inst.env), inst.argv)
     return execute(launch)  # CannotExecute: its shell status, by errors.exit_status (tools.cli.main)
 
 
@@ -158,14 +150,3 @@ def _dry_run(launch: Launch, as_json: bool) -> int:
 
     print(json.dumps(launch.to_dict(), indent=2) if as_json else shell_text(launch))
     return 0
-
-
-def _rememberable(launch: Launch) -> bool:
-    """A launch :mod:`~affinity.launcher.fastpath` can replay: one process given a
-    mask and the plan's variables, and nothing to say or to set besides (no preload:
-    the file never holds an ``LD_PRELOAD`` to export; no rank: per-job variables)."""
-    if (len(launch.instances) != 1 or launch.warnings or launch.notices or launch.verbose
-            or launch.rank is not None):
-        return False
-    inst = launch.instances[0]
-    return inst.mempolicy is None and inst.log is None and bool(inst.argv) and "LD_PRELOAD" not in inst.env

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 __all__ = ["BOOT_DIR", "torch_environment"]
 

@@ -22,10 +22,8 @@ from collections.abc import Iterable
 from ..cpulist import format_list
 from ..errors import ERRNO_CLASSES, BindError, NativeUnavailableError, TopologyError, UnsupportedError
 from ..record import record
+from typing import Any
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 _lock = threading.RLock()
 _mod: Any = None

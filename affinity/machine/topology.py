@@ -36,10 +36,8 @@ from ..errors import PlanError, TopologyError
 from ..record import field, record
 from . import _native
 from .userfiles import read_file
+from typing import Any
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 __all__ = ["Cache", "Core", "Group", "NumaNode", "PU", "Package", "Topology"]
 

@@ -20,10 +20,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from typing import Any
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 __all__ = ["MAX_READ", "open_private", "private_dir", "read_file", "why"]
 

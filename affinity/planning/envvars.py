@@ -48,10 +48,8 @@ from ..cpulist import format_list
 from ..errors import SpecError
 from .gnu.exports import gomp_exports
 from .intel.limits import fits_env
+from typing import Any
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 __all__ = ["BLOCKTIME_DEFAULT", "DEFAULT_BLOCKTIME", "EXPORTED_VARIABLES", "RUNTIMES_BIND_NOTHING",
            "blocktime_for", "check_blocktime", "export",

@@ -22,10 +22,8 @@ from ..cpulist import check_ids, format_list, parse_list
 from ..errors import PlanError, SpecError
 from ..machine.topology import Topology
 from ..record import record
+from typing import Any
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 __all__ = ["POLICIES", "MemorySpec", "check_nodes", "membind_spec", "policy_name"]
 

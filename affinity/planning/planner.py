@@ -41,10 +41,8 @@ from .intel.limits import fits_env
 from .intel.runtime import kmp_mask_str
 from .rules import Memo, Outcome, Rules
 from .spec import SETTINGS_VARIABLES, VARIABLES, KmpAffinity, ProcList, Settings, parse_assignments
+from typing import Any
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 __all__ = ["Plan", "RUNTIMES", "plan", "plan_env", "unread"]
 

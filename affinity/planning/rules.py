@@ -36,12 +36,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 
 from ..record import record
+from typing import Any, Protocol
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:
-    from typing import Any, Protocol
-else:  # at run time the interface is documentation: rules modules satisfy it structurally
-    Any = Protocol = object
 
 __all__ = ["Memo", "Outcome", "Rules"]
 

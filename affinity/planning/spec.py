@@ -44,10 +44,7 @@ from .intel.settings import (HwSubsetItem, KmpAffinity, KmpHwSubset, ProcList, P
 from .intel.settings import _parse_gomp, _parse_kmp_affinity, _parse_kmp_hw_subset
 from .syntax import (CORE_ATTRS, HW_LAYERS, INTEL, PLURAL, Diag, Dialect, Diagnostic, catalog, char_at, isalpha, isdigit,
                      lower, match, quote, run_parser, skip_digits, skip_to, skip_ws, str_to_int)
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:
-    from typing import Any, Callable
+from typing import Any, Callable
 
 
 __all__ = [

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from ..errors import SpecError
 from ..record import record
+from typing import Callable, TypeVar
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:
-    from typing import Callable, TypeVar
 
 INT_MAX = 2**31 - 1
 
@@ -246,8 +244,7 @@ def cdiv(a: int, b: int) -> int:
 # Public entry points
 # ---------------------------------------------------------------------------
 
-if TYPE_CHECKING:
-    T = TypeVar("T")
+T = TypeVar("T")
 
 
 def run_parser(fn: Callable[[str, Diag, str], T], value: str, strict: bool, what: str,

@@ -12,11 +12,8 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import AffinityError, CommandError, PictureError, UsageError, exit_status
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any
-    import argparse
+from typing import Any
+import argparse
 
 
 class _OnFirstUse:
@@ -466,11 +463,6 @@ def _missing_extra(e: ModuleNotFoundError) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    launch_key = None
-    if argv is None and sys.argv[1:2] == ["run"]:  # the program, not a caller's argv
-        from ..launcher.fastpath import start  # lazy: affinity run's start-up imports nothing else
-
-        launch_key = start(sys.argv[2:])  # no return when the launch is remembered
     words = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser("run" if words[:1] == ["run"] else None)
     args, extra = parser.parse_known_args(words)
@@ -479,8 +471,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         command = parser.commands[args.command]
         command.error(unrecognized(command, extra))
-    if launch_key is not None:
-        args.launch_key = launch_key
     try:
         return int(args.func(args) or 0)
     except UsageError as e:  # the one mapping of errors to exit statuses: errors.exit_status

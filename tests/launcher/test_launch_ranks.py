@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from affinity.errors import PlanError
-from affinity.launcher import fastpath
 from affinity.launcher.build import Context, build_launch
 from affinity.launcher.options import RunOptions, options_from_args
 from affinity.launcher.run import add_run_parser
@@ -202,30 +201,6 @@ def test_more_ranks_than_cpus_without_ranks_are_told_so():
     assert said.endswith("plans on all of cpus 0-1, which other ranks plan on too: there are more ranks than "
                          "these CPUs can give disjoint shares to; start fewer per node"), said
 
-
-def test_the_launch_cache_key_holds_every_variable_the_warning_reads():
-    """Without --ranks a launch is remembered when nothing is said: the variables that
-    decide the warning are in the key, or a launch remembered outside any launcher
-    would be replayed, silently, in a rank."""
-    names = {v for _, r, s in LAUNCHER_VARIABLES for v in (r, s)} | {v for _, v in BINDING_VARIABLES}
-    names |= {"SLURM_NODEID", "SLURM_CPU_BIND_LIST"}
-    assert {n for n in names if not n.startswith(fastpath.READ_PREFIXES) and n not in fastpath.READ_NAMES} == set()
-
-
-def test_a_remembered_launch_is_not_replayed_in_a_rank(tmp_path: Path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI_", "MPI_"))}
-    env.update(XDG_CACHE_HOME=str(tmp_path), AFFINITY_LAUNCH_CACHE="1")
-    env.pop("LOCAL_RANK", None), env.pop("LOCAL_WORLD_SIZE", None)
-    cmd = [sys.executable, "-m", "affinity", "run", "--", "true"]
-    first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
-    assert first.returncode == 0 and "--ranks auto" not in first.stderr, first.stderr
-    assert list(tmp_path.rglob("launches-*")), "the plain launch was remembered"
-    ranked = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
-                            env={**env, **srun_env(1, 2, "none")})
-    assert ranked.returncode == 0 and "this process is local rank 1 of 2" in ranked.stderr, ranked.stderr
-
-
-# ------------------------------------------------ F12: messages
 
 def test_explicit_ranks_under_a_launchers_binding_point_to_auto():
     env = srun_env(0, 2, "mask_cpu:0x1,0x2")  # srun's automatic binding: CPU 0 for task 0

@@ -40,7 +40,6 @@ os.write(1, (json.dumps({"before": before, "after": after, "child": child, "team
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "GOMP_", "AFFINITY_", "MKL_"))}
-    env["AFFINITY_LAUNCH_CACHE"] = "0"
     env.update(extra)
     return env
 

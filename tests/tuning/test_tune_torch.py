@@ -54,7 +54,6 @@ PROBE = ("import json, os, torch; print(json.dumps([torch.get_num_threads(), tor
 def test_a_trial_reaches_torch():
     cfg = Config.of({"threads": 2, "torch_threads": 1, "interop": 2, "dataloader_workers": 2})
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "GOMP_", "AFFINITY_"))}
-    environ["AFFINITY_LAUNCH_CACHE"] = "0"
     words = cfg.run_options([sys.executable, "-c", PROBE]).to_words(environ)
     r = subprocess.run([sys.executable, "-m", "affinity", "run", *words], capture_output=True, text=True,
                        env=environ, timeout=300)

@@ -13,10 +13,8 @@ system call.  The names below load on first use (``envvars`` imports
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 __all__ = ["BUILDS", "DEFAULT_BUILD", "Build", "build_of", "GOMP_VARIABLES", "GompPlan", "plan_gomp",
            "SysfsView", "sysfs_view", "view_from_files"]

@@ -30,10 +30,8 @@ from collections.abc import Mapping
 from ...errors import PlanError
 from .builds import BUILDS
 from .places import affinity_hang, cpu_limit
+from typing import Any
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 __all__ = ["gomp_exports", "check_inherited"]
 

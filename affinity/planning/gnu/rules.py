@@ -22,15 +22,10 @@ from ...record import record
 from ..rules import Memo, Outcome
 from .builds import BUILDS
 from .runtime import GOMP_VARIABLES, GompPlan, plan_gomp
+from typing import Any
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 __all__ = ["GnuRules", "GnuSettings", "GNU", "GNU_TORCH", "runtime_for_library"]
-
-
-
 
 
 def _granularity(g: GompPlan) -> str | None:

@@ -21,12 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ...cpulist import parse_list
+from ...machine.topology import Topology
 from ...record import record
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-
-if TYPE_CHECKING:
-    from ...machine.topology import Topology
 
 __all__ = ["SysfsView", "sysfs_view", "view_from_files"]
 

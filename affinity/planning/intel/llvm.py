@@ -35,10 +35,8 @@ from __future__ import annotations
 from ..rules import Memo, Outcome
 from ..syntax import Dialect
 from . import runtime as intel
+from typing import Any
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 __all__ = ["LLVM", "NAME", "VARIABLES", "evaluate", "explain", "read"]
 

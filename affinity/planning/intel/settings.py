@@ -20,10 +20,8 @@ from ...errors import MalformedValue, PlanError
 from ...record import field, record
 from ..syntax import (CORE_ATTRS, HW_LAYERS, Diag, atoi, cdiv, char_at, isalnum, isalpha,
                       isdigit, lower, match, quote, run_parser, skip_digits, skip_to, skip_ws, str_to_int, upper)
+from typing import Any, Callable
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:
-    from typing import Any, Callable
 
 __all__ = ["HwSubsetItem", "KmpAffinity", "KmpHwSubset", "ProcList", "ProcRange", "parse_gomp_cpu_affinity",
            "parse_kmp_affinity", "parse_kmp_hw_subset"]
@@ -787,8 +785,6 @@ def _parse_gomp(value: str, diag: Diag, name: str = "GOMP_CPU_AFFINITY") -> Proc
         diag.warn(f"{name}: syntax error, not using affinity.", e, detail="unexpected characters")
         return None
     return pl
-
-
 
 
 def parse_kmp_affinity(value: str, *, strict: bool = True) -> KmpAffinity:

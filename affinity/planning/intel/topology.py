@@ -37,10 +37,8 @@ from collections.abc import Sequence
 
 from ..syntax import CATALOG, HW_LAYERS
 from .settings import KmpHwSubset
+from typing import Any
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (affinity run's start-up)
-if TYPE_CHECKING:
-    from typing import Any
 
 # kmp_hw_t, in the runtime's enumeration order
 SOCKET, PROC_GROUP, NUMA, DIE, LLC, L3, TILE, MODULE, L2, L1, CORE, THREAD = range(12)
