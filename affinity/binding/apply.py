@@ -384,11 +384,11 @@ _TF_MODES = ("auto", True, False)
 _OTHER_MODES = ("auto", True, False)
 
 
-def _check_modes(tensorflow: Any, openmp: Any, blas: Any, inter: str, env: Any, torch: Any = "auto") -> None:
-    for name, value, allowed in (("tensorflow", tensorflow, _TF_MODES), ("openmp", openmp, _OTHER_MODES),
-                                 ("torch", torch, _OTHER_MODES),
-                                 ("blas", blas, _OTHER_MODES), ("inter_placement", inter, ("union", "package")),
-                                 ("export", env, (True, False, "override", "keep"))):
+def _check_modes(modes: _Modes, export: Any) -> None:
+    for name, value, allowed in (("tensorflow", modes.tensorflow, _TF_MODES), ("openmp", modes.openmp, _OTHER_MODES),
+                                 ("torch", modes.torch, _OTHER_MODES), ("blas", modes.blas, _OTHER_MODES),
+                                 ("inter_placement", modes.inter, ("union", "package")),
+                                 ("export", export, (True, False, "override", "keep"))):
         if not any(value is a or (isinstance(a, str) and value == a) for a in allowed):
             raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, not {value!r}")
 
@@ -497,31 +497,40 @@ def apply(spec: Any = None, *, threads: int | None = None,
         count that oversubscribes the CPUs, and for what was applied differently
         from the plan (``Binding.notes``).
     """
-    return _apply(spec, threads, topology, tensorflow, openmp, blas, membind, export, inter_placement, blocktime,
-                  rank, strict, (torch, dataloader_workers), resolve_runtime(runtime, caller="apply"))
+    modes = _Modes(tensorflow=tensorflow, openmp=openmp, blas=blas, torch=torch, inter=inter_placement)
+    _check_modes(modes, export)
+    request = request_of(spec, threads=threads, runtime=resolve_runtime(runtime, caller="apply"), strict=strict,
+                         blocktime=blocktime, membind=membind, rank=rank, dataloader_workers=dataloader_workers,
+                         export=export)
+    return _apply(request, topology, modes)
 
 
-def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow: Any, openmp: Any,
-           blas: Any, membind: Any, env: Any, inter: str, blocktime: str | None, rank: Any,
-           strict: bool, torch: tuple[Any, int | None] = ("auto", None),
-           runtime: str = DEFAULT_RUNTIME) -> Binding:
+@record
+class _Modes:
+    """How :func:`apply` performs the decision: which frameworks and pools it handles."""
+
+    tensorflow: Any = "auto"
+    openmp: Any = "auto"
+    blas: Any = "auto"
+    torch: Any = "auto"
+    inter: str = "union"
+
+
+def _apply(request: Request, topology: Topology | None, modes: _Modes) -> Binding:
     """:func:`apply` without its docstring: read this process, ask the decision
     (:func:`affinity.planning.decide.decide`, the one ``affinity run`` asks too),
     snapshot, then perform every step or none."""
     topo = Topology.load(topology)  # the forms plan, apply and tune all take
     _threads.require_system(topo)
-    _check_modes(tensorflow, openmp, blas, inter, env, torch[0])
     # (a mask PyTorch's libgomp narrowed to its first place at load is widened back)
     process_mask = _torch.mask_before_load_pin(_native.get_thread_cpubind(os.getpid()))
-    request = request_of(spec, threads=threads, runtime=runtime, strict=strict, blocktime=blocktime,
-                         membind=membind, rank=rank, dataloader_workers=torch[1], export=env)
     d = decide(request, this_process(topo.with_allowed(process_mask), _user_environ(), loaded=census()))
     pl = d.placements[0]
     masks = _threads.get_process_affinity()
     snap = _Snapshot(masks, process_mask, numa.get_membind() if pl.memory is not None else None,
                      omp_known=frozenset(rt.path for rt in _omp.loaded_runtimes()),
                      starts=_threads.task_starts(tids=masks))
-    b = Binding(plan=pl.plan, inter=inter, env_kept=dict(d.kept), decision=d)
+    b = Binding(plan=pl.plan, inter=modes.inter, env_kept=dict(d.kept), decision=d)
     b._snapshot = snap
     b._seen = dict(snap.starts)  # (a thread gone before its start was read is left out)
     b.notes.extend(d.warnings)  # the runtime's own warnings first: a typo binds nothing
@@ -529,7 +538,7 @@ def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow
     try:
         if pl.share is not None and d.rank is not None:  # the calling thread in the rank's share
             _keep_in_share(b, pl.share.cpus, f"local rank {d.rank.rank} of {d.rank.size}")
-        _apply_steps(b, pl, tensorflow, openmp, blas, torch[0])
+        _apply_steps(b, pl, modes)
     except BaseException:
         _note_env_changes(snap, env_before)
         b.restore()
@@ -591,9 +600,10 @@ def _keep_in_share(b: Binding, share: frozenset[int], who: str) -> None:
     b._pin({tid: share})
 
 
-def _apply_steps(b: Binding, pl: Placement, tensorflow: Any, openmp: Any, blas: Any, torch: Any = "auto") -> None:
+def _apply_steps(b: Binding, pl: Placement, modes: _Modes) -> None:
     """The steps of :func:`apply`, in the order that matters."""
     assert b._snapshot is not None
+    tensorflow, openmp, blas = modes.tensorflow, modes.openmp, modes.blas
     # 1. memory first: pools created below inherit the calling thread's policy
     if pl.memory is not None:
         _bind_memory(b, pl)
@@ -605,7 +615,7 @@ def _apply_steps(b: Binding, pl: Placement, tensorflow: Any, openmp: Any, blas: 
     elif tensorflow == "auto":
         b._hooks.append(ImportWatch("tensorflow", lambda _, ok: ok and _tensorflow_imported(b)))
     # 3b. PyTorch: likewise (its libgomp team, its inter-op pool, DataLoader workers)
-    _torch.attach(b, torch, pl.workers, Pin)
+    _torch.attach(b, modes.torch, pl.workers, Pin)
     # 4. OpenMP runtimes already loaded: size and pin from inside a region
     if openmp is True or openmp == "auto":
         _pin_openmp(b)

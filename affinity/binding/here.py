@@ -1,60 +1,57 @@
-"""``affinity.plan()`` and ``affinity.plan_env()``: the pure planner, for this
-machine when no topology is given.
+"""``affinity.plan()`` and ``affinity.plan_env()``: the planner's own functions
+(:func:`affinity.planning.planner.plan`, :func:`~affinity.planning.planner.plan_env`),
+given what only a process can know.
 
-Planning (``affinity.planning``) never reads the machine; this is where the
-public API supplies :meth:`Topology.from_system` (loaded once, through hwloc)
-as the default ``topology``.
+There is one ``plan``: the pure planner's.  The public names are that function seen
+from this process (:func:`on_this_machine`): ``topology`` defaults to this machine
+(:meth:`Topology.from_system`, loaded once through hwloc) and takes every form
+``Topology.load`` reads, ``runtime="auto"`` is the OpenMP runtime loaded here
+(:func:`affinity.binding.which.resolve_runtime`), and a variable of ``spec`` the
+runtime never reads (``"compact"`` under libgomp's rules) is an
+:class:`~affinity.errors.AffinityWarning` at the caller's line, as ``apply()`` and
+``affinity plan`` say it (the plan's own ``warnings`` stay the runtime's).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import AffinityWarning
 from ..machine.topology import Topology
 from ..planning import planner
-from ..planning.planner import DEFAULT_RUNTIME, Plan
 from .which import resolve_runtime
 
-__all__ = ["plan", "plan_env"]
+__all__ = ["on_this_machine", "plan", "plan_env"]
 
 
-def _here(topology: Topology | str | None) -> Topology:
-    """This machine for None; a Topology, ``"system"``, ``"synthetic:..."`` or a file read by
-    :meth:`Topology.load` -- the forms ``plan``, ``apply`` and ``tune`` all take."""
-    return Topology.load(topology)
+def on_this_machine(fn: Callable[..., planner.Plan]) -> Callable[..., planner.Plan]:
+    """``fn`` (a planner function with ``topology`` and ``runtime`` parameters) with
+    ``topology=None`` meaning this machine, ``runtime="auto"`` resolved in this
+    process, and the settings its runtime never reads warned."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def face(*args: Any, **kwargs: Any) -> planner.Plan:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        given = bound.arguments
+        given["topology"] = Topology.load(given["topology"])
+        given["runtime"] = resolve_runtime(given["runtime"], caller=fn.__name__)
+        result = fn(*bound.args, **bound.kwargs)
+        for n in planner.unread(given.get("spec"), given["runtime"]):
+            warnings.warn(f"affinity: {n}", AffinityWarning, stacklevel=2)
+        return result
+
+    face.__doc__ = (fn.__doc__ or "") + (
+        "\n\n    Here (``affinity." + fn.__name__ + "``): ``topology=None`` plans for the machine this\n"
+        "    process runs on, ``runtime=\"auto\"`` follows the OpenMP runtime loaded in it, and a\n"
+        "    variable the runtime never reads is an ``AffinityWarning``.\n")
+    return face
 
 
-def plan(spec: Any = None, threads: int | None = None, topology: Topology | None = None, *,
-         strict: bool = True, env: Mapping[str, str] | None = None,
-         initial_mask: Iterable[int] | str | None = None, runtime: str = DEFAULT_RUNTIME) -> Plan:
-    """:func:`affinity.planning.planner.plan` with ``topology`` defaulting to this machine's.
-
-    Parameters and errors are those of :func:`affinity.planning.planner.plan`;
-    ``topology=None`` plans for the machine this process runs on;
-    ``runtime="auto"`` follows the rules of the OpenMP runtime loaded in this process
-    (:func:`affinity.binding.which.resolve_runtime`; Intel's when none is), and
-    ``Plan.runtime`` names the rules it resolved to.  A variable of ``spec`` that the
-    runtime never reads (``"compact"`` under libgomp's rules) is an
-    :class:`~affinity.errors.AffinityWarning` (:func:`affinity.planning.planner.unread`).
-    """
-    rules = resolve_runtime(runtime, caller="plan")
-    p = planner.plan(spec, threads, _here(topology), strict=strict, env=env, initial_mask=initial_mask,
-                     runtime=rules)
-    for n in planner.unread(spec, rules):  # said as apply() and affinity plan say it; Plan.warnings
-        warnings.warn(f"affinity: {n}", AffinityWarning, stacklevel=2)  # stay the runtime's own
-    return p
-
-
-def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,
-             initial_mask: Iterable[int] | str | None = None, runtime: str = DEFAULT_RUNTIME) -> Plan:
-    """:func:`affinity.planning.planner.plan_env` with ``topology`` defaulting to this machine's.
-
-    Parameters and errors are those of :func:`affinity.planning.planner.plan_env`;
-    ``topology=None`` plans for the machine this process runs on; ``runtime="auto"``
-    as for :func:`plan`.
-    """
-    return planner.plan_env(env, topology=_here(topology), initial_mask=initial_mask,
-                            runtime=resolve_runtime(runtime, caller="plan_env"))
+plan = on_this_machine(planner.plan)
+plan_env = on_this_machine(planner.plan_env)

@@ -236,7 +236,8 @@ def request_of(opts: RunOptions) -> Request:
                    blocktime=opts.blocktime, cpus=opts.physcpubind, nodes=opts.cpunodebind,
                    norespect=opts.norespect, memory=memory, memory_optional=opts.membind_optional,
                    ranks=_ranks(opts.ranks), instances=opts.instances,
-                   cores_per_instance=opts.cores_per_instance, library_binds=opts.pin_threads)
+                   cores_per_instance=opts.cores_per_instance, dataloader_workers=opts.dataloader_workers,
+                   library_binds=opts.pin_threads)
 
 
 def _ranks(text: str | None) -> Any:

@@ -61,6 +61,9 @@ class RunOptions:
         ``"auto"`` or ``"R/N"``: take local rank R's share of the node.
     verbose : bool
         Say what is applied.
+    dataloader_workers : int or None
+        Place that many PyTorch DataLoader workers of the command beside its compute
+        threads (exported as their CPU sets; the PyTorch start-up hook places them).
     blocktime : str or None
         ``KMP_BLOCKTIME`` to export; None exports none; ``"default"``: the user's
         ``KMP_BLOCKTIME``, else :data:`~affinity.planning.envvars.DEFAULT_BLOCKTIME`
@@ -85,6 +88,7 @@ class RunOptions:
     log_dir: str | None = None
     ranks: str | None = None
     verbose: bool = False
+    dataloader_workers: int | None = None
     blocktime: str | None = BLOCKTIME_DEFAULT  #: None: export no KMP_BLOCKTIME; "default": the user's, else 1
     runtime: str = "intel"  #: whose rules the plan follows; "auto": the command's (resolved by cmd_run)
 
@@ -119,7 +123,8 @@ def _value_words(o: RunOptions) -> list[str]:
              ("--pin-skip", hex(o.pin_skip) if o.pin_skip else None),
              ("--instances", o.instances if o.instances != 1 else None),
              ("--cores-per-instance", o.cores_per_instance), ("--log-dir", o.log_dir), ("--ranks", o.ranks),
-             ("--runtime", o.runtime if o.runtime != "intel" else None)]
+             ("--runtime", o.runtime if o.runtime != "intel" else None),
+             ("--dataloader-workers", o.dataloader_workers)]
     return [w for flag, v in pairs if flag and v is not None for w in (flag, str(v))]
 
 
@@ -171,6 +176,10 @@ def run_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument("-t", "--threads", type=positive, metavar="N",
                    help="thread count (default: OMP_NUM_THREADS, else one per core of the selected "
                         "CPUs, capped by the cgroup's CFS quota)")
+    g.add_argument("--dataloader-workers", type=positive, metavar="K",
+                   help="place K PyTorch DataLoader workers of the command beside its compute threads: "
+                        "each on CPUs of its own (free cores, else free PUs, else shared, said), one "
+                        "intra-op thread each; what 'affinity plan --dataloader-workers K' shows")
     g.add_argument("--blocktime", metavar="MS|none",
                    help=f"KMP_BLOCKTIME to export (default: the user's KMP_BLOCKTIME, else "
                         f"{DEFAULT_BLOCKTIME}); 'none' exports none")
@@ -426,4 +435,4 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
                       pin_children=args.pin_children,
                       instances=args.instances, cores_per_instance=args.cores_per_instance,
                       log_dir=args.log_dir, ranks=args.ranks, verbose=args.verbose,
-                      blocktime=blocktime, runtime=args.runtime)
+                      blocktime=blocktime, runtime=args.runtime, dataloader_workers=args.dataloader_workers)

@@ -42,9 +42,8 @@ from ..machine.loaded import Census, LoadedRuntime
 from ..machine.topology import Topology
 from ..record import field, record
 from . import precedence
-from .envvars import BLOCKTIME_DEFAULT, blocktime_for, export, leave_binding_to_the_library
+from .envvars import BLOCKTIME_DEFAULT, blocktime_for, check_inherited, export, leave_binding_to_the_library
 from .gnu import GOMP_VARIABLES, plan_gomp
-from .gnu.exports import check_inherited
 from .launchers import LAUNCHER_DEFAULTS, LAUNCHER_VARIABLES, Job, LocalRank
 from .memory import MemorySpec, check_nodes, membind_spec
 from .partition import (Share, crowded_hint, kinds_note, partition, place_rank, rank_kinds_note,

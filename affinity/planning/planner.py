@@ -33,12 +33,11 @@ from ..cpulist import check_ids, format_list, parse_list, runs
 from ..errors import ArgumentTypeError, PlanError
 from ..machine.topology import Topology
 from ..record import field, record
-from .gnu.places import cpu_limit
 from .gnu.rules import GNU, GNU_TORCH
 from .intel import llvm
 from .intel import runtime as intel
-from .intel.limits import fits_env
 from .intel.runtime import kmp_mask_str
+from . import envvars
 from .rules import Memo, Outcome, Rules
 from .spec import SETTINGS_VARIABLES, VARIABLES, KmpAffinity, ProcList, Settings, parse_assignments
 from typing import Any
@@ -251,204 +250,39 @@ class Plan:
         return not self.union <= self.initial_mask
 
     def to_kmp_affinity(self) -> str:
-        """An explicit ``KMP_AFFINITY`` giving every thread its set.
-
-        Use it with ``OMP_NUM_THREADS=<threads>`` (:meth:`translation_env`).
-
-        Returns
-        -------
-        str
-            ``granularity=fine,proclist=[...],explicit`` (with ``norespect``
-            when a set lies outside the initial mask).  One CPU a thread, where the
-            list written out is longer than libiomp5 reads (4096 bytes with the
-            name: :func:`~affinity.planning.intel.limits.fits_env`), as ranges
-            (``0-62:2``); several CPUs a thread have no shorter form, and such a
-            plan can pass the limit (:meth:`translation_env` refuses it then).
-        """
-        pl = ProcList.of(self.cpusets)
-        spec = KmpAffinity(type="explicit", granularity="thread", proclist=pl,
-                           respect=False if self._needs_norespect() else None)
-        full = str(spec)
-        if fits_env("KMP_AFFINITY", full) or any(len(s) != 1 for s in self.cpusets):
-            return full
-        # one CPU a thread, too long for libiomp5 written out: the same CPUs as ranges (0-62:2)
-        return _PROCLIST.sub("proclist=[" + _proc_ranges([min(s) for s in self.cpusets]) + "]", full, count=1)
+        """An explicit ``KMP_AFFINITY`` giving every thread its set
+        (:func:`affinity.planning.envvars.explicit_kmp_affinity`)."""
+        return envvars.explicit_kmp_affinity(self)
 
     def to_omp_places(self) -> str:
-        """An ``OMP_PLACES`` list with one place per thread, in thread order.
-
-        With ``OMP_PROC_BIND=close`` and ``OMP_NUM_THREADS=<threads>`` thread
-        ``i`` gets place ``i`` (:meth:`translation_env`).
-
-        Returns
-        -------
-        str
-            The place list, e.g. ``{0:2},{2:2}``; where that is longer than
-            Intel's runtime reads (:func:`~affinity.planning.intel.limits.fits_env`),
-            the same places with strides and repeats (``{0:32:2}:64:0``).
-        """
-        plain = ",".join("{" + _place_members(s) + "}" for s in self.cpusets)
-        return plain if fits_env("OMP_PLACES", plain) else _compact_places(self.cpusets)
+        """An ``OMP_PLACES`` list with one place per thread, in thread order
+        (:func:`affinity.planning.envvars.omp_places`)."""
+        return envvars.omp_places(self)
 
     def to_gomp_cpu_affinity(self) -> str:
-        """A ``GOMP_CPU_AFFINITY`` list (libgomp binds thread ``i`` to the ``i``-th CPU).
-
-        Returns
-        -------
-        str
-            The CPUs of the threads, in thread order, separated by spaces.
-
-        Raises
-        ------
-        PlanError
-            Some thread has more than one CPU: only plans where every thread
-            has a single CPU can be expressed.
-        """
-        out = []
-        for i, s in enumerate(self.cpusets):
-            if len(s) != 1:
-                raise PlanError(f"GOMP_CPU_AFFINITY binds each thread to one CPU; thread {i} has "
-                                f"{{{kmp_mask_str(s)}}}")
-            out.append(str(next(iter(s))))
-        return " ".join(out)
+        """A ``GOMP_CPU_AFFINITY`` list (:func:`affinity.planning.envvars.gomp_cpu_affinity`)."""
+        return envvars.gomp_cpu_affinity(self)
 
     def to_taskset(self) -> str:
-        """The ``taskset -c`` list.
-
-        taskset sets one mask for the whole process, so only plans where every
-        thread has that same set round-trip.
-
-        Returns
-        -------
-        str
-            The union of the threads' sets, as a cpulist (``0-3,8``).
-        """
+        """The ``taskset -c`` list: the union of the threads' sets (taskset sets one mask
+        for the whole process: only plans where every thread has that set round-trip)."""
         return format_list(self.union)
 
     def to_numactl(self) -> str:
-        """The ``numactl --physcpubind=`` argument; same limits as :meth:`to_taskset`.
-
-        Returns
-        -------
-        str
-            ``--physcpubind=`` followed by the union of the threads' sets.
-        """
+        """The ``numactl --physcpubind=`` argument; same limits as :meth:`to_taskset`."""
         return "--physcpubind=" + format_list(self.union)
 
     def translation_env(self, target: str) -> dict[str, str]:
-        """The environment that reproduces this plan with ``target``, team size included.
-
-        Parameters
-        ----------
-        target : {"kmp_affinity", "omp_places", "gomp"}
-            The variables to use: ``KMP_AFFINITY``, ``OMP_PLACES`` with
-            ``OMP_PROC_BIND=close``, or ``GOMP_CPU_AFFINITY``.
-
-        Returns
-        -------
-        dict of str to str
-            The variables to export, ``OMP_NUM_THREADS`` included.
-
-        Raises
-        ------
-        PlanError
-            ``kmp_affinity``: the proclist is longer than libiomp5 reads;
-            ``gomp``: the plan cannot be expressed (a thread with several
-            CPUs, or a CPU beyond the CPU sets libgomp sizes for the process mask).
-        ValueError
-            An unknown ``target``.
-        """
-        n = str(self.threads)
-        if target == "kmp_affinity":
-            kmp = self.to_kmp_affinity()
-            if not fits_env("KMP_AFFINITY", kmp):
-                raise PlanError(f"KMP_AFFINITY alone cannot say this plan: its proclist takes {len(kmp)} "
-                                f"characters, and libiomp5 reads no variable longer than 4096 bytes; use "
-                                f"translation_env('omp_places')")
-            return {"KMP_AFFINITY": kmp, "OMP_NUM_THREADS": n}
-        if target == "omp_places":
-            env = {"OMP_PLACES": self.to_omp_places(), "OMP_PROC_BIND": "close", "OMP_NUM_THREADS": n}
-            if self._needs_norespect():
-                env["KMP_AFFINITY"] = "norespect"
-            return env
-        if target == "gomp":
-            gca = self.to_gomp_cpu_affinity()  # libgomp binds these CPUs as they are, outside the mask too,
-            limit = cpu_limit(self.initial_mask)  # up to the size of its CPU sets
-            if max(self.union) >= limit:
-                raise PlanError(f"GOMP_CPU_AFFINITY cannot name CPU {max(self.union)}: libgomp sizes its CPU "
-                                f"sets for the process mask's highest CPU and drops CPUs from {limit} on")
-            return {"GOMP_CPU_AFFINITY": gca, "OMP_NUM_THREADS": n}
-        raise ValueError(f"unknown translation target {target!r} (kmp_affinity, omp_places or gomp)")
+        """The environment that reproduces this plan with ``target`` (``"kmp_affinity"``,
+        ``"omp_places"``, ``"gomp"``), team size included
+        (:func:`affinity.planning.envvars.translation_env`)."""
+        return envvars.translation_env(self, target)
 
     def __repr__(self) -> str:
         return (f"<Plan {self.threads} threads, {self.affinity_type}"
                 f"{'/' + self.granularity if self.granularity else ''}, proc_bind={self.proc_bind}, "
                 f"{len(self.warnings)} warnings on {self.topology.describe()}"
                 f"{'' if self.runtime == DEFAULT_RUNTIME else ', by ' + self.runtime + ' rules'}>")
-
-
-def _place_members(s: frozenset[int]) -> str:
-    """``{0, 1, 2, 3, 8}`` -> ``"0:4,8"`` (OMP_PLACES interval form)."""
-    return ",".join(str(a) if a == b else f"{a}:{b - a + 1}" for a, b in runs(s))
-
-
-_PROCLIST = re.compile(r"proclist=\[[^\]]*\]")
-
-
-def _proc_ranges(cpus: list[int]) -> str:
-    """CPUs in order as proclist items: ascending arithmetic runs of 3 or more as
-    ``first-last[:stride]`` (``0-6:2`` is 0, 2, 4, 6: one thread each)."""
-    out, i = [], 0
-    while i < len(cpus):
-        j = i
-        if i + 1 < len(cpus) and cpus[i + 1] > cpus[i]:
-            step = cpus[i + 1] - cpus[i]
-            while j + 1 < len(cpus) and cpus[j + 1] - cpus[j] == step:
-                j += 1
-        if j - i >= 2:
-            out.append(f"{cpus[i]}-{cpus[j]}" + ("" if step == 1 else f":{step}"))
-        else:
-            j = i
-            out.append(str(cpus[i]))
-        i = j + 1
-    return ",".join(out)
-
-
-def _strided_members(s: frozenset[int]) -> str:
-    """``{0, 2, 4, 6, 9}`` -> ``"0:4:2,9"``: arithmetic runs as ``first:count[:stride]``."""
-    xs, out, i = sorted(s), [], 0
-    while i < len(xs):
-        j = i + 1
-        if j < len(xs):
-            step = xs[j] - xs[i]
-            while j + 1 < len(xs) and xs[j + 1] - xs[j] == step:
-                j += 1
-            if j - i + 1 >= 3 or step == 1:
-                out.append(f"{xs[i]}:{j - i + 1}" + ("" if step == 1 else f":{step}"))
-                i = j + 1
-                continue
-        out.append(str(xs[i]))
-        i += 1
-    return ",".join(out)
-
-
-def _compact_places(cpusets: Iterable[frozenset[int]]) -> str:
-    """One place per set, in order, in OpenMP's shortest forms the runtimes all read:
-    members as strided intervals, and a run of places each the one before shifted by
-    the same stride (0 included: a repeated place) as ``{place}:count:stride``."""
-    sets = [sorted(s) for s in cpusets]
-    out, i = [], 0
-    while i < len(sets):
-        j, step = i, None
-        while j + 1 < len(sets) and len(sets[j + 1]) == len(sets[i]):
-            d = sets[j + 1][0] - sets[j][0]
-            if d < 0 or (step is not None and d != step) or any(b - a != d for a, b in zip(sets[j], sets[j + 1])):
-                break
-            step, j = d, j + 1
-        place = "{" + _strided_members(frozenset(sets[i])) + "}"
-        out.append(place if j == i else f"{place}:{j - i + 1}:{step}")
-        i = j + 1
-    return ",".join(out)
 
 
 # ---------------------------------------------------------------------------
@@ -641,7 +475,7 @@ def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,
 #: shape, known or not (``OMP_PLACE=cores`` and ``omp_places=cores`` are refused naming them,
 #: not read as KMP_AFFINITY).  No KMP_AFFINITY string starts so: Intel reads it
 #: case-insensitively (``GRANULARITY=FINE,COMPACT``), but its only ``NAME=`` words
-#: (``intel.settings._AFF_ASSIGNMENTS``: ``granularity``, ``gran``, ``proclist``) hold no underscore.
+#: (``kmp._AFF_ASSIGNMENTS``: ``granularity``, ``gran``, ``proclist``) hold no underscore.
 _ENV_FORM = re.compile(r"^\s*(?=[A-Za-z0-9]*_)[A-Za-z_][A-Za-z0-9_]*=")
 
 

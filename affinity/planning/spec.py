@@ -2,7 +2,7 @@
 
 Parsers for the environment variables the OpenMP runtimes read to bind
 threads.  The standard OpenMP variables live here; Intel's own (and its
-reading of proc lists) in :mod:`affinity.planning.intel.settings`, re-exported:
+reading of proc lists) in :mod:`affinity.planning.kmp`, re-exported:
 
 * ``KMP_AFFINITY``  -> :class:`KmpAffinity` (:func:`parse_kmp_affinity`)
 * ``OMP_PLACES``    -> :class:`OmpPlaces` (:func:`parse_omp_places`)
@@ -39,9 +39,9 @@ from collections.abc import Iterable, Mapping
 
 from ..errors import MalformedValue, SpecError
 from ..record import record
-from .intel.settings import (HwSubsetItem, KmpAffinity, KmpHwSubset, ProcList, ProcRange, parse_gomp_cpu_affinity,
+from .kmp import (HwSubsetItem, KmpAffinity, KmpHwSubset, ProcList, ProcRange, parse_gomp_cpu_affinity,
                              parse_kmp_affinity, parse_kmp_hw_subset)
-from .intel.settings import _parse_gomp, _parse_kmp_affinity, _parse_kmp_hw_subset
+from .kmp import _parse_gomp, _parse_kmp_affinity, _parse_kmp_hw_subset
 from .syntax import (CORE_ATTRS, HW_LAYERS, INTEL, PLURAL, Diag, Dialect, Diagnostic, catalog, char_at, isalpha, isdigit,
                      lower, match, quote, run_parser, skip_digits, skip_to, skip_ws, str_to_int)
 from typing import Any, Callable

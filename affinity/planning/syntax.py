@@ -3,7 +3,7 @@ diagnostics, and scanning helpers that mirror the C helpers of the OpenMP
 runtimes (``__kmp_match_str``, ``__kmp_str_to_int``, glibc ``atoi``).
 
 The grammars themselves live with the runtime whose reading they follow
-(``planning/intel/settings.py`` for Intel's ``KMP_*`` variables) or, for the
+(``planning/kmp.py`` for Intel's ``KMP_*`` variables) or, for the
 standard OpenMP variables, in ``planning/spec.py``.
 """
 

@@ -94,3 +94,54 @@ def test_a_program_without_torch_is_untouched():
     assert r.returncode == 0, r.stderr
     loaded, first = json.loads(r.stdout)
     assert loaded is False and first == "_AfterTorch"  # only a finder waiting for `import torch`
+
+
+LOADER = r"""
+import json, os, sys
+import torch
+from torch.utils.data import DataLoader
+
+def user_init(i):
+    os.environ["USER_INIT_RAN"] = str(i)
+
+class Masks(torch.utils.data.Dataset):
+    def __len__(self):
+        return 4
+    def __getitem__(self, i):
+        info = torch.utils.data.get_worker_info()
+        return json.dumps({"worker": info.id, "mask": sorted(os.sched_getaffinity(0)),
+                           "threads": torch.get_num_threads(), "user": os.environ.get("USER_INIT_RAN")})
+
+if __name__ == "__main__":  # a spawned worker imports this module again
+    seen = {}
+    for item in DataLoader(Masks(), batch_size=None, num_workers=2, multiprocessing_context=sys.argv[1],
+                           worker_init_fn=user_init):
+        d = json.loads(item)
+        seen[d["worker"]] = d
+    print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("ctx", ["fork", "spawn"])
+def test_dataloader_workers_from_the_launcher(tmp_path, ctx):
+    """issue #40 (3): ``affinity run --dataloader-workers 2`` was 'unrecognized arguments', and
+    the workers inherited the whole mask; now each worker runs on its set of the layout that
+    ``affinity plan --dataloader-workers 2`` shows, before the program's own worker_init_fn."""
+    prog = tmp_path / "loader.py"
+    prog.write_text(LOADER)
+    plan = subprocess.run([sys.executable, "-m", "affinity", "plan", "compact", "-t", "2", "--dataloader-workers",
+                           "2", "--json"],
+                          capture_output=True, text=True, env=_env(), timeout=120)
+    assert plan.returncode == 0, plan.stderr
+    layout = json.loads(plan.stdout)["dataloader_workers"]["cpusets"]
+    r = subprocess.run([sys.executable, "-m", "affinity", "run", "compact", "-t", "2", "--dataloader-workers", "2",
+                        "--", sys.executable, str(prog), ctx], capture_output=True, text=True, env=_env(), timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert {int(w): d["mask"] for w, d in seen.items()} == {0: layout[0], 1: layout[1]}
+    assert all(d["threads"] == 1 and d["user"] == w for w, d in seen.items())
+    # without it, every worker has the launched process's whole mask
+    r = subprocess.run([sys.executable, "-m", "affinity", "run", "--", sys.executable, str(prog), ctx],
+                       capture_output=True, text=True, env=_env(), timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert all(d["mask"] == CPUS for d in json.loads(r.stdout.strip().splitlines()[-1]).values())

@@ -22,7 +22,8 @@ import pytest
 from affinity.machine.topology import Topology
 from affinity.planning.envvars import export
 from affinity.planning.intel.limits import fits_env
-from affinity.planning.planner import _compact_places, plan_env
+from affinity.planning.envvars import _compact_places
+from affinity.planning.planner import plan_env
 
 READ = ("KMP_AFFINITY", "OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY", "OMP_NUM_THREADS")
 CASES = [  # (machine, settings, process mask): each exported once too long for libiomp5

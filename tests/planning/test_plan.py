@@ -140,7 +140,7 @@ def test_a_mistyped_variable_name_is_refused_naming_it_strict_or_not(t2s: Topolo
             with pytest.raises(SpecError, match=r"^spec: expected KEY=VALUE .*, got '[^']*': " + says):
                 plan(spec, 2, t2s, strict=False, runtime=runtime)
     # KMP_AFFINITY is read case-insensitively: its own NAME= words (granularity, gran, proclist) stay its own
-    from affinity.planning.intel.settings import _AFF_ASSIGNMENTS
+    from affinity.planning.kmp import _AFF_ASSIGNMENTS
     assert not any(planner._ENV_FORM.match(k.upper() + "=x") for k, *_ in _AFF_ASSIGNMENTS)
     for spec in ("GRANULARITY=FINE,COMPACT", "Granularity=core,scatter", "PROCLIST=[0,1],EXPLICIT", "GRAN=FINE,COMPACT"):
         p, q = plan(spec, 2, t2s), plan("KMP_AFFINITY=" + spec.lower(), 2, t2s)

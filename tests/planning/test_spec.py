@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from affinity.errors import SpecError
-from affinity.planning.intel.settings import kmp_affinity_has_type_name
+from affinity.planning.kmp import kmp_affinity_has_type_name
 from affinity.planning.spec import (HwSubsetItem, KmpAffinity, KmpHwSubset, NumThreads, OmpPlaces, OmpProcBind, Place,
                                     ProcList, ProcRange, Settings, SubPlace, parse_gomp_cpu_affinity,
                                     parse_kmp_affinity, parse_kmp_hw_subset, parse_lenient, parse_num_threads,

@@ -10,7 +10,12 @@ torch`` has completed:
   loaded, and every thread and process it starts later (DataLoader workers) would
   inherit that one place;
 * ``torch.set_num_interop_threads(N)`` sizes the inter-op pool from the plan
-  (PyTorch reads no variable for it).
+  (PyTorch reads no variable for it);
+* with ``affinity run --dataloader-workers K`` (``AFFINITY_DATALOADER_CPUS``, the
+  workers' CPU sets decided with the plan): every multi-process DataLoader started
+  afterwards gives its worker ``i`` the ``i``-th set (a worker process, forked or
+  spawned, on CPUs of its own instead of its parent's mask), before the program's own
+  ``worker_init_fn``; torch itself gives each worker one intra-op thread.
 
 Then the ``sitecustomize`` this one hides, if there is one, is run as usual.
 Standard library only: it runs in every Python process the launcher starts,
@@ -61,9 +66,66 @@ class _AfterTorch(importlib.abc.MetaPathFinder):
                     module.set_num_interop_threads(finder.interop)
                 except (RuntimeError, AttributeError):
                     pass  # already set by the program, or not this torch
+                if os.environ.get(WORKERS_VARIABLE):
+                    _place_dataloader_workers()
 
         spec.loader = Loader()
         return spec
+
+
+#: the DataLoader workers' CPU sets, ``;`` between workers (affinity.planning.decide.WORKERS_VARIABLE)
+WORKERS_VARIABLE = "AFFINITY_DATALOADER_CPUS"
+
+
+def _cpus(text):
+    """A kernel cpulist (``0-3,8``) as a set of ints."""
+    out = set()
+    for part in text.split(","):
+        a, _, b = part.strip().partition("-")
+        out.update(range(int(a), int(b or a) + 1))
+    return out
+
+
+def place_worker(worker_id, user_fn=None):
+    """A DataLoader ``worker_init_fn``: this worker process on the ``worker_id``-th set
+    of ``AFFINITY_DATALOADER_CPUS`` (cycling past the last), then the program's own."""
+    sets = [s for s in os.environ.get(WORKERS_VARIABLE, "").split(";") if s.strip()]
+    if sets:
+        cpus = _cpus(sets[worker_id % len(sets)])
+        for tid in os.listdir("/proc/self/task"):  # the worker's threads, started or not yet
+            try:
+                os.sched_setaffinity(int(tid), cpus)
+            except OSError:
+                pass  # a thread that ended meanwhile
+        os.environ["AFFINITY_WORKER_ID"] = str(worker_id)
+        os.environ["AFFINITY_WORKER_CPUS"] = sets[worker_id % len(sets)].strip()
+    if user_fn is not None:
+        user_fn(worker_id)
+
+
+def _place_dataloader_workers():
+    """Every multi-process DataLoader iterator started from now on gives its workers
+    :func:`place_worker` before the program's own ``worker_init_fn``."""
+    import functools
+
+    try:
+        from torch.utils.data import dataloader
+    except ImportError:
+        return
+    cls = dataloader._MultiProcessingDataLoaderIter
+    orig = cls.__init__
+
+    def __init__(self, loader):
+        user = loader.worker_init_fn
+        if getattr(user, "func", None) is place_worker:
+            return orig(self, loader)
+        loader.worker_init_fn = functools.partial(place_worker, user_fn=user)
+        try:
+            orig(self, loader)
+        finally:
+            loader.worker_init_fn = user
+
+    cls.__init__ = __init__
 
 
 def _install():

@@ -36,7 +36,7 @@ from ...errors import PlanError, SpecError
 from ..rules import Memo, Outcome
 from ..spec import SETTINGS_VARIABLES, NumThreads, Settings, OmpPlaces, OmpProcBind, Place, parse_lenient, parse_strict
 from ..syntax import INTEL, Diagnostic, Dialect, catalog
-from .settings import KmpAffinity, KmpHwSubset, ProcList, ProcRange, kmp_affinity_has_type_name
+from ..kmp import KmpAffinity, KmpHwSubset, ProcList, ProcRange, kmp_affinity_has_type_name
 from typing import Any
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..syntax import CATALOG, HW_LAYERS
-from .settings import KmpHwSubset
+from ..kmp import KmpHwSubset
 from typing import Any
 
 

@@ -17,7 +17,7 @@ import pytest
 from affinity.machine.topology import Topology
 from affinity.planning.envvars import plan_environment
 from affinity.planning.gnu import plan_gomp
-from affinity.planning.gnu.exports import gomp_exports
+from affinity.planning.envvars import gomp_exports
 from affinity.planning.planner import plan
 from helpers import golden_dir
 
@@ -96,7 +96,7 @@ def test_norespect_with_several_cpus_per_thread_is_not_exact():
 
 def test_inherited_variables_that_would_defeat_the_exports_are_refused():
     from affinity.errors import PlanError
-    from affinity.planning.gnu.exports import check_inherited
+    from affinity.planning.envvars import check_inherited
 
     multi = {"KMP_AFFINITY": "x", "OMP_PLACES": "{0,1},{0}", "OMP_PROC_BIND": "close"}
     with pytest.raises(PlanError, match="GOMP_CPU_AFFINITY='0-3 junk'.*never returns.*unset GOMP_CPU_AFFINITY"):

@@ -9,16 +9,19 @@ shares its source) reads them.
 
 Values are frozen records (:mod:`affinity.record`) whose ``str()`` is canonical and parses back to an
 equal value; the strict and lenient modes are those of :mod:`affinity.planning.spec`.
-The grammar and the fallbacks follow ``kmp_settings.cpp``.
+The grammar and the fallbacks follow ``kmp_settings.cpp``.  It sits beside
+:mod:`affinity.planning.spec` (the table of every runtime's variables, which reads these
+values) and below ``intel/`` (the runtime's steps, which act on them): before issue #36
+it lived in ``intel/`` and the folder ``intel/`` and ``spec.py`` imported each other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ...errors import MalformedValue, PlanError
-from ...record import field, record
-from ..syntax import (CORE_ATTRS, HW_LAYERS, Diag, atoi, cdiv, char_at, isalnum, isalpha,
+from ..errors import MalformedValue, PlanError
+from ..record import field, record
+from .syntax import (CORE_ATTRS, HW_LAYERS, Diag, atoi, cdiv, char_at, isalnum, isalpha,
                       isdigit, lower, match, quote, run_parser, skip_digits, skip_to, skip_ws, str_to_int, upper)
 from typing import Any, Callable
 
