@@ -152,7 +152,7 @@ ERRNO_CLASSES = {_errno.ESRCH: NoSuchThread, _errno.EPERM: AccessDenied, _errno.
 
 
 class UnsafeFile(AffinityError, OSError):
-    """A file or folder of ours (the launch cache) that is not what we created: a
+    """A file or folder of ours (the tuner's study, its lock file) that is not what we created: a
     symlink, another user's, writable by others, a FIFO or device (see
     :mod:`affinity.machine.userfiles`)."""
 

@@ -59,16 +59,16 @@ ABOUT = {
         "A fresh process per round launching `true`, with **a variable of the environment that differs on "
         "every run** (`HYPERFINE_RANDOMIZED_ENVIRONMENT_OFFSET`, as hyperfine does; Slurm and MPI set per-job "
         "ones). Reference ◆ `python -c pass`: the same interpreter starting and exiting, the floor for any "
-        "launcher written in Python. `(cache off)`: `AFFINITY_LAUNCH_CACHE=0`, every launch planned from "
-        "scratch (topology, cgroup limits, plan, then exec); `--instances 2` and `--membind 0` are never "
-        "remembered anyway. `(cache on)`: the launch remembered by `affinity/launcher/fastpath.py`, keyed on "
-        "the variables a launch reads, so the changing one does not miss. `taskset` and `numactl` start no "
-        "Python. The interleaved table (every variant once per round, the ratio taken round by round) is "
-        "the one to read; the other runs the variants one after another."),
+        "launcher written in Python. `affinity run` plans every launch from scratch (topology, cgroup limits, "
+        "the decision, then exec; there is no launch cache); `torch run_cpu` is torch's launcher on the same "
+        "command (`python -m torch.backends.xeon.run_cpu --no-python true`: it imports torch). `taskset` and "
+        "`numactl` start no Python. Goal (issue #36): `affinity run` and `--instances 2` within 3x ◆, at least "
+        "10x faster than `run_cpu`. The interleaved table (every variant once per round, the ratio taken round "
+        "by round) is the one to read; the other runs the variants one after another."),
     "pthread_create": ("2000 threads created and joined by a C program, with and without the "
                        "`--pin-threads` preload (which pins each new thread: one `sched_setaffinity`). "
                        "Reference ◆ `plain`."),
-    "ranks": ("Cutting a whole node into disjoint shares of whole cores (`ranks.partition`), three "
+    "ranks": ("Cutting a whole node into disjoint shares of whole cores (`partition.partition`), three "
               "different machines: times only, no ratio (a ratio between different machines says nothing)."),
     "plan-": (
         "`plan()` on a machine of N PUs: warm (the runtime's table is built once per Topology and reused), "
@@ -166,8 +166,8 @@ def _conclude_pin(rows: list[dict], ref: dict) -> str:
             f"same calls; the whole `apply()` + `restore()` {_med(app) / _med(ref):.2f}x.")
 
 
-STARTUP_ROWS = ("affinity run (cache on)", "affinity run (cache off)", "affinity run --instances 2 (cache off)",
-                "affinity run --membind 0 (cache off)")
+STARTUP_ROWS = ("affinity run", "affinity run --instances 2", "affinity run --membind 0", "torch run_cpu",
+                "torch run_cpu --ninstances 2")
 
 
 def _conclude_startup(rows: list[dict], ref: dict) -> str:

@@ -7,7 +7,7 @@ Two ways in, used by every reader and writer of such files:
   only (a FIFO, ``/dev/zero`` or a terminal is refused at once instead of blocking
   or filling memory), each failure one line that says what the kernel said
   (``EACCES`` as "permission denied", not "no such file").
-* :func:`open_private` -- a file in a folder of our own (the launch cache): never
+* :func:`open_private` -- a file in a folder of our own (the tuner's lock file): never
   follows a symlink (``O_NOFOLLOW`` on the file, ``lstat`` on the folder), opened
   with ``O_NONBLOCK`` so that a FIFO planted there cannot block the ``open()``, and
   checked after the open on the descriptor itself (``fstat``): a regular file

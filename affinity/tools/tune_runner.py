@@ -6,8 +6,7 @@ CMD`` (the launcher's own words for the configuration,
 :meth:`~affinity.tuning.config.Config.run_options`), run as a child process in its
 own session and process group, with a parent-death signal: the launcher sets the
 masks, memory policy and environment and starts the instances.  One instance
-writes to our pipe (``affinity run`` execs it, and its launch cache applies to
-every repeat); several write to ``DIR/instance-I.log`` in the runner's own folder.
+writes to our pipe (``affinity run`` execs it); several write to ``DIR/instance-I.log`` in the runner's own folder.
 
 Instances are **copies** of the command unless the work splits between them
 (``split=True``: a service under load, or a command that reads
