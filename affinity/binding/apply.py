@@ -19,6 +19,11 @@ openmp         team member i of each loaded OpenMP runtime -> slot i
 torch-intra    PyTorch's OpenMP team: member i -> slot i, member 0 (the main
                thread) -> the union of the plan (:mod:`affinity.binding.torch`)
 torch-inter    PyTorch's inter-op pool -> as tf-inter
+ort-intra      an ONNX Runtime session's intra-op thread j -> slot j (the caller is
+               member 0) (:mod:`affinity.binding.ort`)
+ort-inter      its inter-op pool (``ORT_PARALLEL``) -> as tf-inter
+ov             OpenVINO's threads: on the plan's CPUs, pinned by OpenVINO itself
+               (:mod:`affinity.binding.ov`)
 main           unchanged (TensorFlow never pins it; children inherit its mask),
                except that an OpenMP team pins it as member 0, as the runtime
                itself would
@@ -53,6 +58,8 @@ from ..record import field, record
 from . import blas as _blas
 from . import numa, registry
 from . import openmp as _omp
+from . import ort as _ort
+from . import ov as _ov
 from . import tf as _tf
 from . import threads as _threads
 from . import torch as _torch
@@ -609,6 +616,9 @@ def _apply_steps(b: Binding, tensorflow: Any, openmp: Any, blas: Any, want_mem: 
         b._hooks.append(ImportWatch("tensorflow", lambda _, ok: ok and _tensorflow_imported(b)))
     # 3b. PyTorch: likewise (its libgomp team, its inter-op pool, DataLoader workers)
     _torch.attach(b, torch[0], torch[1], Pin)
+    # 3c. inference engines: ONNX Runtime sessions and OpenVINO models made inside the binding
+    _ort.attach(b, Pin)  # engine: onnxruntime (affinity.binding.ort)
+    _ov.attach(b, Pin)  # engine: openvino (affinity.binding.ov)
     # 4. OpenMP runtimes already loaded: size and pin from inside a region
     if openmp is True or openmp == "auto":
         _pin_openmp(b)
