@@ -159,6 +159,7 @@ class OrtAdapter:
         """Create the session with the plan's options (or the user's, completed),
         then find and pin its pool threads."""
         mode, so, undo = self._options(so)
+        count = so.intra_op_num_threads  # the pool's size, before the user's object is put back
         before = _threads.task_starts()
         try:
             orig(sess, path_or_bytes, so, providers, provider_options, **kwargs)
@@ -167,7 +168,7 @@ class OrtAdapter:
         after = _threads.task_starts()
         new = creation_order(t for t, start in after.items() if before.get(t) != start)
         try:
-            self._pin_new(new, mode, so)
+            self._pin_new(new, mode, so, count)
         except Exception as e:  # noqa: BLE001 - never break the user's session
             warnings.warn(f"affinity: ONNX Runtime's threads could not be pinned ({e})", AffinityWarning,
                           stacklevel=3)
@@ -208,9 +209,9 @@ class OrtAdapter:
             b.notes.append(n)
             warnings.warn(f"affinity: {n}", AffinityWarning, stacklevel=5)
 
-    def _pin_new(self, new: list[int], mode: str, so: Any) -> None:
+    def _pin_new(self, new: list[int], mode: str, so: Any, count: int) -> None:
         b, t = self.binding, self.threading
-        intra_n = max(so.intra_op_num_threads, 1) - 1
+        intra_n = max(count, 1) - 1
         slots = b.slots
         if mode == "theirs":
             sets = parse_affinities(_user_affinities(so) or "")
@@ -230,8 +231,8 @@ class OrtAdapter:
             b.pins[tid] = self.pin_cls(tid, INTER, masks[tid], j)
         b._see(new)
         b._pin(masks)
-        if mode == "count" and so.intra_op_num_threads != t.intra_op_num_threads:
-            b.notes.append(f"an ONNX Runtime session keeps its own intra_op_num_threads={so.intra_op_num_threads} "
+        if mode == "count" and count != t.intra_op_num_threads:
+            b.notes.append(f"an ONNX Runtime session keeps its own intra_op_num_threads={count} "
                            f"(the plan has {t.intra_op_num_threads} slots): its threads were pinned over the slots")
         if len(intra) < intra_n:
             b.notes.append(f"an ONNX Runtime session started {len(intra)} of its {intra_n} intra-op threads "
