@@ -95,7 +95,8 @@ if TYPE_CHECKING:  # pragma: no cover - the same names as _LAZY (tests/test_api_
     from .binding.apply import Binding, apply, pinned
     from .binding.bindmap import report
     from .errors import (AccessDenied, AffinityError, AffinityWarning, ArgumentTypeError, BindError, CannotExecute,
-                         CommandError, EngineError, ForeignTopologyError, FrozenInstanceError, MalformedValue, MaskNarrowedError,
+                         CommandError, EngineError, ForeignTopologyError, FrozenInstanceError, MalformedValue,
+                         MaskNarrowedError,
                          NativeUnavailableError, NoSuchThread, PictureError, PictureUnavailableError, PlanError,
                          SeedMismatch, Signalled, SpaceError, SpecError, TopologyError, TrialPruned, TuneError,
                          TuneUnavailableError, TuneUsageError, UnsafeFile, UnsupportedError, UsageError)

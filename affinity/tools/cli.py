@@ -146,6 +146,10 @@ def _unread(spec: str | None, runtime: str) -> list[str]:
 def cmd_plan(args: argparse.Namespace) -> int:
     from ..cpulist import parse_list  # lazy: a command loads only its own layers
 
+    if getattr(args, "engine", None) is not None:
+        from .engines_report import cmd_plan_for  # lazy: only for --for
+
+        return cmd_plan_for(args, _load_topology(args), _write_picture)
     if getattr(args, "ranks", None) is not None:
         from .ranks_report import cmd_plan_ranks  # lazy: only for --ranks
 
@@ -370,6 +374,9 @@ def _add_plan_parser(sub: Any) -> None:
                    help="also print the runtime's verbose map (KMP_AFFINITY=verbose: topology, OS proc "
                         "map, one 'bound to OS proc set' line per thread)")
     _ranks_args("add_plan_args", p)
+    from .engines_report import add_plan_args  # lazy: a command loads only its own layers
+
+    add_plan_args(p)
     p.set_defaults(func=cmd_plan)
 
 

@@ -113,7 +113,8 @@ def _cpus_of(topology: Topology, cores: list[int]) -> frozenset[int]:
         else frozenset()
 
 
-def _cut(topology: Topology, count: int, by: str, reserve: int, reserve_per: str) -> tuple[list[Share], frozenset[int]]:
+def _cut(topology: Topology, count: int, by: str, reserve: int,
+         reserve_per: str) -> tuple[list[Share], frozenset[int]]:
     """The shares, and the CPUs kept per node (``reserve_per="node"``)."""
     kept: frozenset[int] = frozenset()
     topo = topology
