@@ -30,7 +30,7 @@ import warnings
 from typing import Any
 
 from ..errors import AffinityWarning
-from ..planning.engines.openvino import NOT_TOLD, OvProperties, ov_properties
+from ..planning.engines.openvino import NOT_TOLD, OvProperties, ov_default_threads, ov_properties
 from . import threads as _threads
 from .importwatch import ImportWatch
 
@@ -138,6 +138,10 @@ class OvAdapter:
             if shown != ours[key]:
                 said.append(f"OpenVINO set {key}={shown} where the plan asked {ours[key]}")
         if not self.said:
+            own = ov_default_threads(b.plan.topology)  # decision: what the plan overrides of OpenVINO's default
+            if own != self.props.inference_num_threads:
+                said.insert(0, f"OpenVINO's default of {own} inference threads (the cores of one socket) replaced "
+                               f"by the plan's {self.props.inference_num_threads}")
             said = list(self.props.notes[1:]) + said
             self.said = True
         for n in said:

@@ -273,7 +273,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         rows = list(bmap.rows)
         from .picture import ROLES  # lazy: a command loads only its own layers
 
-        alias = {"torch-intra": "tf-intra", "torch-inter": "tf-inter"}  # drawn in the pools' colours
+        alias = {"torch-intra": "tf-intra", "torch-inter": "tf-inter",  # drawn in the pools' colours
+                 "ort-intra": "tf-intra", "ort-inter": "tf-inter", "ov": "openmp"}
         roles = [r.role if r.role in ROLES else alias.get(r.role, "other") for r in rows]
         _write_picture(args.picture, Topology.from_system(), [r.actual for r in rows], roles=roles,
                        title=f"pid {bmap.pid}: {_plural(len(rows), 'thread')}")

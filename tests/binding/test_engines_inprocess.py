@@ -143,6 +143,7 @@ with warnings.catch_warnings(record=True):
         out["props"] = {k: str(compiled.get_property(k)) for k in
                         ("INFERENCE_NUM_THREADS", "NUM_STREAMS", "ENABLE_CPU_PINNING", "ENABLE_HYPER_THREADING")}
         out["union"] = sorted(b.union)
+        out["notes"] = list(b.notes)
         out["main"] = sorted(os.sched_getaffinity(0))
         rows = b.report().rows
         out["rows"] = [{"tid": r.tid, "role": r.role, "actual": sorted(r.actual), "mismatch": r.mismatch}
@@ -162,6 +163,8 @@ def test_openvino_threads_on_the_plans_cpus_with_its_properties(order):
     n = len(out["union"])
     assert out["props"]["INFERENCE_NUM_THREADS"] == str(n) and out["props"]["NUM_STREAMS"] == "1"
     assert out["props"]["ENABLE_CPU_PINNING"] == "True"
+    said = [x for x in out["notes"] if x.startswith("OpenVINO's default of ")]  # what the plan overrode
+    assert len(said) == 1 and said[0].endswith(f"replaced by the plan's {n}")
     ov_rows = [r for r in out["rows"] if r["role"] == "ov"]
     assert ov_rows and not any(r["mismatch"] for r in ov_rows)
     assert all(set(r["actual"]) <= set(out["union"]) for r in ov_rows)  # on the plan's CPUs, read back
