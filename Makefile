@@ -11,7 +11,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check
 STAMP  := $(VENV)/.installed
-EXTRAS ?= test,tf,torch,tune,docs
+EXTRAS ?= test,tf,torch,tune,docs,engines
 
 .PHONY: demo test check oracle sanitize bench docs golden-check sysdeps clean distclean
 

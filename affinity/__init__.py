@@ -29,6 +29,7 @@ _LAZY = {
     "UsageError": "errors",
     "CommandError": "errors",
     "CannotExecute": "errors",
+    "EngineError": "errors",
     "TuneError": "errors",
     "TuneUsageError": "errors",
     "TuneUnavailableError": "errors",
@@ -66,6 +67,8 @@ _MODULES = {
     "numa": "binding.numa",
     "spec": "planning.spec",
     "torch": "binding.torch",
+    "onnxruntime": "binding.ort",  # not binding/onnxruntime.py: no module of ours bears an engine's name
+    "openvino": "binding.ov",
 }
 
 __all__ = sorted(_LAZY) + sorted(_MODULES)
@@ -92,7 +95,8 @@ if TYPE_CHECKING:  # pragma: no cover - the same names as _LAZY (tests/test_api_
     from .binding.apply import Binding, apply, pinned
     from .binding.bindmap import report
     from .errors import (AccessDenied, AffinityError, AffinityWarning, ArgumentTypeError, BindError, CannotExecute,
-                         CommandError, ForeignTopologyError, FrozenInstanceError, MalformedValue, MaskNarrowedError,
+                         CommandError, EngineError, ForeignTopologyError, FrozenInstanceError, MalformedValue,
+                         MaskNarrowedError,
                          NativeUnavailableError, NoSuchThread, PictureError, PictureUnavailableError, PlanError,
                          SeedMismatch, Signalled, SpaceError, SpecError, TopologyError, TrialPruned, TuneError,
                          TuneUnavailableError, TuneUsageError, UnsafeFile, UnsupportedError, UsageError)

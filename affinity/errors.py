@@ -19,6 +19,7 @@ __all__ = [
     "BindError",
     "CannotExecute",
     "CommandError",
+    "EngineError",
     "ForeignTopologyError",
     "FrozenInstanceError",
     "MalformedValue",
@@ -170,6 +171,13 @@ class ArgumentTypeError(AffinityError, TypeError):
 class PlanError(AffinityError, ValueError):
     """A binding plan cannot be computed (e.g. a thread count the runtime itself
     would abort on)."""
+
+
+class EngineError(PlanError):
+    """An inference engine cannot be told a plan in its own words (a thread on several
+    CPUs for vLLM's one-CPU-per-thread list, a CPU past llama.cpp's 512-bit mask, a
+    set with holes for ``--cpu-range``): the message names the engine, the rule and
+    the value."""
 
 
 class FrozenInstanceError(AffinityError, AttributeError):

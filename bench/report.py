@@ -314,6 +314,7 @@ def render(data: dict) -> str:
     out += multi_instance_section()
     out += placement_section()
     out += torch_section()
+    out += engines_section()
     out += tuner_section()
     return "\n".join(out)
 
@@ -323,6 +324,13 @@ def torch_section() -> list[str]:
     import bench_torch
 
     return bench_torch.section()
+
+
+def engines_section() -> list[str]:
+    """ONNX Runtime and OpenVINO pinned against their defaults (``bench/bench_engines.py``)."""
+    import bench_engines
+
+    return bench_engines.section()
 
 
 def tuner_section() -> list[str]:

@@ -19,6 +19,11 @@ openmp         team member i of each loaded OpenMP runtime -> slot i
 torch-intra    PyTorch's OpenMP team: member i -> slot i, member 0 (the main
                thread) -> the union of the plan (:mod:`affinity.binding.torch`)
 torch-inter    PyTorch's inter-op pool -> as tf-inter
+ort-intra      an ONNX Runtime session's intra-op thread j -> slot j (the caller is
+               member 0) (:mod:`affinity.binding.ort`)
+ort-inter      its inter-op pool (``ORT_PARALLEL``) -> as tf-inter
+ov             OpenVINO's threads: on the plan's CPUs, pinned by OpenVINO itself
+               (:mod:`affinity.binding.ov`)
 main           unchanged (TensorFlow never pins it; children inherit its mask),
                except that an OpenMP team pins it as member 0, as the runtime
                itself would
@@ -49,6 +54,8 @@ from ..record import field, record
 from . import blas as _blas
 from . import numa, registry
 from . import openmp as _omp
+from . import ort as _ort
+from . import ov as _ov
 from . import tf as _tf
 from . import threads as _threads
 from . import torch as _torch
@@ -449,10 +456,12 @@ def apply(spec: Any = None, *, threads: int | None = None,
         ``KMP_BLOCKTIME``, else :data:`~affinity.planning.envvars.DEFAULT_BLOCKTIME`
         (as ``affinity run``).
     rank : None, "auto", "R/N" or LocalRank
-        Plan inside this local rank's disjoint share of the node
-        (:func:`affinity.planning.ranks.rank_topology`); ``"auto"`` reads the
-        MPI/Slurm/torchrun variables.  The calling thread is narrowed to the whole
-        share (role ``main``), so what it starts later stays in it.
+        Plan inside this local rank's disjoint share of the node, as ``affinity run
+        --ranks`` does (:func:`affinity.planning.partition.place_rank`: a launcher
+        that bound the rank is followed); ``"auto"`` reads the MPI/Slurm/torchrun
+        variables.  The calling thread is narrowed to the whole share (role
+        ``main``), so what it starts later stays in it; memory goes to the share's
+        NUMA nodes unless ``membind`` says otherwise.
     strict : bool
         Parse the spec strictly (:class:`SpecError`) instead of like the runtime,
         which warns and ignores what it cannot read: each such warning of the
@@ -616,6 +625,9 @@ def _apply_steps(b: Binding, pl: Placement, modes: _Modes) -> None:
         b._hooks.append(ImportWatch("tensorflow", lambda _, ok: ok and _tensorflow_imported(b)))
     # 3b. PyTorch: likewise (its libgomp team, its inter-op pool, DataLoader workers)
     _torch.attach(b, modes.torch, pl.workers, Pin)
+    # 3c. inference engines: ONNX Runtime sessions and OpenVINO models made inside the binding
+    _ort.attach(b, Pin)  # engine: onnxruntime (affinity.binding.ort)
+    _ov.attach(b, Pin)  # engine: openvino (affinity.binding.ov)
     # 4. OpenMP runtimes already loaded: size and pin from inside a region
     if openmp is True or openmp == "auto":
         _pin_openmp(b)

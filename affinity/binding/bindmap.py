@@ -33,7 +33,11 @@ from .numa import get_membind
 from . import tf as _tf
 from .threads import _tgid, task_ids, task_names
 
-__all__ = ["BindMap", "ThreadRow", "report"]
+__all__ = ["BOUNDED_ROLES", "BindMap", "ThreadRow", "report"]
+
+#: roles whose requested set is a bound: the engine pins the thread to CPUs of its
+#: choosing among them (OpenVINO's threads: :mod:`affinity.binding.ov`)
+BOUNDED_ROLES = frozenset({"ov"})
 
 
 @record
@@ -51,7 +55,11 @@ class ThreadRow:
 
     @property
     def mismatch(self) -> bool:
-        return self.requested is not None and self.requested != self.actual
+        if self.requested is None:
+            return False
+        if self.role in BOUNDED_ROLES:  # the engine picks a CPU among those requested
+            return not self.actual <= self.requested
+        return self.requested != self.actual
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -143,6 +143,10 @@ def _unread(spec: str | None, runtime: str) -> list[str]:
 def cmd_plan(args: argparse.Namespace) -> int:
     from ..cpulist import parse_list  # lazy: a command loads only its own layers
 
+    if getattr(args, "engine", None) is not None:
+        from .engines_report import cmd_plan_for  # lazy: only for --for
+
+        return cmd_plan_for(args, _load_topology(args), _write_picture)
     if getattr(args, "ranks", None) is not None:
         from .ranks_report import cmd_plan_ranks  # lazy: only for --ranks
 
@@ -266,7 +270,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         rows = list(bmap.rows)
         from .picture import ROLES  # lazy: a command loads only its own layers
 
-        alias = {"torch-intra": "tf-intra", "torch-inter": "tf-inter"}  # drawn in the pools' colours
+        alias = {"torch-intra": "tf-intra", "torch-inter": "tf-inter",  # drawn in the pools' colours
+                 "ort-intra": "tf-intra", "ort-inter": "tf-inter", "ov": "openmp"}
         roles = [r.role if r.role in ROLES else alias.get(r.role, "other") for r in rows]
         _write_picture(args.picture, Topology.from_system(), [r.actual for r in rows], roles=roles,
                        title=f"pid {bmap.pid}: {_plural(len(rows), 'thread')}")
@@ -367,6 +372,9 @@ def _add_plan_parser(sub: Any) -> None:
                    help="also print the runtime's verbose map (KMP_AFFINITY=verbose: topology, OS proc "
                         "map, one 'bound to OS proc set' line per thread)")
     _ranks_args("add_plan_args", p)
+    from .engines_report import add_plan_args  # lazy: a command loads only its own layers
+
+    add_plan_args(p)
     p.set_defaults(func=cmd_plan)
 
 

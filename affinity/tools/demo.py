@@ -33,6 +33,7 @@ from ..machine.topology import Topology
 from ..planning.planner import plan
 from .rows import Row, measure_row, row_text
 from .workload import recommend
+from .workload_ort import demo_rows as ort_rows
 from .workload_torch import demo_rows
 
 XEON_2S28C2T = "pack:2 [numa] core:28 pu:2(indexes=2*56:1*2)"
@@ -116,6 +117,9 @@ def run(out: TextIO, *, model: str = "resnet50", batch_size: int = 16, num_batch
     say()
     say("== PyTorch beside it: small CNN, batch 32, inference; affinity.apply() before import torch ==")
     torch_pinned = demo_rows(say, spec, n, rounds=rounds)
+    say()
+    say("== ONNX Runtime beside them: an MLP built in the process, sessions made inside affinity.pinned() ==")
+    ort_rows(say, spec, n, rounds=rounds)
     say()
     say("== Bind map of the last pinned run ==")
     say(pinned["bind_map"])
