@@ -40,7 +40,8 @@ __all__ = ["main"]
 def _add_topology_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topology", metavar="SRC", default=None,
                    help="machine to use: an hwloc XML file, a file of 'affinity topology --json', a cpuinfo file, "
-                        "'synthetic:<description>' or 'system' (default: this machine)")
+                        "'synthetic:<description>', 'fsroot:<dir>' (a described machine's sys/ tree, GPUs "
+                        "included) or 'system' (default: this machine)")
     p.add_argument("--numa-nodes", metavar="DIR", default=None,
                    help="with a cpuinfo file: a sysfs-like node directory (nodeN/cpulist)")
 
