@@ -31,7 +31,7 @@ import random
 from affinity.cpulist import format_list
 from affinity.record import record
 
-__all__ = ["GpuSpec", "Server", "random_server", "write_tree"]
+__all__ = ["GpuSpec", "Server", "random_server", "server_from_dict", "server_to_dict", "write_tree"]
 
 #: vendor -> (device id, PCI class written to sysfs)
 _MODELS = {0x10DE: (0x2330, 0x030200), 0x1002: (0x74A1, 0x038000), 0x8086: (0x0BD5, 0x038000)}
@@ -276,3 +276,18 @@ def _write_pci(s: Server, root: str, width: int, others: bool) -> None:
             _write(os.path.join(d, name), text + "\n")
         for t in range(tiles):
             os.mkdir(os.path.join(d, f"tile{t}"))
+
+
+def server_to_dict(s: Server) -> dict[str, object]:
+    """``s`` as JSON-ready values (what the checked-in dumps keep beside their XML)."""
+    return {"packages": s.packages, "nodes_per_package": s.nodes_per_package, "cores_per_node": s.cores_per_node,
+            "smt": s.smt, "numbering": s.numbering, "l3": s.l3, "ccx_cores": s.ccx_cores,
+            "offline": sorted(s.offline), "cpuless_nodes": s.cpuless_nodes, "extra_possible": s.extra_possible,
+            "gpus": [{"bus_id": g.bus_id, "vendor": g.vendor, "device": g.device, "pci_class": g.pci_class,
+                      "numa_node": g.numa_node, "tiles": g.tiles} for g in s.gpus]}
+
+
+def server_from_dict(d: dict) -> Server:
+    return Server(d["packages"], d["nodes_per_package"], d["cores_per_node"], d["smt"], d["numbering"], d["l3"],
+                  d["ccx_cores"], frozenset(d["offline"]), d["cpuless_nodes"], d["extra_possible"],
+                  tuple(GpuSpec(**g) for g in d["gpus"]))
