@@ -147,6 +147,8 @@ def _unread(spec: str | None, runtime: str) -> list[str]:
 def cmd_plan(args: argparse.Namespace) -> int:
     from ..cpulist import parse_list  # lazy: a command loads only its own layers
 
+    if getattr(args, "ranks", None) is None and (getattr(args, "gpu_bind", None) or getattr(args, "reserve_cores", 0)):
+        return _usage(args, "--gpu-bind and --reserve-cores go with --ranks N|auto (each rank next to its GPU)")
     if getattr(args, "ranks", None) is not None:
         from .ranks_report import cmd_plan_ranks  # lazy: only for --ranks
 
