@@ -534,8 +534,9 @@ def rank_gpu(vis: Visibility, local_rank: int, *, local_size: int | None = None,
     * the process sees one device, outside torchrun: it is the rank's own (``srun
       --gpus-per-task=1``, ``--gpu-bind=single:1``, a wrapper that sets
       ``CUDA_VISIBLE_DEVICES``/``ZE_AFFINITY_MASK`` per rank); so is the first of
-      several when Slurm's step holds more GPUs than the rank sees
-      (``--gpus-per-task=2``);
+      several when Slurm's step holds more GPUs than the rank sees and Slurm bound
+      the tasks (``--gpus-per-task=2`` exports ``SLURM_GPUS_PER_TASK``) or the rank
+      sees fewer devices than the node has ranks;
     * else device ``local_rank``, as torchrun binds ``cuda:LOCAL_RANK``.
 
     The peers, between which ``exclusive`` and ``core-complex`` divide a node, are
@@ -556,8 +557,13 @@ def rank_gpu(vis: Visibility, local_rank: int, *, local_size: int | None = None,
         ordinal = _explicit(vis, gpu)
         return GpuChoice(devices[ordinal], ordinal, devices, ordinal, False,
                          (f"gpu={gpu!r}: device {ordinal} of this process ({devices[ordinal].name})",))
-    own_step = bool(vis.step) and len(vis.step) > len(devices)
-    if (len(devices) == 1 and not _under_torchrun(environ or {})) or own_step:
+    env = environ or {}
+    # the step holds more GPUs than this task sees: Slurm bound tasks to GPUs (srun
+    # --gpus-per-task exports SLURM_GPUS_PER_TASK), unless the task sees enough for
+    # every rank of the node, which is a visibility narrowed for the whole node
+    own_step = (bool(vis.step) and len(vis.step) > len(devices)
+                and ("SLURM_GPUS_PER_TASK" in env or local_size is None or len(devices) < local_size))
+    if (len(devices) == 1 and not _under_torchrun(env)) or own_step:
         device = devices[0]
         peers = vis.step if own_step and device in vis.step else devices
         notes = [f"{_where(vis)}: this process sees {len(devices)} device{'s' if len(devices) > 1 else ''} of "

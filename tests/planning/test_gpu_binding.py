@@ -331,3 +331,15 @@ def test_every_rank_of_a_node_each_on_its_gpus_share():
     assert plan[4].to_dict()["cpus"] == "12-15" and plan[4].to_dict()["gpu"] == BUS[4]
     with pytest.raises(PlanError, match="9 ranks on this node but 8 NVIDIA GPUs visible"):
         gpu_bindings(t, "node", 9)
+
+
+def test_a_step_narrowed_for_the_whole_node_is_not_a_tasks_own():
+    """SLURM_STEP_GPUS holds 8, the node's ranks see 4 (narrowed by hand for all):
+    rank r is device r; with --gpus-per-task=2 each task's first device is its own."""
+    t = machine()
+    env = {"SLURM_STEP_GPUS": "0,1,2,3,4,5,6,7", "CUDA_VISIBLE_DEVICES": "4,5,6,7"}
+    narrowed = rank_gpu(visible_devices(t, env, devices_constrained=False), 1, local_size=4, environ=env)
+    assert (narrowed.device.name, narrowed.per_rank) == (BUS[5], False)
+    per_task = {**env, "CUDA_VISIBLE_DEVICES": "2,3", "SLURM_GPUS_PER_TASK": "2"}
+    own = rank_gpu(visible_devices(t, per_task, devices_constrained=False), 1, local_size=4, environ=per_task)
+    assert (own.device.name, own.ordinal, own.per_rank, len(own.peers)) == (BUS[2], 0, True, 8)
