@@ -42,7 +42,7 @@ from ..machine.gpus import GPU_VENDORS, Gpu, parse_bus_id
 from ..machine.topology import Topology
 from ..record import record
 
-__all__ = ["GPU_BIND_MODES", "GpuBinding", "GpuChoice", "GpuDevice", "ModeCpus", "Visibility", "gpu_binding",
+__all__ = ["GPU_BIND_MODES", "GPU_ENVIRONMENT", "GpuBinding", "GpuChoice", "GpuDevice", "ModeCpus", "Visibility", "gpu_binding",
            "gpu_bindings", "mode_cpus", "rank_gpu", "visible_devices"]
 
 #: torchrun's ``--numa-binding`` modes, in its words
@@ -56,6 +56,10 @@ VISIBILITY_VARIABLES = {
     "Intel": ("ZE_AFFINITY_MASK", "ZE_FLAT_DEVICE_HIERARCHY"),
 }
 SLURM_GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
+#: every environment variable the GPU decision reads (what a cache of its answers must key on)
+GPU_ENVIRONMENT = tuple(dict.fromkeys(
+    [v for vs in VISIBILITY_VARIABLES.values() for v in vs] + list(SLURM_GPU_VARIABLES)
+    + ["SLURM_GPUS_PER_TASK", "TORCHELASTIC_RUN_ID", "LOCAL_WORLD_SIZE"]))
 
 
 @record

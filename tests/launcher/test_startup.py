@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from affinity.launcher import fastpath
+from affinity.planning.gpus import GPU_ENVIRONMENT
 
 PROBE = ("import json, os; print(json.dumps({'mask': sorted(os.sched_getaffinity(0)), "
          "'env': {k: v for k, v in os.environ.items() if k.startswith(('OMP_', 'KMP_', 'GOMP_', 'TF_', "
@@ -98,8 +99,11 @@ def test_every_variable_the_launch_names_is_in_the_key() -> None:
     assert ("fastpath.py", "AFFINITY_LAUNCH_CACHE") in names  # the patterns find what they should
     uncovered = {(f, n) for f, n in names if not n.startswith(fastpath.READ_PREFIXES)
                  and n not in fastpath.READ_NAMES}
-    # the width of --help's text: a launch that prints help exits, it is never remembered
-    assert uncovered == {("cli.py", "COLUMNS")}
+    # the width of --help's text: a launch that prints help exits, it is never remembered;
+    # the GPU decision (planning/gpus.py, issue #37) is not called by affinity run yet: its
+    # variables (GPU_ENVIRONMENT lists them all) join the key when it is
+    gpu = {("gpus.py", n) for n in GPU_ENVIRONMENT}
+    assert uncovered - gpu == {("cli.py", "COLUMNS")}
 
 
 def test_what_is_not_remembered(tmp_path: Path) -> None:
