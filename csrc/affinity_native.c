@@ -14,6 +14,7 @@
 #endif
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,6 +193,44 @@ static int collect_objs(aff_topo *t)
     return 0;
 }
 
+/* hwloc 2.x has no call that points its Linux backend at another file-system
+ * root: the backend reads HWLOC_FSROOT from the environment when it is
+ * instantiated, inside hwloc_topology_load().  So the variable is set around that
+ * one call and put back as it was (unset, or its previous value), under a lock
+ * that keeps two such loads of this library apart.  The x86 backend (CPUID of the
+ * machine we run on) is left out, as hwloc's own fsroot tests do
+ * (HWLOC_COMPONENTS=linux,stop): the described machine is not this one. */
+static pthread_mutex_t fsroot_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int load_fsroot(aff_topo *t, const char *root, const char **call)
+{
+    *call = "hwloc_topology_set_components";
+    errno = 0;
+    if (hwloc_topology_set_components(t->topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "x86") < 0)
+        return -1;
+    pthread_mutex_lock(&fsroot_lock);
+    const char *was = getenv("HWLOC_FSROOT");
+    char *old = was ? strdup(was) : NULL;
+    int rc = -1, err = ENOMEM;
+    *call = "setenv (HWLOC_FSROOT)";
+    if ((!was || old) && setenv("HWLOC_FSROOT", root, 1) == 0) {
+        *call = "hwloc_topology_load (HWLOC_FSROOT)";
+        errno = 0;
+        rc = hwloc_topology_load(t->topo);
+        err = errno;
+        if (old)
+            setenv("HWLOC_FSROOT", old, 1);
+        else
+            unsetenv("HWLOC_FSROOT");
+    } else if (errno) {
+        err = errno;
+    }
+    free(old);
+    pthread_mutex_unlock(&fsroot_lock);
+    errno = err;
+    return rc;
+}
+
 /* Each step clears errno first, so a failure reports the errno of its own call
  * (EINVAL when hwloc sets none), never one left over from before. */
 int aff_topo_load(int kind, const char *arg, aff_topo **out)
@@ -222,15 +261,24 @@ int aff_topo_load(int kind, const char *arg, aff_topo **out)
         call = "hwloc_topology_set_synthetic";
         if (!arg || hwloc_topology_set_synthetic(t->topo, arg) < 0)
             goto fail;
+    } else if (kind == AFF_LOAD_FSROOT) {
+        call = "aff_topo_load (no file-system root)";
+        if (!arg)
+            goto fail;
     } else if (kind != AFF_LOAD_SYSTEM) {
         call = "aff_topo_load (unknown kind)";
         errno = EINVAL;
         goto fail;
     }
-    call = "hwloc_topology_load";
-    errno = 0;
-    if (hwloc_topology_load(t->topo) < 0)
-        goto fail;
+    if (kind == AFF_LOAD_FSROOT) {
+        if (load_fsroot(t, arg, &call) < 0)
+            goto fail;
+    } else {
+        call = "hwloc_topology_load";
+        errno = 0;
+        if (hwloc_topology_load(t->topo) < 0)
+            goto fail;
+    }
     call = "calloc";
     errno = 0;
     if (collect_objs(t) < 0)

@@ -18,6 +18,7 @@
 #define AFF_LOAD_SYSTEM 0
 #define AFF_LOAD_XML 1
 #define AFF_LOAD_SYNTHETIC 2
+#define AFF_LOAD_FSROOT 3   /* a Linux file-system root holding sys/ (and proc/), as HWLOC_FSROOT */
 
 #define AFF_MEM_DEFAULT 0
 #define AFF_MEM_BIND 1

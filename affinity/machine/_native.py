@@ -231,13 +231,13 @@ class NativeTopology:
 
     def __init__(self, kind: str, arg: str | None):
         m = lib()
-        codes = {"system": 0, "xml": 1, "synthetic": 2}
+        codes = {"system": 0, "xml": 1, "synthetic": 2, "fsroot": 3}
         out = m.ffi.new("aff_topo **")
         c_arg = m.ffi.NULL if arg is None else arg.encode()
         rc = m.lib.aff_topo_load(codes[kind], c_arg, out)
         if rc == -1:
             err = m.ffi.errno
-            what = {"system": "this system", "xml": arg, "synthetic": f"synthetic:{arg}"}[kind]
+            what = {"system": "this system", "xml": arg, "synthetic": f"synthetic:{arg}", "fsroot": f"fsroot:{arg}"}[kind]
             reason = {_errno.EINVAL: "hwloc rejected it (invalid description or file)",
                       _errno.ENOENT: "no such file"}.get(err, _errno.errorcode.get(err, str(err)))
             raise TopologyError(f"{failed_call('aff_topo_load')} failed: {reason}", what)

@@ -14,11 +14,18 @@ Sources:
 * :meth:`Topology.from_json` -- a machine saved by ``affinity topology --json``
   (:meth:`Topology.to_dict`), read back anywhere;
 * :meth:`Topology.from_synthetic` -- an hwloc synthetic description;
+* :meth:`Topology.from_fsroot` -- a whole Linux ``/sys`` tree in a directory (a
+  described machine, read by hwloc as ``HWLOC_FSROOT`` points it there);
 * :meth:`Topology.from_cpuinfo` -- a ``/proc/cpuinfo``-format file, as Intel's
   OpenMP runtime reads through ``KMP_CPUINFO_FILE`` (pure Python, no hwloc).
 
 The same machine given as XML, synthetic description and cpuinfo file (plus its
-NUMA node lists) gives equal values.  A cpuinfo file says nothing of caches:
+NUMA node lists) gives equal values.
+
+The GPUs (:class:`~affinity.machine.gpus.Gpu`: PCI bus id, vendor, NUMA node,
+local CPUs) come from sysfs for this system and an fsroot, from the ``PCIDev``
+objects of an XML export made with I/O discovery, and from JSON; a synthetic
+description or a cpuinfo file has none.  A cpuinfo file says nothing of caches:
 its topology has ``caches_known=False`` (not compared), where every hwloc
 source lists the caches the machine reports, none included.
 """
@@ -35,11 +42,12 @@ from ..cpulist import check_id, check_ids, format_list, parse_list
 from ..errors import PlanError, TopologyError
 from ..record import field, record
 from . import _native
+from .gpus import Gpu, gpus_from_dicts, gpus_from_xml, gpus_to_dicts, read_pci_gpus
 from .userfiles import read_file
 from typing import Any
 
 
-__all__ = ["Cache", "Core", "Group", "NumaNode", "PU", "Package", "Topology"]
+__all__ = ["Cache", "Core", "Gpu", "Group", "NumaNode", "PU", "Package", "Topology"]
 
 
 @record(slots=True)
@@ -147,6 +155,9 @@ class Topology:
     #: system and from an hwloc XML (its ``complete_cpuset``); 0 where the source cannot
     #: say (a cpuinfo file lists online CPUs only, a synthetic description has none).
     offline_cpus: int = 0
+    #: the GPUs, in PCI bus order (:mod:`affinity.machine.gpus`); ``()`` for a source
+    #: that cannot say (synthetic, cpuinfo) or a machine without any.
+    gpus: tuple[Gpu, ...] = ()
 
     # ------------------------------------------------------------------ lookups
     @functools.cached_property
@@ -232,6 +243,8 @@ class Topology:
         else:
             shape = f"{_count(np_, 'package')}, {_count(nc, 'core')} (non-uniform)"
         extra = f"{_count(npu, 'PU')}, {_count(len(self.numa_nodes), 'NUMA node')}"
+        if self.gpus:
+            extra += f", {_count(len(self.gpus), 'GPU')}"
         if self.allowed != self.cpuset:
             extra += f", {len(self.allowed)} allowed"
         return f"{shape} ({extra})"
@@ -248,7 +261,7 @@ class Topology:
             raise TopologyError(f"mask {format_list(cpus)} selects no PU of this machine", self.source)
         return Topology(self.pus, self.cores, self.packages, self.numa_nodes, self.caches,
                         self.groups, mask, self.source, self.is_this_system, self.caches_known,
-                        self.offline_cpus)
+                        self.offline_cpus, self.gpus)
 
     # -------------------------------------------------------------- rendering
     def to_dict(self) -> dict[str, Any]:
@@ -277,6 +290,7 @@ class Topology:
             "pus": [{"os_index": u.os_index, "logical_index": u.logical_index, "core": u.core,
                      "package": u.package, "numa": u.numa, "thread": u.thread,
                      "allowed": u.os_index in self.allowed} for u in self.pus],
+            "gpus": gpus_to_dicts(self.gpus),
         }
 
     def to_json(self, **kw: Any) -> str:
@@ -288,6 +302,7 @@ class Topology:
         """A readable tree: packages -> NUMA nodes -> cores -> PUs, with OS indexes
         (``P#``) and logical indexes (``L#``); PUs outside ``allowed`` are marked."""
         lines = [f"Machine: {self.describe()}"]
+        shown: set[int] = set()  # the GPUs listed under their node
 
         def pu_text(os_index: int) -> str:
             p = self.pu(os_index)
@@ -313,6 +328,7 @@ class Topology:
             for n in nodes:
                 span = "" if n.cpuset <= pkg.cpuset else f", spans cpus {format_list(n.cpuset)}"
                 lines.append(f"    NUMANode P#{n.os_index} L#{n.logical_index} (cpus {format_list(n.cpuset & pkg.cpuset)}{span})")
+                lines.extend(self._gpu_lines(n, "      ", shown))
                 mine = [c for c in cores if c.logical_index not in placed
                         and self.pu(min(c.cpuset)).numa == n.logical_index]
                 placed.update(c.logical_index for c in mine)
@@ -322,7 +338,17 @@ class Topology:
         memonly = [n for n in self.numa_nodes if not n.cpuset]
         for n in memonly:
             lines.append(f"  NUMANode P#{n.os_index} L#{n.logical_index} (memory only)")
+            lines.extend(self._gpu_lines(n, "    ", shown))
+        lines.extend(f"  GPU {g.describe()}, local cpus {format_list(g.local_cpus) or 'not known'}"
+                     for g in self.gpus if g.logical_index not in shown)
         return "\n".join(lines)
+
+    def _gpu_lines(self, node: NumaNode, indent: str, shown: set[int]) -> list[str]:
+        """The tree's lines of the GPUs on ``node`` (once each: a node listed under
+        two packages shows them under the first); ``shown`` collects them."""
+        mine = [g for g in self.gpus if g.numa_node == node.os_index and g.logical_index not in shown]
+        shown.update(g.logical_index for g in mine)
+        return [f"{indent}GPU L#{g.logical_index} {g.describe()}" for g in mine]
 
     # ---------------------------------------------------------------- loaders
     @staticmethod
@@ -336,17 +362,55 @@ class Topology:
 
     @staticmethod
     def from_xml(path: str | os.PathLike[str]) -> Topology:
-        """An hwloc XML file (as written by ``lstopo file.xml``)."""
+        """An hwloc XML file (as written by ``lstopo file.xml``).  Its GPUs are the
+        ``PCIDev`` objects it holds (an export made with I/O discovery, ``lstopo
+        --whole-io``); an export without I/O objects describes no GPU."""
+        import xml.etree.ElementTree as ET  # lazy: only an XML source parses XML in Python
+
         path = os.fspath(path)
         data = read_file(path)
         _check_size(_check_xml_syntax(path, data), path)
         t = _from_native(_native.load_topology("xml", path), source=path)
         configured = _xml_configured(data)
-        if configured is not None and configured > len(t.pus):
+        offline = configured - len(t.pus) if configured is not None and configured > len(t.pus) else 0
+        gpus = gpus_from_xml(ET.fromstring(data), path)
+        if offline or gpus:
             t = Topology(t.pus, t.cores, t.packages, t.numa_nodes, t.caches, t.groups, t.allowed,
                          t.source, t.is_this_system, caches_known=t.caches_known,
-                         offline_cpus=configured - len(t.pus))
+                         offline_cpus=offline, gpus=gpus)
         return t
+
+    @staticmethod
+    def from_fsroot(root: str | os.PathLike[str]) -> Topology:
+        """A described Linux machine: a directory holding its ``sys/`` tree (and, if
+        wanted, ``proc/``), read by hwloc as ``HWLOC_FSROOT=root`` makes it read one
+        (hwloc's own tests describe machines this way), and its GPUs from
+        ``sys/bus/pci/devices`` (:func:`~affinity.machine.gpus.read_pci_gpus`).
+
+        Every PU is allowed unless the tree's cgroup files say otherwise; the
+        offline CPUs are the ``sys/devices/system/cpu/cpuN`` entries without a PU
+        (what glibc's ``_SC_NPROCESSORS_CONF`` counts).  Binding through it is
+        refused, as through any topology that is not this system.
+
+        Raises
+        ------
+        TopologyError
+            ``root`` is not a directory, has no ``sys/devices/system/cpu``, or hwloc
+            finds no PU in it.
+        """
+        root = os.fspath(root)
+        source = f"fsroot:{root}"
+        cpu_dir = os.path.join(root, "sys", "devices", "system", "cpu")
+        if not os.path.isdir(root):
+            raise TopologyError("no such directory", source)
+        if not os.path.isdir(cpu_dir):
+            raise TopologyError("no sys/devices/system/cpu in it: not a described machine's file-system root "
+                                "(give the directory that holds sys/, as HWLOC_FSROOT takes it)", source)
+        t = _from_native(_native.load_topology("fsroot", os.path.abspath(root)), source=source)
+        configured = sum(1 for n in os.listdir(cpu_dir) if re.fullmatch(r"cpu\d+", n))
+        return Topology(t.pus, t.cores, t.packages, t.numa_nodes, t.caches, t.groups, t.allowed,
+                        t.source, t.is_this_system, caches_known=t.caches_known,
+                        offline_cpus=max(0, configured - len(t.pus)), gpus=read_pci_gpus(root))
 
     @staticmethod
     def from_json(path: str | os.PathLike[str]) -> Topology:
@@ -408,7 +472,7 @@ class Topology:
         ----------
         src : None, "system", str, path-like or Topology
             ``None``/``"system"`` for this machine, ``"synthetic:<description>"``,
-            an hwloc XML file, a JSON file of ``affinity topology --json``, or a
+            ``"fsroot:<directory>"`` (a described machine's ``sys/`` tree), an hwloc XML file, a JSON file of ``affinity topology --json``, or a
             cpuinfo file (recognised by its ``processor`` records); a Topology is
             returned as it is.
         numa_nodes : optional
@@ -436,6 +500,8 @@ class Topology:
         s = os.fspath(src)  # type: ignore[arg-type]
         if kind == "synthetic":
             return Topology.from_synthetic(s[len("synthetic:"):])
+        if kind == "fsroot":
+            return Topology.from_fsroot(s[len("fsroot:"):])
         if kind == "cpuinfo":
             return Topology.from_cpuinfo(s, numa_nodes)
         return Topology.from_xml(s) if kind == "xml" else Topology.from_json(s)
@@ -443,6 +509,7 @@ class Topology:
 
 #: what each kind of topology source is, in words (:func:`source_kind`)
 SOURCE_KINDS = {"system": "this machine", "synthetic": "an hwloc synthetic description",
+                "fsroot": "a described machine's file-system root (its sys/ tree)",
                 "xml": "an hwloc XML file", "json": "a JSON file of 'affinity topology --json'",
                 "cpuinfo": "a cpuinfo file"}
 
@@ -456,8 +523,10 @@ def source_kind(src: str | os.PathLike[str] | None) -> str:
     s = os.fspath(src)
     if s.startswith("synthetic:"):
         return "synthetic"
+    if s.startswith("fsroot:"):
+        return "fsroot"
     head = read_file(s, missing=" (expected an hwloc XML file, a JSON file, a cpuinfo file, "
-                                "'synthetic:<description>' or 'system')")[:4096].lstrip()
+                                "'synthetic:<description>', 'fsroot:<dir>' or 'system')")[:4096].lstrip()
     if head.startswith((b"<?xml", b"<topology")):
         return "xml"
     return "json" if head.startswith(b"{") else "cpuinfo"
@@ -803,7 +872,7 @@ def _from_dict(d: Any, source: str) -> Topology:
     if type(offline) is not int or offline < 0:
         raise TopologyError(f"offline_cpus: {offline!r} is not a count of CPUs", source)
     return Topology(pus, cores, packages, nodes, caches, groups, frozenset(u.os_index for u in pus), source,
-                    caches_known=known, offline_cpus=offline)
+                    caches_known=known, offline_cpus=offline, gpus=gpus_from_dicts(d.get("gpus", []), source))
 
 
 def _int(v: Any) -> int:
@@ -953,9 +1022,9 @@ def _system_topology(refresh: bool) -> Topology:
         if _system_cache is None or refresh:
             t = _from_native(_native.system(refresh=refresh), source="system")
             conf = os.sysconf("SC_NPROCESSORS_CONF") if hasattr(os, "sysconf") else -1
-            if conf > len(t.pus):  # configured CPUs that are offline (the runtimes count them)
-                t = Topology(t.pus, t.cores, t.packages, t.numa_nodes, t.caches, t.groups, t.allowed,
-                             t.source, t.is_this_system, caches_known=t.caches_known,
-                             offline_cpus=conf - len(t.pus))
+            # configured CPUs that are offline (the runtimes count them); the GPUs from sysfs
+            t = Topology(t.pus, t.cores, t.packages, t.numa_nodes, t.caches, t.groups, t.allowed,
+                         t.source, t.is_this_system, caches_known=t.caches_known,
+                         offline_cpus=max(0, conf - len(t.pus)), gpus=read_pci_gpus("/"))
             _system_cache = t
         return _system_cache

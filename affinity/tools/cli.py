@@ -37,7 +37,8 @@ __all__ = ["main"]
 def _add_topology_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topology", metavar="SRC", default=None,
                    help="machine to use: an hwloc XML file, a file of 'affinity topology --json', a cpuinfo file, "
-                        "'synthetic:<description>' or 'system' (default: this machine)")
+                        "'synthetic:<description>', 'fsroot:<dir>' (a described machine's sys/ tree, GPUs "
+                        "included) or 'system' (default: this machine)")
     p.add_argument("--numa-nodes", metavar="DIR", default=None,
                    help="with a cpuinfo file: a sysfs-like node directory (nodeN/cpulist)")
 
@@ -147,6 +148,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from .engines_report import cmd_plan_for  # lazy: only for --for
 
         return cmd_plan_for(args, _load_topology(args), _write_picture)
+    if getattr(args, "ranks", None) is None and (getattr(args, "gpu_bind", None) or getattr(args, "reserve_cores", 0)):
+        return _usage(args, "--gpu-bind and --reserve-cores go with --ranks N|auto (each rank next to its GPU)")
     if getattr(args, "ranks", None) is not None:
         from .ranks_report import cmd_plan_ranks  # lazy: only for --ranks
 

@@ -44,7 +44,7 @@ from typing import Any
 
 from ..cpulist import format_list, runs
 from ..errors import PictureError, PictureUnavailableError
-from ..machine.topology import Core, NumaNode, Topology
+from ..machine.topology import Core, Gpu, NumaNode, Topology
 from ..record import record
 
 __all__ = [
@@ -94,6 +94,7 @@ _MACHINE = ("#ffffff", "#333333")
 _PACKAGE = ("#e8e8e8", "#555555")
 _NUMA = ("#f5e6d3", "#a5825c")
 _MEMORY = ("#f5e6d3", "#a5825c")
+_GPU = ("#dff0d8", "#3c763d")
 _CORE = ("#cfcfcf", "#6e6e6e")
 _PU = ("#ffffff", "#6e6e6e")
 _PU_OFF = ("#767676", "#262626")   # not allowed to this process (white text on it: 4.5:1)
@@ -232,9 +233,9 @@ class Box:
     ----------
     kind : str
         ``"machine"``, ``"numa"``, ``"memory"`` (a NUMA node without PUs),
-        ``"package"``, ``"core"``, ``"pu"``, ``"legend"`` or ``"legend-item"``.
+        ``"package"``, ``"core"``, ``"pu"``, ``"gpu"``, ``"legend"`` or ``"legend-item"``.
     key : str
-        Unique in the layout: ``"package-0"``, ``"core-5"`` by logical index;
+        Unique in the layout: ``"package-0"``, ``"core-5"``, ``"gpu-3"`` by logical index;
         ``"pu-17"`` by OS index; ``"numa-1"``, or ``"numa-1.0"``, ``"numa-1.1"``
         for the parts of a node split across packages.
     rect : Rect
@@ -649,6 +650,22 @@ def _thread_fills(area: Rect, ts: Sequence[_Thread]) -> list[Fill]:
     return out
 
 
+def _gpu_node(gpu: Gpu, label: str) -> _Node:
+    """The small box of a GPU, drawn beside the cores of its NUMA node: its bus id,
+    and ``label`` (the ranks bound with it) or its vendor."""
+    name = f"GPU {gpu.bus_id.removeprefix('0000:')}"
+    second = label or gpu.vendor_name
+    w = max(_text_w(name, 10), _text_w(second, 9)) + 12
+    node = "no NUMA node given" if gpu.numa_node < 0 else f"NUMANode P#{gpu.numa_node}"
+    g = _Node("gpu", f"gpu-{gpu.logical_index}", w, 38, *_GPU,
+              tooltip=f"GPU L#{gpu.logical_index} {gpu.describe()} ({node})" + (f"; {label}" if label else ""),
+              attrs=(("data-bus-id", gpu.bus_id), ("data-numa-node", str(gpu.numa_node)),
+                     ("data-logical-index", str(gpu.logical_index))))
+    g.labels.append(Label(6, 15, name, 10, _INK, "start", True, "name"))
+    g.labels.append(Label(6, 30, _fit(second, w - 12, 9), 9, _MUTED, "start", False, "name"))
+    return g
+
+
 def _memory_node(node: NumaNode) -> _Node:
     """The small box of a NUMA node without PUs (memory only)."""
     label = f"NUMANode P#{node.os_index}"
@@ -710,8 +727,11 @@ class _Builder:
     number of cores per row (a dry run with empty cores helps choose that number).
     """
 
-    def __init__(self, topology: Topology, threads: Sequence[_Thread], unit: str = "thread"):
+    def __init__(self, topology: Topology, threads: Sequence[_Thread], unit: str = "thread",
+                 gpu_labels: Mapping[str, str] | None = None):
         self.topo = topology
+        self.gpu_labels = dict(gpu_labels or {})
+        self.gpus_drawn: set[int] = set()
         self.words = _UNITS[unit]
         self.on_pu = _threads_on_pus(threads)
         # -- PU size: wide enough for "P#<largest>" and the longest thread text (capped)
@@ -799,9 +819,22 @@ class _Builder:
         """A core box of the right size with nothing in it (for dry runs)."""
         return _Node("core", "", self.core_w, self.core_h, "", "")
 
+    def gpu_nodes(self, node: NumaNode | None) -> list[_Node]:
+        """The boxes of the GPUs on ``node`` not drawn yet (``None``: every GPU not
+        drawn yet, for the machine's own row)."""
+        out = []
+        for g in self.topo.gpus:
+            if g.logical_index in self.gpus_drawn or (node is not None and g.numa_node != node.os_index):
+                continue
+            self.gpus_drawn.add(g.logical_index)
+            out.append(_gpu_node(g, self.gpu_labels.get(g.bus_id, "")))
+        return out
+
     def _numa_in_package(self, n: int, cnodes: list[_Node], row_w: int, parts: dict[int, int]) -> _Node:
-        """The box of NUMA node ``n`` (or of its next part, if split) inside a package."""
+        """The box of NUMA node ``n`` (or of its next part, if split) inside a package,
+        its GPUs after its cores."""
         node = self.topo.numa_nodes[n]
+        cnodes = cnodes + self.gpu_nodes(node)
         if n in self.numa.split:
             part = parts.get(n, 0)
             parts[n] = part + 1
@@ -854,19 +887,24 @@ class _Builder:
             pk = self.numa.enclosing[n]
             done.update(pk)
             node = self.topo.numa_nodes[n]
-            pnodes = [self._package(q, make_core, row_w, parts) for q in pk]
+            pnodes = [self._package(q, make_core, row_w, parts) for q in pk] + self.gpu_nodes(node)
             top.append(_container(
                 "numa", f"numa-{n}", _S_NUMA, _NUMA, f"NUMANode P#{node.os_index}", pnodes,
                 _MAX_CONTENT_W - 2 * _S_NUMA.pad,
                 tooltip=f"{_numa_tooltip(node)} (spans {len(pk)} packages)",
                 attrs=_index_attrs(n, node.os_index)))
-        top.extend(_memory_node(node) for node in self.topo.numa_nodes if not node.cpuset)
+        for node in self.topo.numa_nodes:
+            if not node.cpuset:
+                top.append(_memory_node(node))
+            top.extend(self.gpu_nodes(node) if not node.cpuset else [])
+        top.extend(self.gpu_nodes(None))  # GPUs of no node drawn (numa_node -1, a node without box)
         return top
 
     def machine(self, cols: int, make_core: Any = None) -> _Node:
         """The machine's box tree with ``cols`` cores per row; ``make_core`` draws a
         core (default :meth:`core_node`)."""
         row_w = cols * self.core_w + (cols - 1) * self.core_gap
+        self.gpus_drawn = set()
         top = self._top_level(make_core or self.core_node, row_w)
         topo = self.topo
         machine_name = "Machine" + (f" ({topo.source})" if topo.source else "")
@@ -922,7 +960,8 @@ def _canvas(topology: Topology, threads: Sequence[_Thread], on_pu: Mapping[int, 
 
 def layout(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *,
            title: str | None = None, roles: Sequence[str] | None = None,
-           max_columns: int | None = None, unit: str = "thread") -> Layout:
+           max_columns: int | None = None, unit: str = "thread",
+           gpu_labels: Mapping[str, str] | None = None) -> Layout:
     """Compute the picture of ``topology`` with ``cpusets`` as plain data.
 
     :func:`render_svg` and :func:`render_png` draw it.
@@ -945,6 +984,10 @@ def layout(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *
     unit : {"thread", "rank"}
         What each set of ``cpusets`` is, for the words of the legend, tooltips and
         description: a thread (default) or a rank's share of the node.
+    gpu_labels : mapping, optional
+        GPU bus id -> a short text for its box (``"rank 3"``); the topology's GPUs
+        are drawn in any case, each in its NUMA node beside the cores (a GPU of no
+        known node in the machine's row), labelled with its vendor by default.
 
     Returns
     -------
@@ -965,7 +1008,7 @@ def layout(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *
     if unit not in _UNITS:
         raise PictureError(f"unit must be one of {', '.join(map(repr, _UNITS))}, got {unit!r}")
     threads = _threads(topology, cpusets, roles)
-    builder = _Builder(topology, threads, unit)
+    builder = _Builder(topology, threads, unit, gpu_labels)
     machine = builder.machine(builder.columns(max_columns))
     return _canvas(topology, threads, builder.on_pu, machine, title, unit)
 
@@ -1145,7 +1188,8 @@ def _svg(lay: Layout) -> str:
 
 def render_svg(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *,
                title: str | None = None, roles: Sequence[str] | None = None,
-               max_columns: int | None = None, unit: str = "thread") -> str:
+               max_columns: int | None = None, unit: str = "thread",
+               gpu_labels: Mapping[str, str] | None = None) -> str:
     """The picture as an SVG document.
 
     Every box is a ``<g>`` with ``id`` (its :attr:`Box.key`), ``class`` (its kind),
@@ -1154,7 +1198,7 @@ def render_svg(topology: Topology, cpusets: Sequence[Iterable[int]] | None = Non
 
     Parameters
     ----------
-    topology, cpusets, title, roles, max_columns, unit
+    topology, cpusets, title, roles, max_columns, unit, gpu_labels
         As for :func:`layout`.
 
     Returns
@@ -1167,7 +1211,8 @@ def render_svg(topology: Topology, cpusets: Sequence[Iterable[int]] | None = Non
     PictureError
         As for :func:`layout`.
     """
-    return _svg(layout(topology, cpusets, title=title, roles=roles, max_columns=max_columns, unit=unit))
+    return _svg(layout(topology, cpusets, title=title, roles=roles, max_columns=max_columns, unit=unit,
+                       gpu_labels=gpu_labels))
 
 
 # ---------------------------------------------------------------------------
@@ -1260,12 +1305,13 @@ def _png(lay: Layout, scale: int) -> bytes:
 
 def render_png(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *,
                title: str | None = None, roles: Sequence[str] | None = None,
-               max_columns: int | None = None, scale: int = 1, unit: str = "thread") -> bytes:
+               max_columns: int | None = None, scale: int = 1, unit: str = "thread",
+               gpu_labels: Mapping[str, str] | None = None) -> bytes:
     """The picture as PNG bytes, drawn with Pillow from the same :func:`layout` as the SVG.
 
     Parameters
     ----------
-    topology, cpusets, title, roles, max_columns, unit
+    topology, cpusets, title, roles, max_columns, unit, gpu_labels
         As for :func:`layout`.
     scale : int
         A positive integer that multiplies every dimension (2 for sharp images
@@ -1285,7 +1331,8 @@ def render_png(topology: Topology, cpusets: Sequence[Iterable[int]] | None = Non
     """
     if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
         raise PictureError(f"scale must be a positive integer, got {scale!r}")
-    lay = layout(topology, cpusets, title=title, roles=roles, max_columns=max_columns, unit=unit)
+    lay = layout(topology, cpusets, title=title, roles=roles, max_columns=max_columns, unit=unit,
+                 gpu_labels=gpu_labels)
     return _png(lay, scale)
 
 

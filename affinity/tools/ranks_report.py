@@ -29,6 +29,7 @@ from ..launcher.build import Context, Instance, build_launch
 from ..launcher.options import RunOptions
 from ..machine.topology import Topology
 from ..binding.launchvars import batch_script, job_of, launcher_binding, local_rank, not_a_rank, slurm_allocation
+from ..planning.gpus import GPU_BIND_MODES, GpuBinding, gpu_binding
 from ..planning.launchers import LAUNCHER_VARIABLES, LocalRank
 from ..record import record
 
@@ -36,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..binding.bindmap import ThreadRow
 
 __all__ = ["RankPlan", "RankThreads", "add_plan_args", "add_show_args", "cmd_plan_ranks", "cmd_show_ranks",
-           "find_jobs", "plan_ranks"]
+           "find_jobs", "gpu_plan", "plan_ranks"]
 
 
 def add_plan_args(p: argparse.ArgumentParser) -> None:
@@ -45,6 +46,15 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
                    help="plan every local rank of a job of N ranks on this node (auto: as many as the "
                         "launcher variables or the Slurm allocation say), each on its share, as "
                         "'affinity run --ranks' will place them")
+    p.add_argument("--gpu-bind", metavar="MODE", default=None, choices=GPU_BIND_MODES,
+                   help="with --ranks: each rank next to its GPU, as torchrun --numa-binding=MODE places it "
+                        f"({', '.join(GPU_BIND_MODES)}), with its memory on the node of its CPUs; the GPUs and "
+                        "their NUMA nodes are read from sysfs (or --topology fsroot:DIR / an hwloc XML with PCI "
+                        "objects), the rank's GPU from CUDA_VISIBLE_DEVICES, ROCR/HIP_VISIBLE_DEVICES, "
+                        "ZE_AFFINITY_MASK and Slurm's GPU variables")
+    p.add_argument("--reserve-cores", metavar="K", default=0, type=_count,
+                   help="with --gpu-bind: set K cores of each rank's CPUs aside for data loading (DataLoader "
+                        "workers); its pools are sized to the rest")
 
 
 def add_show_args(p: argparse.ArgumentParser) -> None:
@@ -55,6 +65,13 @@ def add_show_args(p: argparse.ArgumentParser) -> None:
 
 
 # ------------------------------------------------------------------ plan --ranks
+
+def _count(text: str) -> int:
+    """``--reserve-cores``'s value: a count, 0 or more."""
+    if text.isdigit():
+        return int(text)
+    raise argparse.ArgumentTypeError(f"expected a count of cores (0 or more), got {text!r}")
+
 
 def _rank_count(text: str) -> str:
     """``plan --ranks``'s value: ``N`` (a positive rank count) or ``auto``."""
@@ -179,6 +196,12 @@ def cmd_plan_ranks(args: argparse.Namespace, topology: Topology, write_picture: 
               file=sys.stderr)
         return 2
     ctx = Context.of_this_process() if topology.is_this_system else Context(dict(os.environ))
+    if getattr(args, "gpu_bind", None):
+        return _gpu_plan(args, topology, ctx, write_picture)
+    if getattr(args, "reserve_cores", 0):
+        print("affinity plan: error: --reserve-cores goes with --gpu-bind (see 'affinity plan --help')",
+              file=sys.stderr)
+        return 2
     runtime = args.runtime
     if runtime == "auto":  # this process's loaded runtime, as affinity plan without --ranks
         from ..binding.which import resolve_runtime  # lazy: only for --runtime auto
@@ -192,6 +215,74 @@ def cmd_plan_ranks(args: argparse.Namespace, topology: Topology, write_picture: 
     if args.picture:
         write_picture(args.picture, topology, [p.instance.cpus for p in plans],
                       title=f"{len(plans)} ranks: each number is a rank's share", unit="rank")
+    return 0
+
+
+def gpu_plan(topology: Topology, count: str, mode: str, ctx: Context | None = None,
+             reserve_cores: int = 0) -> tuple[list[GpuBinding], str]:
+    """Every local rank next to its GPU (``affinity plan --ranks N|auto --gpu-bind
+    MODE``), and the header saying where the rank count came from.  Each rank is
+    placed from its environment and the mask its launcher gave it, as
+    ``--ranks`` plans them (:func:`_rank_environments`).
+
+    Raises
+    ------
+    PlanError
+        No rank count, or a rank that cannot be placed (no GPU for it, its GPU's
+        node outside its CPUs, ...): the plan is whole or refused.
+    """
+    ctx = ctx or Context()
+    envs, header = _rank_environments(ctx.environ, topology, count, ctx.cgroup_cpus)
+    plans = []
+    for i, (env, topo, _) in enumerate(envs):
+        me = local_rank(env)
+        rank, size = (me.rank, me.size) if me is not None else (i, len(envs))
+        plans.append(gpu_binding(topo, mode, environ=env, local_rank=rank, local_size=size,  # decision: GPU binding
+                                 mems_allowed=ctx.mems_allowed, reserve_cores=reserve_cores))
+    return plans, header
+
+
+def _gpu_table(plans: list[GpuBinding], header: str, topology: Topology) -> str:
+    rows = [(str(b.rank), b.device.name, str(b.ordinal), str(b.device.gpu.numa_node), format_list(b.cpus),
+             format_list(b.loader_cpus) or "-", str(b.threads),
+             f"{b.mempolicy} {format_list(b.mem_nodes)}" if b.mempolicy else "as it is") for b in plans]
+    head = ("rank", "gpu", "device", "gpu node", "cpus", "loader cpus", "threads", "memory")
+    widths = [max(len(r[k]) for r in [head, *rows]) for k in range(len(head))]
+    mode = plans[0].mode
+    lines = [f"{len(plans)} local rank{'s' if len(plans) != 1 else ''} on {topology.describe()} ({header}), "
+             f"each next to its GPU as torchrun --numa-binding={mode} binds it:",
+             "  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    seen: set[str] = set()
+    for b in plans:
+        for n in (*b.notes, *([f"torchrun differs: {b.differs_from_torch}"] if b.differs_from_torch else [])):
+            if n not in seen:
+                seen.add(n)
+                lines.append(f"rank {b.rank}: {n}" if n.startswith("torchrun") else f"note: {n}")
+    return "\n".join(lines)
+
+
+def _gpu_plan(args: argparse.Namespace, topology: Topology, ctx: Context, write_picture: Any) -> int:
+    """``affinity plan --ranks N --gpu-bind MODE``: each rank's GPU, CPUs and memory."""
+    import json  # lazy: only --json prints JSON (this module is loaded with every command's parser)
+
+    if args.spec or args.threads is not None:
+        print("affinity plan: error: --gpu-bind places each rank's CPUs by its GPU: no SPEC or --threads "
+              "(see 'affinity plan --help')", file=sys.stderr)
+        return 2
+    plans, header = gpu_plan(topology, args.ranks, args.gpu_bind, ctx, args.reserve_cores)
+    if args.json:
+        print(json.dumps({"source": header, "gpu_bind": args.gpu_bind, "topology": topology.describe(),
+                          "ranks": [b.to_dict() for b in plans]}, indent=2))
+    else:
+        print(_gpu_table(plans, header, topology))
+    if args.picture:
+        labels: dict[str, list[str]] = {}
+        for b in plans:
+            labels.setdefault(b.device.gpu.bus_id, []).append(str(b.rank))
+        write_picture(args.picture, topology, [b.cpus for b in plans], unit="rank",
+                      title=f"{len(plans)} ranks next to their GPUs ({args.gpu_bind}): each number is a rank",
+                      gpu_labels={bus: f"rank{'s' if len(r) > 1 else ''} {','.join(r)}" for bus, r in labels.items()})
     return 0
 
 

@@ -47,7 +47,8 @@ def test_errors_exit_1_with_a_message():
     r = run("topology", "--topology", "/no/such/file.xml")
     assert r.returncode == 1
     assert r.stderr.strip() == ("affinity topology: error: /no/such/file.xml: no such file (expected an "
-                                "hwloc XML file, a JSON file, a cpuinfo file, 'synthetic:<description>' or 'system')")
+                                "hwloc XML file, a JSON file, a cpuinfo file, 'synthetic:<description>', 'fsroot:<dir>' or "
+                                "'system')")
     r = run("topology", "--topology", "synthetic:nonsense")
     assert r.returncode == 1 and "hwloc_topology_set_synthetic" in r.stderr
     assert run("no-such-command").returncode == 2
