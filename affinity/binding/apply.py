@@ -50,7 +50,7 @@ from ..planning.decide import Decision, Placement, Request, decide
 from ..planning.envvars import BLOCKTIME_DEFAULT, worker_slots
 from ..planning.launchers import LocalRank
 from ..planning.planner import DEFAULT_RUNTIME
-from ..record import field, record
+from ..record import field, record, replace
 from . import blas as _blas
 from . import numa, registry
 from . import openmp as _omp
@@ -166,6 +166,25 @@ class Binding:
         """A ``tf.compat.v1.ConfigProto`` sized by the plan (TF1 sessions).  Sessions
         created while this binding is active get their pools pinned on creation."""
         return _tf.config_proto(self.intra_op_threads, self.inter_op_threads, per_session=per_session)
+
+    # ----------------------------------------------------------- reapply
+    def reapply(self) -> list[int]:
+        """Pin again every thread this binding pinned that something has moved since
+        (NCCL 2.30+ puts the launcher's original mask back on its init: call this after
+        ``torch.distributed.init_process_group``); return their TIDs.  Threads that
+        ended are skipped; the bind map's MISMATCH rows are what this mends."""
+        if not self.active:
+            raise RuntimeError("this binding was restored; apply a new one")
+        alive = _threads.task_starts(tids=list(self.pins))
+        now = _threads.get_process_affinity()
+        moved = {}
+        for tid, start in alive.items():
+            if self._seen.get(tid, start) != start or tid not in now:
+                continue  # a new thread under a TID we pinned once (refresh() places it), or one gone
+            if now[tid] != self.pins[tid].cpus:
+                moved[tid] = self.pins[tid].cpus
+        self._pin(moved)
+        return sorted(moved)
 
     # ----------------------------------------------------------- refresh
     def refresh(self) -> list[int]:
@@ -406,7 +425,8 @@ def apply(spec: Any = None, *, threads: int | None = None,
           openmp: str | bool = "auto", blas: str | bool = "auto", membind: Any = None,
           export: bool | str = True, inter_placement: str = "union", blocktime: str | None = BLOCKTIME_DEFAULT,
           rank: Any = None, strict: bool = False, torch: str | bool = "auto",
-          dataloader_workers: int | None = None, runtime: str = DEFAULT_RUNTIME) -> Binding:
+          dataloader_workers: int | None = None, runtime: str = DEFAULT_RUNTIME, gpu: Any = None,
+          gpu_bind: str | None = None, reserve_cores: int = 0) -> Binding:
     """Plan ``spec`` on this machine and apply it to this process.
 
     Parameters
@@ -482,6 +502,18 @@ def apply(spec: Any = None, *, threads: int | None = None,
         OpenMP runtime loaded in this process (PyTorch's libgomp -> ``"gnu-torch"``;
         none -> ``"intel"``; runtimes of different rules together -> PlanError).
         ``Binding.plan.runtime`` and the bind map name the rules followed.
+    gpu : None, "auto", int or str
+        Place this process (this local rank) next to its GPU: ``"auto"`` (the local
+        rank's visible device, as torchrun's ``cuda:LOCAL_RANK``), an ordinal, a bus
+        id or a UUID prefix, found in sysfs (no driver, CUDA or ``torch.cuda``
+        needed; docs/gpu.md).  The calling thread goes into the GPU's CPUs, memory on
+        their node(s), the pools sized to their cores.
+    gpu_bind : {"node", "socket", "exclusive", "core-complex"} or None
+        Which of the GPU's CPUs, as ``torchrun --numa-binding=MODE`` gives them
+        (default ``node`` when ``gpu`` is given; ``gpu="auto"`` when only this is).
+    reserve_cores : int
+        With a GPU: cores of its set kept for data loading (DataLoader workers),
+        the pools sized to the rest.
 
     Returns
     -------
@@ -508,9 +540,10 @@ def apply(spec: Any = None, *, threads: int | None = None,
     """
     modes = _Modes(tensorflow=tensorflow, openmp=openmp, blas=blas, torch=torch, inter=inter_placement)
     _check_modes(modes, export)
-    request = request_of(spec, threads=threads, runtime=resolve_runtime(runtime, caller="apply"), strict=strict,
-                         blocktime=blocktime, membind=membind, rank=rank, dataloader_workers=dataloader_workers,
-                         export=export)
+    request = replace(request_of(spec, threads=threads, runtime=resolve_runtime(runtime, caller="apply"),
+                                 strict=strict, blocktime=blocktime, membind=membind, rank=rank,
+                                 dataloader_workers=dataloader_workers, export=export),
+                      gpu=gpu, gpu_bind=gpu_bind, reserve_cores=reserve_cores)
     return _apply(request, topology, modes)
 
 
@@ -545,7 +578,9 @@ def _apply(request: Request, topology: Topology | None, modes: _Modes) -> Bindin
     b.notes.extend(d.warnings)  # the runtime's own warnings first: a typo binds nothing
     env_before = dict(os.environ)
     try:
-        if pl.share is not None and d.rank is not None:  # the calling thread in the rank's share
+        if pl.gpu is not None:  # the calling thread on its GPU's CPUs
+            _keep_in_share(b, pl.gpu.cpus, f"next to GPU {pl.gpu.device.name}")
+        elif pl.share is not None and d.rank is not None:  # the calling thread in the rank's share
             _keep_in_share(b, pl.share.cpus, f"local rank {d.rank.rank} of {d.rank.size}")
         _apply_steps(b, pl, modes)
     except BaseException:

@@ -76,6 +76,7 @@ class BindMap:
     mems_allowed: str
     runtimes: Any = None  #: the OpenMP runtimes loaded (:class:`~affinity.machine.loaded.Census`)
     rules: str | None = None  #: whose rules the binding's plan followed (``Plan.runtime``), if one applies
+    gpu: Any = None  #: the GPU the binding placed the process next to (:class:`~affinity.planning.gpus.GpuBinding`)
 
     @property
     def mismatches(self) -> list[ThreadRow]:
@@ -96,6 +97,11 @@ class BindMap:
             lines.append(line)
         if self.rules is not None:
             lines.append(f"affinity: pid {self.pid} binding followed {self.rules}'s rules")
+        if self.gpu is not None:
+            lines.append(f"affinity: pid {self.pid} {self.gpu.describe()}")
+        if self.mismatches:
+            lines.append(f"affinity: pid {self.pid} {len(self.mismatches)} thread(s) moved since they were pinned "
+                         f"(NCCL puts the launcher's mask back at its init): Binding.reapply() pins them again")
         if self.runtimes is not None and self.runtimes.runtimes:
             lines.append(self.runtimes.text(prefix=f"affinity: pid {self.pid} "))
         return "\n".join(lines)
@@ -105,7 +111,7 @@ class BindMap:
                 "threads": [r.to_dict() for r in self.rows],
                 "mismatches": [r.tid for r in self.mismatches],
                 "openmp_runtimes": None if self.runtimes is None else self.runtimes.to_dict(),
-                "rules": self.rules}
+                "rules": self.rules, "gpu": None if self.gpu is None else self.gpu.to_dict()}
 
     def to_json(self, **kw: Any) -> str:
         return json.dumps(self.to_dict(), **kw)
@@ -260,7 +266,9 @@ def report(pid: int | None = None, *, binding: Any = None) -> BindMap:
         rows = _explain_late_openmp(rows, pid, bindings[-1])
     # whose rules: the newest binding that planned (a DataLoader worker's binding carries no plan)
     rules = next((b.plan.runtime for b in reversed(bindings) if getattr(b, "plan", None) is not None), None)
-    return BindMap(pid, tuple(rows), mems, _census(pid), rules)
+    decided = next((b.decision for b in reversed(bindings) if getattr(b, "decision", None) is not None), None)
+    gpu = decided.placements[0].gpu if decided is not None else None
+    return BindMap(pid, tuple(rows), mems, _census(pid), rules, gpu)
 
 
 def _census(pid: int) -> Any:

@@ -21,6 +21,7 @@ from ..cpulist import format_list
 from ..machine.cgroup import CpuQuota, cpu_quota, cpuset_cpus, mems_allowed
 from ..machine.topology import Topology
 from ..planning.decide import MEM_OPTION, Request, Situation, decide
+from ..planning.gpus import GpuBinding
 from ..planning.launchers import LocalRank
 from ..planning.partition import Share
 from ..record import field, record
@@ -95,6 +96,8 @@ class Instance:
         Where its stdout and stderr go; None: the launcher's.
     share : Share or None
         Its share of the node (``--instances``, ``--ranks``).
+    gpu : GpuBinding or None
+        Its GPU and why its CPUs are those (``--gpu-bind``).
     """
 
     index: int
@@ -108,6 +111,7 @@ class Instance:
     env: Mapping[str, str]  #: set on top of the launcher's environment
     log: str | None = None
     share: Share | None = None
+    gpu: GpuBinding | None = None
 
     def describe(self) -> str:
         """One line: the instance's CPUs, memory policy and thread count.
@@ -177,7 +181,7 @@ class Launch:
                 "index": i.index, "argv": list(i.argv), "cpus": format_list(i.cpus),
                 "mempolicy": i.mempolicy, "mem_nodes": format_list(i.mem_nodes),
                 "threads": i.threads, "slots": [format_list(s) for s in i.slots],
-                "env": dict(i.env), "log": i.log,
+                "env": dict(i.env), "log": i.log, "gpu": i.gpu.to_dict() if i.gpu is not None else None,
             } for i in self.instances],
         }
 
@@ -224,7 +228,7 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
             mempolicy=pl.memory.policy if pl.memory is not None else None,
             mem_nodes=pl.memory.nodes if pl.memory is not None else frozenset(),
             mem_required=pl.memory_required, threads=pl.threads, slots=pl.slots, env=env, log=log,
-            share=pl.share))
+            share=pl.share, gpu=pl.gpu))
     return Launch(instances=tuple(instances), warnings=d.warnings, notes=d.notes, rank=d.rank,
                   membind_optional=opts.membind_optional, verbose=opts.verbose, notices=d.notices)
 
@@ -237,7 +241,8 @@ def request_of(opts: RunOptions) -> Request:
                    norespect=opts.norespect, memory=memory, memory_optional=opts.membind_optional,
                    ranks=_ranks(opts.ranks), instances=opts.instances,
                    cores_per_instance=opts.cores_per_instance, dataloader_workers=opts.dataloader_workers,
-                   library_binds=opts.pin_threads)
+                   library_binds=opts.pin_threads, gpu_bind=opts.gpu_bind, gpu=opts.gpu,
+                   reserve_cores=opts.reserve_cores)
 
 
 def _ranks(text: str | None) -> Any:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 
 from ..cpulist import MAX_CPUS, IdList
 from ..errors import SpecError, UsageError
+from ..planning.gpus import GPU_BIND_MODES
 from ..planning.envvars import BLOCKTIME_DEFAULT, DEFAULT_BLOCKTIME, blocktime_for, check_blocktime
 from ..planning.spec import DEFAULT_SPEC
 from ..record import record
@@ -64,6 +65,9 @@ class RunOptions:
     dataloader_workers : int or None
         Place that many PyTorch DataLoader workers of the command beside its compute
         threads (exported as their CPU sets; the PyTorch start-up hook places them).
+    gpu_bind, gpu, reserve_cores
+        Each rank next to its GPU (:class:`~affinity.planning.decide.Request`'s
+        fields of the same names).
     blocktime : str or None
         ``KMP_BLOCKTIME`` to export; None exports none; ``"default"``: the user's
         ``KMP_BLOCKTIME``, else :data:`~affinity.planning.envvars.DEFAULT_BLOCKTIME`
@@ -89,6 +93,9 @@ class RunOptions:
     ranks: str | None = None
     verbose: bool = False
     dataloader_workers: int | None = None
+    gpu_bind: str | None = None  #: torchrun's --numa-binding modes: the rank next to its GPU
+    gpu: str | None = None  #: "auto", an ordinal, a bus id or a UUID prefix
+    reserve_cores: int = 0  #: with a GPU: cores kept for data loading
     blocktime: str | None = BLOCKTIME_DEFAULT  #: None: export no KMP_BLOCKTIME; "default": the user's, else 1
     runtime: str = "intel"  #: whose rules the plan follows; "auto": the command's (resolved by cmd_run)
 
@@ -124,7 +131,8 @@ def _value_words(o: RunOptions) -> list[str]:
              ("--instances", o.instances if o.instances != 1 else None),
              ("--cores-per-instance", o.cores_per_instance), ("--log-dir", o.log_dir), ("--ranks", o.ranks),
              ("--runtime", o.runtime if o.runtime != "intel" else None),
-             ("--dataloader-workers", o.dataloader_workers)]
+             ("--dataloader-workers", o.dataloader_workers), ("--gpu-bind", o.gpu_bind), ("--gpu", o.gpu),
+             ("--reserve-cores", o.reserve_cores or None)]
     return [w for flag, v in pairs if flag and v is not None for w in (flag, str(v))]
 
 
@@ -226,6 +234,16 @@ def run_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="take local rank R's disjoint share of the node, R and N from Open MPI, "
                         "MPICH/Intel MPI, MVAPICH2, torchrun or Slurm variables ('auto'); a rank its "
                         "launcher bound (srun, Open MPI, Hydra -bind-to) plans inside that mask, and says so")
+    g = p.add_argument_group("GPU nodes (each rank next to its GPU; docs/gpu.md)")
+    g.add_argument("--gpu-bind", metavar="MODE", choices=GPU_BIND_MODES,
+                   help="the rank's CPUs as torchrun --numa-binding=MODE gives them (node, socket, exclusive, "
+                        "core-complex), its GPU found in sysfs through the visibility variables "
+                        "(CUDA/HIP/ROCR_VISIBLE_DEVICES, ZE_AFFINITY_MASK, Slurm's); memory on the GPU's node(s) "
+                        "and the pools sized to the rank's cores, without numactl or the driver")
+    g.add_argument("--gpu", metavar="auto|N|BUSID|UUID",
+                   help="the rank's GPU (default with --gpu-bind: auto, the local rank's visible device)")
+    g.add_argument("--reserve-cores", metavar="K", type=_count, default=0,
+                   help="with --gpu-bind: keep K cores of each rank's set for data loading (its DataLoader workers)")
     g = p.add_argument_group("inspection")
     g.add_argument("-s", "--show", action="store_true",
                    help="show the CPU and memory policy the options give (numactl --show) and exit")
@@ -296,6 +314,13 @@ def _ranks(text: str) -> str:
 #: what argparse takes for a negative number, not an option (its own test, and a
 #: negative RANK/SIZE: '--ranks -1/2' is then a value that :func:`_ranks` refuses)
 _NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$|^-\d+/\d+$")
+
+
+def _count(text: str) -> int:
+    """A count, 0 or more (``--reserve-cores``)."""
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected a count (0 or more), got {text!r}")
+    return int(text)
 
 
 def positive(text: str) -> int:
@@ -435,4 +460,5 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
                       pin_children=args.pin_children,
                       instances=args.instances, cores_per_instance=args.cores_per_instance,
                       log_dir=args.log_dir, ranks=args.ranks, verbose=args.verbose,
-                      blocktime=blocktime, runtime=args.runtime, dataloader_workers=args.dataloader_workers)
+                      blocktime=blocktime, runtime=args.runtime, dataloader_workers=args.dataloader_workers,
+                      gpu_bind=args.gpu_bind, gpu=args.gpu, reserve_cores=args.reserve_cores)

@@ -47,7 +47,13 @@ from .userfiles import read_file
 from typing import Any
 
 
-__all__ = ["Cache", "Core", "Gpu", "Group", "NumaNode", "PU", "Package", "Topology"]
+__all__ = ["GPU_SYSFS_ROOT", "Cache", "Core", "Gpu", "Group", "NumaNode", "PU", "Package", "Topology"]
+
+#: where this machine's GPUs are read from, when set: the root of a copy of ``/sys``
+#: (its ``sys/bus/pci/devices``) -- a container that hides the host's PCI devices, or a
+#: test that gives this machine's CPUs described GPUs; this machine's CPUs, caches and
+#: NUMA nodes are still read from the system
+GPU_SYSFS_ROOT = "AFFINITY_GPU_SYSFS_ROOT"
 
 
 @record(slots=True)
@@ -356,7 +362,9 @@ class Topology:
         """This machine, through hwloc.  Cached per process (``refresh=True`` reloads).
 
         ``allowed`` is the intersection of hwloc's allowed cpuset (cgroup cpuset)
-        and this process's affinity mask as it is *now*, at first load.
+        and this process's affinity mask as it is *now*, at first load.  The GPUs
+        come from sysfs (no driver needed), or from the copy of ``/sys`` that
+        ``AFFINITY_GPU_SYSFS_ROOT`` names (:data:`GPU_SYSFS_ROOT`).
         """
         return _system_topology(refresh)
 
@@ -1025,6 +1033,7 @@ def _system_topology(refresh: bool) -> Topology:
             # configured CPUs that are offline (the runtimes count them); the GPUs from sysfs
             t = Topology(t.pus, t.cores, t.packages, t.numa_nodes, t.caches, t.groups, t.allowed,
                          t.source, t.is_this_system, caches_known=t.caches_known,
-                         offline_cpus=max(0, conf - len(t.pus)), gpus=read_pci_gpus("/"))
+                         offline_cpus=max(0, conf - len(t.pus)),
+                         gpus=read_pci_gpus(os.environ.get(GPU_SYSFS_ROOT) or "/"))
             _system_cache = t
         return _system_cache

@@ -44,6 +44,7 @@ from ..record import field, record
 from . import precedence
 from .envvars import BLOCKTIME_DEFAULT, blocktime_for, check_inherited, export, leave_binding_to_the_library
 from .gnu import GOMP_VARIABLES, plan_gomp
+from .gpus import GpuBinding, gpu_binding
 from .launchers import LAUNCHER_DEFAULTS, LAUNCHER_VARIABLES, Job, LocalRank
 from .memory import MemorySpec, check_nodes, membind_spec
 from .partition import (Share, crowded_hint, kinds_note, partition, place_rank, rank_kinds_note,
@@ -110,6 +111,17 @@ class Request:
     library_binds : bool
         The preloaded library binds every thread (``--pin-threads``): the runtimes
         are told to bind nothing.
+    gpu_bind : str or None
+        Place the rank next to its GPU as ``torchrun --numa-binding=MODE`` does
+        (``node``, ``socket``, ``exclusive``, ``core-complex``:
+        :func:`affinity.planning.gpus.gpu_binding`), memory on the GPU's node(s).
+    gpu : None, "auto", int or str
+        The rank's GPU: ``"auto"`` (its local rank's visible device, as torchrun's
+        ``cuda:LOCAL_RANK``), a device ordinal, a bus id or a UUID prefix; with
+        ``gpu_bind`` None, mode ``node``.
+    reserve_cores : int
+        With a GPU: cores of the rank's set kept for data loading (its DataLoader
+        workers go there), the pools sized to the rest.
     """
 
     spec: Any = None
@@ -128,6 +140,9 @@ class Request:
     dataloader_workers: int | None = None
     export: str = "replace"
     library_binds: bool = False
+    gpu_bind: str | None = None
+    gpu: Any = None
+    reserve_cores: int = 0
 
 
 @record
@@ -192,6 +207,8 @@ class Placement:
         Its share of the node (instances, ranks).
     workers : WorkerLayout or None
         Where its DataLoader workers go.
+    gpu : GpuBinding or None
+        Its GPU and why its CPUs are those (``gpu_bind``).
     """
 
     index: int
@@ -203,6 +220,7 @@ class Placement:
     memory_required: bool = False
     share: Share | None = None
     workers: WorkerLayout | None = None
+    gpu: GpuBinding | None = None
 
     @property
     def threads(self) -> int:
@@ -277,8 +295,54 @@ def decide(request: Request, situation: Situation) -> Decision:
         A malformed spec with ``strict``.
     """
     said = _Said()
-    topo = situation.topology
     selected = _select(request, situation, said)
+    rank, shares, gpu = _shares(request, situation, selected, said)
+    team_env, dropped = team_environ(situation.environ, rank)
+    said.notes.extend(dropped)  # torchrun's OMP_NUM_THREADS=1 is no team size for a share
+    env_threads, bad = precedence.team_size(None, team_env)
+    said.warnings.extend(bad)
+    said.warnings.extend(_unread(request, situation.environ))
+    each = _Each(request=request, situation=situation, said=said, rank=rank, count=len(shares), gpu=gpu,
+                 env_threads=env_threads, explicit_memory=_explicit_memory(request, situation),
+                 sharing=request.instances * (rank.size if rank is not None else 1))
+    placements, kept = [], {}
+    for i, share in enumerate(shares):
+        pl, user_kept = _place(i, share, each)
+        placements.append(pl)
+        kept.update(user_kept)
+    if situation.loaded is not None:
+        said.warnings.extend(_loaded_warnings(situation.loaded, placements[0].plan))
+    return Decision(placements=tuple(placements), rank=rank, warnings=tuple(said.warnings),
+                    notices=tuple(said.notices), notes=tuple(said.notes), kept=kept)
+
+
+@record
+class _Each:
+    """What every instance's placement is decided from (:func:`_place`)."""
+
+    request: Request
+    situation: Situation
+    said: _Said
+    rank: LocalRank | None
+    count: int
+    gpu: GpuBinding | None
+    env_threads: int | None
+    explicit_memory: MemorySpec | None
+    sharing: int
+
+
+def _shares(request: Request, situation: Situation, selected: frozenset[int],
+            said: _Said) -> tuple[LocalRank | None, list[Share | None], GpuBinding | None]:
+    """The rank, the shares of the processes to place (one None: the whole selection)
+    and the rank's GPU binding: a GPU decides the rank's CPUs (:func:`_gpu`), else the
+    rank's share of the node (:func:`_rank_share`), then instances cut it."""
+    topo = situation.topology
+    if request.gpu_bind is not None or request.gpu is not None:
+        rank = _rank(request, situation.job) if request.ranks is not None else situation.job.rank
+        gpu = _gpu(request, situation, selected, rank, said)
+        if request.instances != 1 or request.cores_per_instance is not None:
+            raise PlanError("--gpu-bind places one process per GPU rank: it does not go with --instances")
+        return rank, [Share(index=0, cpus=gpu.cpus, cores=(), numa_nodes=gpu.mem_nodes)], gpu
     rank, rank_share = _rank_share(request, situation, selected, said)
     if request.ranks is None and request.cpus is None and request.nodes is None:
         said.warnings.extend(w for w in [unranked_warning(topo.with_allowed(selected), situation.job,
@@ -288,31 +352,26 @@ def decide(request: Request, situation: Situation) -> Decision:
     if len(shares) > 1:
         said.notices.extend(n for n in [kinds_note(work, [s for s in shares if s is not None],
                                                    request.cores_per_instance, "instance")] if n)
-    team_env, dropped = team_environ(situation.environ, rank)
-    said.notes.extend(dropped)  # torchrun's OMP_NUM_THREADS=1 is no team size for a share
-    env_threads, bad = precedence.team_size(None, team_env)
-    said.warnings.extend(bad)
-    said.warnings.extend(_unread(request, situation.environ))
-    mem_nodes = _explicit_memory(request, situation)
-    placements, kept = [], {}
-    sharing = request.instances * (rank.size if rank is not None else 1)
-    for i, share in enumerate(shares):
-        who = _who(i, len(shares), rank)
-        cpus = share.cpus if share is not None else work.allowed
-        threads, source = _team_size(who, cpus, request, situation, env_threads, sharing, said)
-        p = _plan(request, threads, cpus, situation)
-        exports, user_kept = _exports(i, len(shares), p, request, situation, who, source, said)
-        kept.update(user_kept)
-        memory, required = _memory(who, share, request, mem_nodes, p, situation, said)
-        workers = _workers(who, p, request, said)
-        if workers is not None:
-            exports[WORKERS_VARIABLE] = workers.to_env_value()
-        placements.append(Placement(index=i, who=who, cpus=cpus, plan=p, exports=exports, memory=memory,
-                                    memory_required=required, share=share, workers=workers))
-    if situation.loaded is not None:
-        said.warnings.extend(_loaded_warnings(situation.loaded, placements[0].plan))
-    return Decision(placements=tuple(placements), rank=rank, warnings=tuple(said.warnings),
-                    notices=tuple(said.notices), notes=tuple(said.notes), kept=kept)
+    return rank, shares, None
+
+
+def _place(i: int, share: Share | None, each: _Each) -> tuple[Placement, dict[str, str]]:
+    """Instance ``i`` on ``share``: its team, plan, exports, memory and workers."""
+    request, situation, said = each.request, each.situation, each.said
+    who = _who(i, each.count, each.rank)
+    cpus = share.cpus if share is not None else situation.topology.allowed
+    compute = each.gpu.compute_cpus if each.gpu is not None else cpus  # a GPU rank's loader cores apart
+    threads, source = _team_size(who, compute, request, situation, each.env_threads, each.sharing, said)
+    if each.gpu is not None and request.threads is None and each.env_threads is None:
+        threads, source = each.gpu.threads, "the default team"  # one per core of the GPU's compute CPUs
+    p = _plan(request, threads, compute, situation)
+    exports, kept = _exports(i, each.count, p, request, situation, who, source, said)
+    memory, required = _memory(who, share, request, each.explicit_memory, p, situation, said, each.gpu)
+    workers = _workers(who, p, request, said, cpus)
+    if workers is not None:
+        exports[WORKERS_VARIABLE] = workers.to_env_value()
+    return Placement(index=i, who=who, cpus=cpus, plan=p, exports=exports, memory=memory, memory_required=required,
+                     share=share, workers=workers, gpu=each.gpu), kept
 
 
 #: the DataLoader workers' CPU sets, ``;`` between workers (read in the worker processes)
@@ -418,6 +477,25 @@ def _rank_share(request: Request, situation: Situation, selected: frozenset[int]
     (said.notices if binding is not None or replaced else said.notes).append(replaced + how)
     said.notices.extend(n for n in [rank_kinds_note(topo.with_allowed(selected), rank, share)] if n)
     return rank, share
+
+
+def _gpu(request: Request, situation: Situation, selected: frozenset[int], rank: LocalRank | None,
+         said: _Said) -> GpuBinding:
+    """The rank next to its GPU (:func:`affinity.planning.gpus.gpu_binding`): the GPU
+    its visibility variables give its local rank (or ``gpu``), the CPUs torchrun's
+    mode gives it within the CPUs it may use, memory on their node(s) unless a
+    policy was asked for; said as a notice, with where torchrun would differ."""
+    mode = request.gpu_bind or "node"
+    r = rank if rank is not None else LocalRank(rank=0, size=1, source="this process")
+    gb = gpu_binding(situation.topology.with_allowed(selected), mode, environ=situation.environ,
+                     local_rank=r.rank, local_size=r.size, gpu=None if request.gpu in (None, "auto") else request.gpu,
+                     allowed=selected, memory="none" if request.memory is not None else "bind",
+                     mems_allowed=situation.mems_allowed, reserve_cores=request.reserve_cores)
+    said.notices.append(gb.describe())
+    said.notes.extend(gb.notes)
+    if gb.differs_from_torch:
+        said.notices.append(f"rank {gb.rank}: torchrun --numa-binding={mode} differs: {gb.differs_from_torch}")
+    return gb
 
 
 def team_environ(environ: Mapping[str, str], rank: LocalRank | None) -> tuple[dict[str, str], list[str]]:
@@ -538,9 +616,11 @@ def _explicit_memory(request: Request, situation: Situation) -> MemorySpec | Non
 
 
 def _memory(who: str, share: Share | None, request: Request, explicit: MemorySpec | None, p: Plan,
-            situation: Situation, said: _Said) -> tuple[MemorySpec | None, bool]:
-    """(policy, required): the one asked for, else the share's node(s) (a refusal only
-    warned), else none."""
+            situation: Situation, said: _Said, gpu: GpuBinding | None = None) -> tuple[MemorySpec | None, bool]:
+    """(policy, required): the one asked for, else the GPU's or the share's node(s) (a
+    refusal only warned), else none."""
+    if gpu is not None and request.memory is None:
+        return (MemorySpec(policy=gpu.mempolicy, nodes=gpu.mem_nodes) if gpu.mempolicy else None), False
     if explicit is not None:
         return explicit, not request.memory_optional
     if request.memory is not None:
@@ -557,10 +637,12 @@ def _memory(who: str, share: Share | None, request: Request, explicit: MemorySpe
     return None, False
 
 
-def _workers(who: str, p: Plan, request: Request, said: _Said) -> WorkerLayout | None:
+def _workers(who: str, p: Plan, request: Request, said: _Said, cpus: frozenset[int]) -> WorkerLayout | None:
+    """Where the DataLoader workers go beside the plan's team, within the process's
+    CPUs ``cpus`` (a GPU rank's loader cores among them)."""
     if request.dataloader_workers is None:
         return None
-    layout = worker_layout(p, request.dataloader_workers)
+    layout = worker_layout(p, request.dataloader_workers, allowed=cpus)
     said.warnings.extend(_prefixed(who, n) for n in [layout.shared_note()] if n)
     return layout
 

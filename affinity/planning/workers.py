@@ -79,10 +79,12 @@ def _distinct_slots(plan: Any) -> list[frozenset[int]]:
     return out
 
 
-def worker_layout(plan: Any, workers: int) -> WorkerLayout:
+def worker_layout(plan: Any, workers: int, allowed: frozenset[int] | None = None) -> WorkerLayout:
     """The CPU set of each of ``workers`` data-loading workers beside ``plan``'s
-    compute threads, on the plan's machine and allowed CPUs (see the module
-    docstring for the order of preference).
+    compute threads, within ``allowed`` (default: the plan's process mask,
+    ``plan.initial_mask``: the workers are the process's children, and the CPUs of
+    the cgroup around it may be another instance's) (see the module docstring for
+    the order of preference).
 
     Raises
     ------
@@ -94,7 +96,7 @@ def worker_layout(plan: Any, workers: int) -> WorkerLayout:
                         f"a positive integer")
     topo = plan.topology
     used = frozenset().union(*plan.cpusets)
-    allowed = topo.allowed or topo.cpuset
+    allowed = frozenset(allowed if allowed is not None else plan.initial_mask) or topo.allowed or topo.cpuset
     free = sorted(allowed - used)
     free_cores = [frozenset(c.cpuset & allowed) for c in topo.cores
                   if c.cpuset & allowed and not c.cpuset & used]

@@ -29,7 +29,7 @@ from ..launcher.build import Context, Instance, build_launch
 from ..launcher.options import RunOptions
 from ..machine.topology import Topology
 from ..binding.launchvars import batch_script, job_of, launcher_binding, local_rank, not_a_rank, slurm_allocation
-from ..planning.gpus import GPU_BIND_MODES, GpuBinding, gpu_binding
+from ..planning.gpus import GPU_BIND_MODES, GpuBinding
 from ..planning.launchers import LAUNCHER_VARIABLES, LocalRank
 from ..record import record
 
@@ -221,9 +221,9 @@ def cmd_plan_ranks(args: argparse.Namespace, topology: Topology, write_picture: 
 def gpu_plan(topology: Topology, count: str, mode: str, ctx: Context | None = None,
              reserve_cores: int = 0) -> tuple[list[GpuBinding], str]:
     """Every local rank next to its GPU (``affinity plan --ranks N|auto --gpu-bind
-    MODE``), and the header saying where the rank count came from.  Each rank is
-    placed from its environment and the mask its launcher gave it, as
-    ``--ranks`` plans them (:func:`_rank_environments`).
+    MODE``), and the header saying where the rank count came from: each rank's
+    launch as ``affinity run --ranks --gpu-bind`` decides it (the one decision),
+    from its environment and the mask its launcher gave it (:func:`_rank_environments`).
 
     Raises
     ------
@@ -234,11 +234,13 @@ def gpu_plan(topology: Topology, count: str, mode: str, ctx: Context | None = No
     ctx = ctx or Context()
     envs, header = _rank_environments(ctx.environ, topology, count, ctx.cgroup_cpus)
     plans = []
-    for i, (env, topo, _) in enumerate(envs):
-        me = local_rank(env)
-        rank, size = (me.rank, me.size) if me is not None else (i, len(envs))
-        plans.append(gpu_binding(topo, mode, environ=env, local_rank=rank, local_size=size,  # decision: GPU binding
-                                 mems_allowed=ctx.mems_allowed, reserve_cores=reserve_cores))
+    for env, topo, ranks in envs:
+        opts = RunOptions(command=("-",), ranks=ranks, gpu_bind=mode, reserve_cores=reserve_cores)
+        launch = build_launch(opts, topo, Context(environ=env, quota=ctx.quota, cgroup_cpus=ctx.cgroup_cpus,
+                                                  mems_allowed=ctx.mems_allowed))
+        gpu = launch.instances[0].gpu
+        assert gpu is not None
+        plans.append(gpu)
     return plans, header
 
 

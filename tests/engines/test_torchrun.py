@@ -13,10 +13,14 @@ import sys
 
 import pytest
 
+from affinity.cpulist import format_list
 from affinity.launcher.build import Context, build_launch
+from affinity.machine.gpus import read_pci_gpus
 from affinity.launcher.options import RunOptions
 from affinity.machine.topology import Topology
+from affinity.planning.gpus import gpu_binding
 from affinity.planning.partition import partition
+from affinity.record import replace
 
 from helpers.launch import clean_env
 from helpers.ranks_probe import local_rank_of, probe_command, read_reports
@@ -128,3 +132,37 @@ def test_torchrun_numa_binding_needs_a_gpu_and_overlaps_where_it_runs(tmp_path):
         assert all(m == rep.cpus for m in rep.threads.values())
     # on one node this is affinity's partition
     assert [rep.cpus for rep in reports] == [s.cpus for s in partition(NODE, 2)]
+
+
+# each rank next to its GPU: GPUs described in a copy of /sys (this machine has none), the ranks
+# bound for real by affinity run --ranks auto --gpu-bind, read back from the kernel (issue #37)
+
+def _gpu_tree(root, cpus: str) -> None:
+    """Two NVIDIA GPUs on NUMA node 0, local to ``cpus`` (what a one-node GPU server's sysfs says)."""
+    for bus in ("0000:17:00.0", "0000:65:00.0"):
+        d = root / "sys" / "bus" / "pci" / "devices" / bus
+        d.mkdir(parents=True)
+        for name, text in (("class", "0x030200"), ("vendor", "0x10de"), ("device", "0x2330"), ("numa_node", "0"),
+                           ("local_cpulist", cpus)):
+            (d / name).write_text(text + "\n")
+
+
+@pytest.mark.parametrize("mode", ["exclusive", "node"])
+def test_torchrun_ranks_next_to_their_gpus(tmp_path, mode):
+
+    tree = tmp_path / "sysfs"
+    _gpu_tree(tree, format_list(NODE.cpuset))
+    out = tmp_path / "out"
+    torchrun("-m", "affinity", "run", "--ranks", "auto", "--gpu-bind", mode, "--",
+             *probe_command(tmp_path, out, "torch", None), AFFINITY_GPU_SYSFS_ROOT=str(tree))
+    reports = sorted(read_reports(out, 2), key=local_rank_of)
+    check_torch_ranks(reports)
+    node = replace(NODE, gpus=read_pci_gpus(str(tree)))  # this machine's CPUs, the described GPUs
+    for rep in reports:
+        want = gpu_binding(node, mode, local_rank=local_rank_of(rep), local_size=2)
+        assert rep.cpus == want.cpus  # the rank's process mask: torchrun --numa-binding's set for the mode
+        assert all(m <= want.cpus for m in rep.threads.values()), rep.threads  # main, gloo's, torch's pools
+        assert rep.extra["mempolicy"] == ["bind", sorted(want.mem_nodes)]  # memory on the GPU's node
+        assert rep.extra["torch_threads"] == want.threads
+    if mode == "exclusive":  # two GPUs on one node of two cores: a core each
+        assert [r.cpus for r in reports] == [frozenset({c}) for c in sorted(NODE.cpuset)[:2]]

@@ -72,6 +72,16 @@ except OSError:
     pass
 with open("/proc/self/status") as fh:
     st = dict(l.rstrip("\n").split(":\t", 1) for l in fh if ":\t" in l)
+# the memory policy of this thread, from the kernel (get_mempolicy(2): x86_64 239, aarch64 236)
+import platform
+nr = {"x86_64": 239, "aarch64": 236}.get(platform.machine())
+policy = None
+if nr is not None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    pmode, pmask = ctypes.c_int(), (ctypes.c_ulong * 16)()
+    if libc.syscall(nr, ctypes.byref(pmode), pmask, ctypes.c_ulong(1024), None, ctypes.c_ulong(0)) == 0:
+        names = {0: "default", 1: "preferred", 2: "bind", 3: "interleave", 4: "local"}
+        policy = [names.get(pmode.value, str(pmode.value)), [n for n in range(1024) if pmask[n // 64] >> (n % 64) & 1]]
 env = {k: v for k, v in os.environ.items() if k.startswith(tuple(sys.argv[4].split(",")))}
 if "torch" in mode:
     dist.barrier()
@@ -79,7 +89,7 @@ if "torch" in mode:
 with open(os.path.join(out, f"rank-{os.getpid()}.json"), "w") as fh:
     json.dump({"pid": os.getpid(), "cpus": st["Cpus_allowed_list"], "mems": st["Mems_allowed_list"],
                "omp": omp, "threads": threads, "env": env, "cpuset": cpuset,
-               "cpuset_path": cpuset_path, **extra}, fh)
+               "cpuset_path": cpuset_path, "mempolicy": policy, **extra}, fh)
 '''
 
 
