@@ -20,6 +20,7 @@ import shutil
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..binding import threads
 from ..cpulist import format_list
@@ -30,8 +31,9 @@ from ..machine.userfiles import why
 from .build import Instance, Launch
 from .numactl import show_text
 from .options import say
-from typing import Any, NoReturn
-import subprocess
+
+if TYPE_CHECKING:  # the annotations only: several instances import it where they are started
+    import subprocess
 
 
 __all__ = ["apply_instance", "execute", "show_current"]
