@@ -296,13 +296,13 @@ def decide(request: Request, situation: Situation) -> Decision:
     """
     said = _Said()
     selected = _select(request, situation, said)
-    rank, shares, gpu = _shares(request, situation, selected, said)
+    rank, shares, gpu, cpus = _shares(request, situation, selected, said)
     team_env, dropped = team_environ(situation.environ, rank)
     said.notes.extend(dropped)  # torchrun's OMP_NUM_THREADS=1 is no team size for a share
     env_threads, bad = precedence.team_size(None, team_env)
     said.warnings.extend(bad)
     said.warnings.extend(_unread(request, situation.environ))
-    each = _Each(request=request, situation=situation, said=said, rank=rank, count=len(shares), gpu=gpu,
+    each = _Each(request=request, situation=situation, said=said, rank=rank, count=len(shares), gpu=gpu, cpus=cpus,
                  env_threads=env_threads, explicit_memory=_explicit_memory(request, situation),
                  sharing=request.instances * (rank.size if rank is not None else 1))
     placements, kept = [], {}
@@ -326,15 +326,16 @@ class _Each:
     rank: LocalRank | None
     count: int
     gpu: GpuBinding | None
+    cpus: frozenset[int]  #: the CPUs of the process a share None stands for (the selection, or the rank's share)
     env_threads: int | None
     explicit_memory: MemorySpec | None
     sharing: int
 
 
 def _shares(request: Request, situation: Situation, selected: frozenset[int],
-            said: _Said) -> tuple[LocalRank | None, list[Share | None], GpuBinding | None]:
-    """The rank, the shares of the processes to place (one None: the whole selection)
-    and the rank's GPU binding: a GPU decides the rank's CPUs (:func:`_gpu`), else the
+            said: _Said) -> tuple[LocalRank | None, list[Share | None], GpuBinding | None, frozenset[int]]:
+    """The rank, the shares of the processes to place (one None: all of the last
+    value, the CPUs selected or the rank's share), the rank's GPU binding: a GPU decides the rank's CPUs (:func:`_gpu`), else the
     rank's share of the node (:func:`_rank_share`), then instances cut it."""
     topo = situation.topology
     if request.gpu_bind is not None or request.gpu is not None:
@@ -342,7 +343,7 @@ def _shares(request: Request, situation: Situation, selected: frozenset[int],
         gpu = _gpu(request, situation, selected, rank, said)
         if request.instances != 1 or request.cores_per_instance is not None:
             raise PlanError("--gpu-bind places one process per GPU rank: it does not go with --instances")
-        return rank, [Share(index=0, cpus=gpu.cpus, cores=(), numa_nodes=gpu.mem_nodes)], gpu
+        return rank, [Share(index=0, cpus=gpu.cpus, cores=(), numa_nodes=gpu.mem_nodes)], gpu, gpu.cpus
     rank, rank_share = _rank_share(request, situation, selected, said)
     if request.ranks is None and request.cpus is None and request.nodes is None:
         said.warnings.extend(w for w in [unranked_warning(topo.with_allowed(selected), situation.job,
@@ -352,14 +353,14 @@ def _shares(request: Request, situation: Situation, selected: frozenset[int],
     if len(shares) > 1:
         said.notices.extend(n for n in [kinds_note(work, [s for s in shares if s is not None],
                                                    request.cores_per_instance, "instance")] if n)
-    return rank, shares, None
+    return rank, shares, None, work.allowed
 
 
 def _place(i: int, share: Share | None, each: _Each) -> tuple[Placement, dict[str, str]]:
     """Instance ``i`` on ``share``: its team, plan, exports, memory and workers."""
     request, situation, said = each.request, each.situation, each.said
     who = _who(i, each.count, each.rank)
-    cpus = share.cpus if share is not None else situation.topology.allowed
+    cpus = share.cpus if share is not None else each.cpus
     compute = each.gpu.compute_cpus if each.gpu is not None else cpus  # a GPU rank's loader cores apart
     threads, source = _team_size(who, compute, request, situation, each.env_threads, each.sharing, said)
     if each.gpu is not None and request.threads is None and each.env_threads is None:
