@@ -51,7 +51,7 @@ from ..planning.ranks import rank_topology, team_environ
 from ..planning.spec import DEFAULT_SPEC
 from ..record import field, record
 from . import blas as _blas
-from . import numa, registry
+from . import numa, publication, registry
 from . import openmp as _omp
 from . import tf as _tf
 from . import threads as _threads
@@ -239,6 +239,7 @@ class Binding:
         self.active = False
         errors.extend(_repin_enclosing_teams())
         errors.extend(_repin_enclosing_pins(snap))
+        publication.sync()  # publish: the bind map without this binding (the file removed with the last)
         if errors:
             warnings.warn("affinity: restore was incomplete: " + "; ".join(errors), AffinityWarning,
                           stacklevel=2)
@@ -283,6 +284,7 @@ class Binding:
     def _pin(self, masks: Mapping[int, frozenset[int]]) -> None:
         if masks:
             _threads.set_threads_affinity(masks)
+            publication.changed(self)  # publish: pins added after apply() (pools found later)
 
     def _see(self, tids: Iterable[int]) -> None:
         """Record threads this binding pinned, by TID and start (:meth:`refresh`
@@ -549,6 +551,7 @@ def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow
         raise
     _note_env_changes(snap, env_before)
     registry.add(b)
+    publication.sync()  # publish: this process's bind map, for `affinity show/doctor PID` elsewhere
     for n in b.notes:  # planner notes first: what the runtime itself would print (a typo binds nothing)
         warnings.warn(f"affinity: {n}", AffinityWarning, stacklevel=_caller_level())
     b.notes.extend(rank_said)  # a note, no warning: torchrun's default in every rank is as expected
