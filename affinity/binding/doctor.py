@@ -80,10 +80,15 @@ def doctor(*pids: int, interval: float = 0.5, children: bool = True, during: Cal
 
 
 def observe(pids: Iterable[int] = (), *, interval: float = 0.5, children: bool = True,
-            during: Callable[[], Any] | None = None, peers: Iterable[Iterable[int]] = ()) -> Snapshot:
+            during: Callable[[], Any] | None = None, peers: Iterable[Iterable[int]] = (),
+            skip_gone: bool = False) -> Snapshot:
     """A :class:`~affinity.planning.doctor.values.Snapshot` of processes ``pids``
-    (default: this one) and their children: see :func:`doctor`."""
-    roots = [_process_id(p) for p in pids] or [os.getpid()]
+    (default: this one) and their children: see :func:`doctor`.  A process that
+    exits while it is read is left out; one that does not exist when it begins
+    raises ``FileNotFoundError``, unless ``skip_gone`` (a list of processes read
+    from ``/proc`` a moment before: ``--all-mine``)."""
+    pids = list(pids)
+    roots = [r for r in (_alive(p, skip_gone) for p in pids) if r is not None] if pids else [os.getpid()]
     if interval < 0:
         raise ValueError(f"doctor: interval must be >= 0 seconds, got {interval}")
     tree = _tree(roots, children)
@@ -100,7 +105,11 @@ def observe(pids: Iterable[int] = (), *, interval: float = 0.5, children: bool =
     procs: dict[int, ProcessState] = {}
     me = os.getpid()
     for r in roots:
-        for bmap in _flatten(report(r, children=children)):
+        try:
+            maps = _flatten(report(r, children=children))
+        except FileNotFoundError:
+            continue  # exited while it was sampled
+        for bmap in maps:
             if bmap.pid == me and me not in roots:
                 continue  # the process reading (a child of the shell asked about) is not the job
             if bmap.pid not in procs and len(procs) < _MAX_PROCESSES:
@@ -162,6 +171,15 @@ class _States:
         if not self.rounds:
             return None
         return {tid: n / self.rounds for (p, tid), n in self.seen.items() if p == pid}
+
+
+def _alive(pid: int, skip_gone: bool) -> int | None:
+    try:
+        return _process_id(pid)
+    except FileNotFoundError:
+        if skip_gone:
+            return None
+        raise
 
 
 def _tree(roots: list[int], children: bool) -> list[int]:

@@ -185,6 +185,8 @@ def _sweep(d: str) -> None:
 
 
 def _remove() -> None:
+    """This process's file removed (its last binding restored), and the files of
+    processes that are gone swept from the folder."""
     path = _written.get("path")
     if path is not None and _written.get("pid") == os.getpid():
         try:
@@ -192,6 +194,7 @@ def _remove() -> None:
         except FileNotFoundError:
             pass
         _written.clear()
+        _sweep(os.path.dirname(path))
 
 
 def _at_exit() -> None:

@@ -416,8 +416,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     _add_plan_parser(sub)
 
-    p = sub.add_parser("show", help="the bind map of a process: every thread, its mask, CPU and node")
-    p.add_argument("pid", nargs="?", type=positive, default=None, help="process id (default: this one)")
+    p = sub.add_parser("show", help="the bind map of a process: every thread, its mask, CPU and node, its role (as "
+                                    "a process bound by affinity published it, else inferred), its child processes")
+    p.add_argument("pid", nargs="?", type=positive, default=None,
+                   help="process id (default: this one); its child processes are shown under it")
     p.add_argument("--json", action="store_true")
     p.add_argument("--picture", metavar="FILE", default=None, type=_picture_path,
                    help="draw the live process (.svg or .png)")

@@ -101,8 +101,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.interval < 0:
         raise UsageError(f"--interval {args.interval:g}: must be 0 or more seconds")
     pids, groups, children = _selected(args)
+    if not pids:
+        raise PlanError("--all-mine: no other process of this user")
     try:
-        snap = observe(pids, interval=args.interval, children=children, peers=groups)
+        snap = observe(pids, interval=args.interval, children=children, peers=groups, skip_gone=args.all_mine)
     except FileNotFoundError as e:
         print(f"affinity doctor: error: {e.strerror or e}" if e.strerror else f"affinity doctor: error: {e}",
               file=sys.stderr)

@@ -48,9 +48,9 @@ def test_threads_over_a_cfs_quota_are_oversubscribed():
     text = " ".join(f.evidence)
     if made is not None:
         assert f"CFS quota of 0.5 CPUs (50000/100000 us, {made[0]})" in text
-        assert "throttled in" in text and f.summary.startswith("3 runnable threads on 1 CPU' worth ({0-1}, quota 0.5)")
+        assert "throttled in" in text and f.summary.startswith("3 runnable threads on 1 CPU's worth ({0-1}, quota 0.5)")
     else:
-        assert f.summary.startswith("3 runnable threads on 1 CPU' worth ({0})")
+        assert f.summary.startswith("3 runnable threads on 1 CPU's worth ({0})")
     assert f.fix.startswith("affinity run --threads 1 -- ")
 
 

@@ -101,7 +101,7 @@ def test_threads_over_a_cfs_quota_are_oversubscribed_with_the_quota_as_evidence(
     d = diagnose(snapshot(Topology.from_synthetic("pack:1 core:2 pu:1"), p))
     assert d.kinds() == ["oversubscribed"]
     f = d.findings[0]
-    assert f.summary.startswith("3 runnable threads on 1 CPU' worth ({0-1}, quota 0.5)")
+    assert f.summary.startswith("3 runnable threads on 1 CPU's worth ({0-1}, quota 0.5)")
     assert "CFS quota of 0.5 CPUs (50000/100000 us, /sys/fs/cgroup/cpu/job)" in f.evidence[1]
     assert "throttled in 5 of the 5 periods sampled (100%)" in f.evidence[1]
     assert f.fix.startswith("affinity run --threads 1 -- python job.py")
@@ -179,3 +179,26 @@ def test_a_clean_snapshot_says_what_was_checked_in_one_line():
     assert last.startswith("no finding: checked 1 process (2 threads, 1 runnable over 0.5 s) on 2 packages")
     assert "memory over 2 NUMA nodes" in last and "\n" not in d.checked
     assert d.to_dict()["findings"] == [] and d.to_dict()["errors"] == 0
+
+
+def test_two_placed_processes_of_different_commands_are_given_disjoint_cores():
+    topo = Topology.from_synthetic("pack:1 core:4 pu:1")
+    a = process(70, [thread(70, {0, 1})], {0, 1, 2, 3}, cmdline=("python", "serve.py", "--port", "1"))
+    b = process(71, [thread(71, {1, 2})], {0, 1, 2, 3}, cmdline=("python", "serve.py", "--port", "2"))
+    f = diagnose(snapshot(topo, a, b, roots=(70, 71))).findings
+    assert [g.kind for g in f] == ["overlap"]
+    assert f[0].fix == ("affinity run -C 0-1 -- python serve.py --port 1; "
+                        "affinity run -C 2-3 -- python serve.py --port 2 (disjoint CPUs)")
+
+
+def test_two_runtimes_inherited_by_forked_children_are_one_finding():
+    libs = (LoadedLibrary("/venv/torch/lib/libgomp.so.1", "libgomp", "gnu", "torch"),
+            LoadedLibrary("/opt/intel/lib/libiomp5.so", "libiomp5", "intel"))
+    main = process(80, [thread(80, {0, 1}, wanted=0.0)], {0, 1}, runtimes=libs)
+    workers = [process(pid, [thread(pid, {0, 1}, wanted=0.0)], {0, 1}, ppid=80, runtimes=libs, name="pt_data_worker")
+               for pid in (81, 82)]
+    d = diagnose(snapshot(Topology.from_synthetic("pack:1 core:2 pu:1"), main, *workers))
+    assert d.kinds() == ["two-openmp-runtimes"]
+    f = d.findings[0]
+    assert f.pids == (80, 81, 82) and f.summary.startswith("pids 80, 81, 82: 2 OpenMP runtimes loaded (libgomp, ")
+    assert f.evidence[-1] == "the same in pid 81, pid 82" and "MKL_THREADING_LAYER=GNU" in f.fix

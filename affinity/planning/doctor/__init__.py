@@ -63,8 +63,11 @@ def checked_line(snap: Snapshot) -> str:
     smt = "" if any(len(c.cpuset) > 1 for c in topo.cores) else " (no SMT here)"
     nodes = len(topo.numa_nodes)
     runtimes = sum(len(p.runtimes) for p in procs)
+    holding = sum(1 for p in procs if p.runtimes)
+    loaded = f"{runtimes} loaded" + (f" in {holding} processes" if holding > 1 else "")
     published = sum(1 for p in procs if p.publication is not None)
-    return (f"checked {len(procs)} process{'es' if len(procs) != 1 else ''} ({threads} threads, {sampled}) on "
+    return (f"checked {len(procs)} process{'es' if len(procs) != 1 else ''} ({threads} thread"
+            f"{'s' if threads != 1 else ''}, {sampled}) on "
             f"{topo.describe()}: masks against the CPUs allowed, runnable threads against CPUs{quota}, pool "
-            f"sizes, OpenMP runtimes ({runtimes} loaded), overlap of placed processes, SMT siblings{smt}, memory "
+            f"sizes, OpenMP runtimes ({loaded}), overlap of placed processes, SMT siblings{smt}, memory "
             f"over {nodes} NUMA node{'s' if nodes != 1 else ''}, bindings published by affinity ({published})")

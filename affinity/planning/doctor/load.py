@@ -18,6 +18,11 @@ __all__ = ["capacity", "host_sized_pools", "oversubscribed", "two_runtimes"]
 _SLACK = 0.5
 
 
+def _worth(n: int) -> str:
+    """``1 CPU's worth``, ``2 CPUs' worth``."""
+    return f"{n} CPU's worth" if n == 1 else f"{n} CPUs' worth"
+
+
 def capacity(cpus: frozenset[int], quota: CpuQuota | None) -> int:
     """How many threads ``cpus`` run at once under ``quota``: the CPUs, or fewer when
     the quota gives less time (``cpu.max 50000 100000`` on 2 CPUs: 1), at least 1."""
@@ -79,7 +84,7 @@ def _oversubscribed_finding(snap: Snapshot, cpus: frozenset[int], members: list[
           f"{cpus_text(cpus)}: {len(cpus)} CPU{'s' if len(cpus) != 1 else ''}"]
     if quota is not None:
         ev.append(f"CFS quota of {quota.cpus:g} CPUs ({quota.quota_us}/{quota.period_us} us, {quota.path}): "
-                  f"{cap} CPU{'s' if cap != 1 else ''}' worth of time{_throttled(procs)}")
+                  f"{_worth(cap)} of time{_throttled(procs)}")
     waited = [t.waited for _, t in members if t.waited is not None]
     wanted = [t.wanted for _, t in members if t.wanted is not None]
     if waited and sum(wanted):
@@ -90,7 +95,7 @@ def _oversubscribed_finding(snap: Snapshot, cpus: frozenset[int], members: list[
                   + ", ".join(f"{t.label()} on {cpus_text(t.cpus)}" for t in mine[:8])
                   + (f" and {len(mine) - 8} more" if len(mine) > 8 else ""))
     return Finding("oversubscribed", "error", tuple(p.pid for p in procs),
-                   f"{len(members)} runnable threads on {cap} CPU{'s' if cap != 1 else ''}' worth "
+                   f"{len(members)} runnable threads on {_worth(cap)} "
                    f"({cpus_text(cpus)}{', quota ' + format(quota.cpus, 'g') if quota else ''}): "
                    f"they take turns", tuple(ev), _fewer_threads(procs, cap),
                    (("cpus", cpus), ("capacity", cap), ("runnable", len(members)), ("demand", round(demand, 2)),
@@ -169,7 +174,7 @@ def host_sized_pools(snap: Snapshot) -> list[Finding]:
         big = [(name, n, why) for name, n, why in _pools(p, snap) if n > cap]
         if not big:
             continue
-        limit = (f"{cap} CPU{'s' if cap != 1 else ''}' worth: {len(p.allowed)} CPUs allowed"
+        limit = (f"{_worth(cap)}: {len(p.allowed)} CPUs allowed"
                  + (f", CFS quota {p.quota.cpus:g} CPUs ({p.quota.path})" if p.quota else ""))
         ev = tuple(f"{name}: {n} threads ({why}){' = the host' + chr(39) + 's CPUs' if n == host else ''}"
                    for name, n, why in big) + (f"the process may run {limit}",)
@@ -187,28 +192,34 @@ def host_sized_pools(snap: Snapshot) -> list[Finding]:
 def two_runtimes(snap: Snapshot) -> list[Finding]:
     """More than one OpenMP runtime in one process: each keeps a team of its own and
     reads the OMP_/KMP_ variables by its own rules (pytorch#98836: one of the teams
-    ran 1 thread; together more threads than CPUs).
+    ran 1 thread; together more threads than CPUs).  Processes that map the same
+    runtimes (children forked with them: DataLoader workers) are one finding.
 
     What it cannot do: say which library loaded which runtime (only how, when
     ``LD_PRELOAD`` names one)."""
-    out = []
+    groups: dict[tuple[str, ...], list[ProcessState]] = {}
     for p in snap.processes:
-        if len(p.runtimes) < 2:
-            continue
-        preload = p.env.get("LD_PRELOAD", "")
-        ev = [f"{rt.kind} ({rt.family}) {rt.path}" + (f", bundled by {rt.bundled_by}" if rt.bundled_by else "")
-              + (", preloaded (LD_PRELOAD)" if rt.path in preload or rt.path.rsplit("/", 1)[-1] in preload else "")
-              for rt in p.runtimes]
-        preloaded = [rt for rt in p.runtimes if rt.path.rsplit("/", 1)[-1] in preload]
-        if preloaded:
-            fix = f"remove {preloaded[0].path} from LD_PRELOAD, so that one runtime runs every team"
-        elif {"gnu", "intel"} <= {rt.family for rt in p.runtimes}:
-            fix = ("keep one runtime: MKL_THREADING_LAYER=GNU (MKL on libgomp, as PyTorch), or uninstall the "
-                   "package that ships the other (pip uninstall intel-openmp)")
-        else:
-            fix = "keep one runtime: install the libraries built against the same OpenMP"
-        out.append(Finding("two-openmp-runtimes", "error", (p.pid,),
-                           f"pid {p.pid}: {len(p.runtimes)} OpenMP runtimes loaded "
-                           f"({', '.join(rt.kind for rt in p.runtimes)}); each runs a team of its own",
-                           tuple(ev), fix, (("paths", tuple(rt.path for rt in p.runtimes)),)))
-    return out
+        if len(p.runtimes) >= 2:
+            groups.setdefault(tuple(sorted(rt.path for rt in p.runtimes)), []).append(p)
+    return [_runtimes_finding(procs) for procs in groups.values()]
+
+
+def _runtimes_finding(procs: list[ProcessState]) -> Finding:
+    p = procs[0]
+    preload = p.env.get("LD_PRELOAD", "")
+    ev = [f"{rt.kind} ({rt.family}) {rt.path}" + (f", bundled by {rt.bundled_by}" if rt.bundled_by else "")
+          + (", preloaded (LD_PRELOAD)" if rt.path.rsplit("/", 1)[-1] in preload else "") for rt in p.runtimes]
+    if len(procs) > 1:
+        ev.append(f"the same in {', '.join(q.label() for q in procs[1:])}")
+    preloaded = [rt for rt in p.runtimes if rt.path.rsplit("/", 1)[-1] in preload]
+    if preloaded:
+        fix = f"remove {preloaded[0].path} from LD_PRELOAD, so that one runtime runs every team"
+    elif {"gnu", "intel"} <= {rt.family for rt in p.runtimes}:
+        fix = ("keep one runtime: MKL_THREADING_LAYER=GNU (MKL on libgomp, as PyTorch), or uninstall the "
+               "package that ships the other (pip uninstall intel-openmp)")
+    else:
+        fix = "keep one runtime: install the libraries built against the same OpenMP"
+    who = f"pid {p.pid}" if len(procs) == 1 else "pids " + ", ".join(str(q.pid) for q in procs)
+    return Finding("two-openmp-runtimes", "error", tuple(q.pid for q in procs),
+                   f"{who}: {len(p.runtimes)} OpenMP runtimes loaded ({', '.join(rt.kind for rt in p.runtimes)}); "
+                   f"each runs a team of its own", tuple(ev), fix, (("paths", tuple(rt.path for rt in p.runtimes)),))

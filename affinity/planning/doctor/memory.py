@@ -65,7 +65,7 @@ def _remote(snap: Snapshot, p: ProcessState) -> Finding | None:
     here, there = format_list(nodes), format_list(other)
     ev = [f"{share:.0%} of its {_mib(mem.total)} of memory (numa_maps, shared libraries left out) is on node"
           f"{'s' if len(other) > 1 else ''} {there}; its {'runnable ' if p.runnable else ''}threads run on node"
-          f"{'s' if len(nodes) > 1 else ''} {here} (CPUs {format_list(cpus)})",
+          f"{'s' if len(nodes) > 1 else ''} {here} (CPU{'s' if len(cpus) > 1 else ''} {format_list(cpus)})",
           "by node: " + ", ".join(f"node {n} {_mib(b)} ({b / mem.total:.0%})" for n, b in mem.by_node if b)]
     ev += [f"memory policy {pol}: {b / mem.total:.0%} of it" for pol, b in mem.by_policy[:3]]
     sev = "error" if share > MOSTLY else "warning"
