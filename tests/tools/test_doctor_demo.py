@@ -69,7 +69,7 @@ def _defaults_in_a_quota(cmd: Sequence[str], pool: str) -> None:
     pools = [f for f in found.findings if f.kind == "host-sized-pool"]
     assert len(pools) == 1, found.text()
     assert any(e.startswith(pool) and e.endswith("= the host's CPUs") for e in pools[0].evidence), pools[0].text()
-    assert f"CFS quota 1 CPUs ({made[0]})" in pools[0].evidence[-1]
+    assert f"CFS quota 1 CPU ({made[0]})" in pools[0].evidence[-1]
     assert pools[0].fix.startswith("affinity run --threads 1 -- ")
     over = [f for f in found.findings if f.kind == "oversubscribed"]
     assert over and dict(over[0].facts)["capacity"] == 1, found.text()

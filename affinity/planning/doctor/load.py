@@ -18,6 +18,11 @@ __all__ = ["capacity", "host_sized_pools", "oversubscribed", "two_runtimes"]
 _SLACK = 0.5
 
 
+def _cpus(n: float) -> str:
+    """``0.5 CPUs``, ``1 CPU``."""
+    return f"{n:g} CPU{'' if n == 1 else 's'}"
+
+
 def _worth(n: int) -> str:
     """``1 CPU's worth``, ``2 CPUs' worth``."""
     return f"{n} CPU's worth" if n == 1 else f"{n} CPUs' worth"
@@ -83,7 +88,7 @@ def _oversubscribed_finding(snap: Snapshot, cpus: frozenset[int], members: list[
     ev = [f"{len(members)} runnable threads ({sampled}; together {demand:.1f} CPUs' worth) kept to "
           f"{cpus_text(cpus)}: {len(cpus)} CPU{'s' if len(cpus) != 1 else ''}"]
     if quota is not None:
-        ev.append(f"CFS quota of {quota.cpus:g} CPUs ({quota.quota_us}/{quota.period_us} us, {quota.path}): "
+        ev.append(f"CFS quota of {_cpus(quota.cpus)} ({quota.quota_us}/{quota.period_us} us, {quota.path}): "
                   f"{_worth(cap)} of time{_throttled(procs)}")
     waited = [t.waited for _, t in members if t.waited is not None]
     wanted = [t.wanted for _, t in members if t.wanted is not None]
@@ -175,7 +180,7 @@ def host_sized_pools(snap: Snapshot) -> list[Finding]:
         if not big:
             continue
         limit = (f"{_worth(cap)}: {len(p.allowed)} CPUs allowed"
-                 + (f", CFS quota {p.quota.cpus:g} CPUs ({p.quota.path})" if p.quota else ""))
+                 + (f", CFS quota {_cpus(p.quota.cpus)} ({p.quota.path})" if p.quota else ""))
         ev = tuple(f"{name}: {n} threads ({why}){' = the host' + chr(39) + 's CPUs' if n == host else ''}"
                    for name, n, why in big) + (f"the process may run {limit}",)
         out.append(Finding(
