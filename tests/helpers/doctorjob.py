@@ -137,3 +137,13 @@ def _mounts() -> list[tuple[str, Path, str]]:
         if f[sep + 1] in ("cgroup", "cgroup2") and f[3] == "/":
             out.append((f[sep + 1], Path(f[4]), f[sep + 3]))
     return out
+
+
+def allowed_cpus() -> frozenset[int]:
+    """What a process started here may use, as the doctor reads it: its cgroup's cpuset
+    on this machine's CPUs (every CPU without one)."""
+    from affinity.machine import cgroup
+    from affinity.machine.topology import Topology
+
+    machine = Topology.from_system().cpuset
+    return (cgroup.cpuset_cpus() or machine) & machine or machine
