@@ -126,7 +126,8 @@ class _States:
 
     def __init__(self, pids: list[int]):
         self.pids = pids
-        self.seen: dict[tuple[int, int], int] = {}
+        self.seen: dict[tuple[int, int], int] = {}  #: rounds found runnable
+        self.first: dict[tuple[int, int], int] = {}  #: the round it was first found in (born meanwhile)
         self.rounds = 0
         self.skip: set[int] = set()  #: the sampling thread itself
 
@@ -137,6 +138,7 @@ class _States:
             except OSError:
                 continue
             for tid, s in found.items():
+                self.first.setdefault((pid, tid), self.rounds)
                 if s.state == "R" and tid not in self.skip:
                     self.seen[(pid, tid)] = self.seen.get((pid, tid), 0) + 1
         self.rounds += 1
@@ -167,10 +169,11 @@ class _States:
             t.join()
 
     def share(self, pid: int) -> dict[int, float] | None:
-        """TID -> the share of the rounds it was runnable in (None: no round was taken)."""
+        """TID -> the share of the rounds since it was first found in which it was
+        runnable (None: no round was taken)."""
         if not self.rounds:
             return None
-        return {tid: n / self.rounds for (p, tid), n in self.seen.items() if p == pid}
+        return {tid: n / (self.rounds - self.first[(p, tid)]) for (p, tid), n in self.seen.items() if p == pid}
 
 
 def _alive(pid: int, skip_gone: bool) -> int | None:
@@ -202,28 +205,42 @@ def _flatten(bmap: BindMap) -> list[BindMap]:
     return out
 
 
-def _sample(pid: int) -> tuple[dict[int, TaskSample], tuple[int, int] | None, Any]:
-    """Every thread's sample, and the throttling of the process's quota's cgroup."""
+def _sample(pid: int) -> tuple[dict[int, TaskSample], tuple[int, int] | None, Any, float]:
+    """Every thread's sample, the throttling of the process's quota's cgroup, the
+    quota, and when (seconds since boot, as threads' start times count)."""
     try:
         threads = task_samples(pid)
     except OSError:
         threads = {}
     quota = cgroup.cpu_quota(pid=str(pid))
-    return threads, cgroup.throttling(quota.path) if quota is not None else None, quota
+    with open("/proc/uptime") as fh:
+        up = float(fh.read().split()[0])
+    return threads, cgroup.throttling(quota.path) if quota is not None else None, quota, up
 
 
-def _thread(row: ThreadRow, s0: TaskSample | None, s1: TaskSample | None, elapsed: float, pub: Any,
+def _wanted(s0: TaskSample | None, s1: TaskSample | None, elapsed: float, up: float,
+            seen_runnable: float | None) -> tuple[float | None, float | None]:
+    """(share of the time sampled the thread ran or waited for a CPU, share it
+    waited): between the two samples, or since it started for a thread born
+    between them; at least the share of the rounds it was found runnable in."""
+    if s1 is None or elapsed <= 0:
+        return seen_runnable, None
+    tick = os.sysconf("SC_CLK_TCK")
+    if s0 is None or s0.start != s1.start:  # born meanwhile: its whole life is inside the interval
+        s0 = TaskSample(s1.tid, s1.name, "S", s1.start, 0, 0, 0)
+        elapsed = max(min(elapsed, up - s1.start / tick), 1 / tick)
+    if None in (s0.run_ns, s1.run_ns, s0.wait_ns, s1.wait_ns):  # no schedstat: CPU time only
+        wanted, waited = min(1.0, (s1.ticks - s0.ticks) / (elapsed * tick)), None
+    else:
+        ns = elapsed * 1e9
+        waited = min(1.0, max(0.0, (s1.wait_ns - s0.wait_ns) / ns))  # type: ignore[operator]
+        wanted = min(1.0, max(0.0, (s1.run_ns - s0.run_ns) / ns + waited))  # type: ignore[operator]
+    return (wanted if seen_runnable is None else max(wanted, seen_runnable)), waited
+
+
+def _thread(row: ThreadRow, s0: TaskSample | None, s1: TaskSample | None, elapsed: float, up: float, pub: Any,
             seen_runnable: float | None) -> ThreadState:
-    wanted = waited = None
-    if s0 is not None and s1 is not None and s0.start == s1.start and elapsed > 0:
-        if s0.run_ns is not None and s1.run_ns is not None and s0.wait_ns is not None and s1.wait_ns is not None:
-            ns = elapsed * 1e9
-            waited = min(1.0, max(0.0, (s1.wait_ns - s0.wait_ns) / ns))
-            wanted = min(1.0, max(0.0, (s1.run_ns - s0.run_ns) / ns + waited))
-        else:  # no schedstat: CPU time only (a thread waiting for a CPU is not seen waiting)
-            wanted = min(1.0, (s1.ticks - s0.ticks) / (elapsed * os.sysconf("SC_CLK_TCK")))
-        if seen_runnable is not None:  # found runnable this often: it wanted a CPU at least so much
-            wanted = max(wanted, seen_runnable)
+    wanted, waited = _wanted(s0, s1, elapsed, up, seen_runnable)
     if row.inferred:
         how = "inferred"
     elif pub is not None and pub.pin(row.tid, row.start) is not None:
@@ -239,10 +256,10 @@ def _thread(row: ThreadRow, s0: TaskSample | None, s1: TaskSample | None, elapse
 def _process(bmap: BindMap, before: Any, after: Any, elapsed: float, topo: Topology,
              runnable: dict[int, float] | None) -> ProcessState:
     pid, notes = bmap.pid, list(bmap.notes)
-    s0, t0, _ = before if before is not None else ({}, None, None)
-    s1, t1, quota = after
+    s0, t0, _, _ = before if before is not None else ({}, None, None, 0.0)
+    s1, t1, quota, up = after
     pub = bmap.publication if pid != os.getpid() else publication.current()
-    threads = tuple(_thread(r, s0.get(r.tid), s1.get(r.tid), elapsed, pub,
+    threads = tuple(_thread(r, s0.get(r.tid), s1.get(r.tid), elapsed, up, pub,
                             None if runnable is None else runnable.get(r.tid, 0.0)) for r in bmap.rows)
     cpuset = cgroup.cpuset_cpus(pid=str(pid))
     allowed = (cpuset & topo.cpuset if cpuset else topo.cpuset) or topo.cpuset

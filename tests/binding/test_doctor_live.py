@@ -129,3 +129,35 @@ def test_a_clean_job_says_what_was_checked():
     last = found.text().splitlines()[-1]
     assert last.startswith("no finding: checked 1 process (4 threads, 1 runnable over ")
     assert "runnable threads against CPUs" in last and "OpenMP runtimes (0 loaded)" in last
+
+
+def test_in_process_during_a_call_counts_the_threads_that_call_runs():
+    """``affinity.doctor(during=work)``: this process sampled while ``work()`` runs
+    (``len(mask) + 1`` threads hashing: one more than the CPUs), not before or after."""
+    import hashlib
+    import threading
+
+    n = len(MINE) + 1
+    data, stop, tids, busy = b"x" * (1 << 20), threading.Event(), [], []
+
+    def spin():
+        tids.append(threading.get_native_id())
+        while not stop.is_set():
+            hashlib.sha256(data).digest()
+
+    def work():
+        busy.extend(threading.Thread(target=spin) for _ in range(n))
+        for t in busy:
+            t.start()
+        stop.wait(0.4)
+
+    try:
+        found = doctor(during=work)
+        assert found.snapshot.roots == (os.getpid(),) and found.snapshot.interval >= 0.4
+        f = _only(found, "oversubscribed")
+        assert set(tids) <= set(dict(f.facts)["tids"]), f.text()
+    finally:
+        stop.set()
+        for t in busy:
+            t.join()
+    assert "affinity-doctor" not in [t.name for t in threading.enumerate()]
