@@ -46,6 +46,7 @@ _LAZY = {
     "pinned": "binding.apply",
     "Binding": "binding.apply",
     "report": "binding.bindmap",
+    "doctor": "binding.doctor",
     "plan": "binding.here",
     "plan_env": "binding.here",
     "Plan": "planning.planner",
@@ -94,6 +95,7 @@ if TYPE_CHECKING:  # pragma: no cover - the same names as _LAZY (tests/test_api_
 
     from .binding.apply import Binding, apply, pinned
     from .binding.bindmap import report
+    from .binding.doctor import doctor
     from .errors import (AccessDenied, AffinityError, AffinityWarning, ArgumentTypeError, BindError, CannotExecute,
                          CommandError, EngineError, ForeignTopologyError, FrozenInstanceError, MalformedValue,
                          MaskNarrowedError,

@@ -52,7 +52,7 @@ from ..planning.launchers import LocalRank
 from ..planning.planner import DEFAULT_RUNTIME
 from ..record import field, record, replace
 from . import blas as _blas
-from . import numa, registry
+from . import numa, publication, registry
 from . import openmp as _omp
 from . import ort as _ort
 from . import ov as _ov
@@ -263,6 +263,7 @@ class Binding:
         self.active = False
         errors.extend(_repin_enclosing_teams())
         errors.extend(_repin_enclosing_pins(snap))
+        publication.sync()  # publish: the bind map without this binding (the file removed with the last)
         if errors:
             warnings.warn("affinity: restore was incomplete: " + "; ".join(errors), AffinityWarning,
                           stacklevel=2)
@@ -307,6 +308,7 @@ class Binding:
     def _pin(self, masks: Mapping[int, frozenset[int]]) -> None:
         if masks:
             _threads.set_threads_affinity(masks)
+            publication.changed(self)  # publish: pins added after apply() (pools found later)
 
     def _see(self, tids: Iterable[int]) -> None:
         """Record threads this binding pinned, by TID and start (:meth:`refresh`
@@ -589,7 +591,8 @@ def _apply(request: Request, topology: Topology | None, modes: _Modes) -> Bindin
         raise
     _note_env_changes(snap, env_before)
     registry.add(b)
-    for n in b.notes:
+    publication.sync()  # publish: this process's bind map, for `affinity show/doctor PID` elsewhere
+    for n in b.notes:  # the decision's warnings first: what the runtime itself would print (a typo binds nothing)
         warnings.warn(f"affinity: {n}", AffinityWarning, stacklevel=_caller_level())
     b.notes.extend(d.notices)  # notes, no warning: a launcher's binding followed, torchrun's default
     b.notes.extend(d.notes)

@@ -48,7 +48,7 @@ from typing import Any, TypeVar
 
 from ..record import replace
 
-__all__ = ["active", "add", "applying", "critical", "exported", "release", "remove"]
+__all__ = ["active", "add", "applied_here", "applying", "critical", "exported", "release", "remove"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -68,6 +68,14 @@ def active() -> list[Any]:
     """The bindings applied and not yet restored, oldest first."""
     with _lock:
         return list(_active)
+
+
+def applied_here() -> list[Any]:
+    """The active bindings applied by this process, oldest first (a child forked inside
+    a block lists its parent's as active, but they are not its own)."""
+    me = os.getpid()
+    with _lock:
+        return [b for b in _active if _process.get(id(b)) == me]
 
 
 def _fresh_locks_in_child() -> None:

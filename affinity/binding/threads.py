@@ -35,6 +35,7 @@ from ..machine.topology import Topology
 from ..record import record
 
 __all__ = [
+    "TaskSample",
     "ThreadInfo",
     "current_tid",
     "get_affinity",
@@ -43,6 +44,7 @@ __all__ = [
     "set_affinity",
     "set_process_affinity",
     "set_threads_affinity",
+    "task_samples",
 ]
 
 
@@ -504,4 +506,53 @@ def task_stats(pid: int | None = None, tids: Iterable[int] | None = None) -> dic
         close = raw.rindex(b")")
         name = raw[raw.index(b"(") + 1:close].decode("utf-8", "surrogateescape")
         out[int(tid)] = (name, int(raw[close + 2:].split()[19]))
+    return out
+
+
+@record
+class TaskSample:
+    """One thread of any process at one moment: what :func:`task_samples` reads."""
+
+    tid: int
+    name: str
+    state: str  #: ``R`` running or runnable, ``S`` sleeping, ``D`` in I/O... (``stat`` field 3)
+    start: int  #: clock ticks since boot (see :func:`task_starts`)
+    run_ns: int | None  #: time on a CPU so far (``schedstat``); None where the kernel keeps none
+    wait_ns: int | None  #: time runnable but waiting for a CPU so far (``schedstat``: the run queue,
+    #: a CFS quota's throttled periods included)
+    ticks: int  #: user + system time so far, in clock ticks (``stat``)
+
+
+def task_samples(pid: int | None = None, tids: Iterable[int] | None = None) -> dict[int, TaskSample]:
+    """``{tid: TaskSample}`` of the threads of process ``pid`` (default: this one; or
+    only ``tids``): state, CPU time and time spent waiting for a CPU, from each
+    thread's ``stat`` and ``schedstat``.  Threads that exit while it reads are left
+    out.  Two samples some time apart tell how much CPU each thread wanted
+    (ran + waited) in between: what ``affinity doctor`` counts as runnable.
+
+    What it cannot do: ``schedstat`` exists only on kernels built with
+    ``CONFIG_SCHED_INFO`` (most distributions'); without it ``run_ns`` and
+    ``wait_ns`` are None and only the state tells a runnable thread."""
+    where = "self" if pid is None else str(int(pid))
+    out = {}
+    for tid in (task_ids(pid) if tids is None else tids):
+        base = f"/proc/{where}/task/{tid}"
+        try:
+            with open(f"{base}/stat", "rb") as fh:
+                raw = fh.read(4096)
+        except OSError:
+            continue  # exited meanwhile
+        close = raw.rindex(b")")
+        name = raw[raw.index(b"(") + 1:close].decode("utf-8", "surrogateescape")
+        rest = raw[close + 2:].split()  # rest[0] is field 3 (state); field N is rest[N - 3]
+        run: int | None = None
+        wait: int | None = None
+        try:
+            with open(f"{base}/schedstat", "rb") as fh:
+                words = fh.read(256).split()
+            run, wait = int(words[0]), int(words[1])
+        except (OSError, ValueError, IndexError):
+            pass
+        out[int(tid)] = TaskSample(int(tid), name, rest[0].decode("ascii", "replace"), int(rest[19]), run, wait,
+                                   int(rest[11]) + int(rest[12]))
     return out

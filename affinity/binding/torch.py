@@ -44,7 +44,7 @@ from ..cpulist import format_list, parse_list
 from ..errors import AffinityWarning, PlanError
 from ..planning.workers import WorkerLayout, worker_layout
 from ..record import field, record
-from . import registry
+from . import publication, registry
 from . import threads as _threads
 from .importwatch import ImportWatch
 from .openmp import OpenMPRuntime
@@ -434,6 +434,7 @@ def _place_this_worker(worker_id: int, workers: int) -> WorkerBinding:
     pins = {t: WorkerPin(t, "dataloader-worker", cpus, worker_id) for t in _threads.task_ids()}
     wb = WorkerBinding(cpus, worker_id, pins, env)
     registry.add(wb)
+    publication.sync()  # publish: this worker's place, for `affinity show/doctor` of its job
     return wb
 
 

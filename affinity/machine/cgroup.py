@@ -27,7 +27,7 @@ from ..errors import SpecError, TopologyError
 from ..record import record
 
 __all__ = ["CpuQuota", "Mount", "cpu_quota", "cpuset_cpus", "default_thread_count", "mems_allowed",
-           "parse_cgroup_file", "parse_mountinfo"]
+           "parse_cgroup_file", "parse_mountinfo", "throttling"]
 
 
 @record
@@ -181,6 +181,24 @@ def _quota_at(d: str, version: int) -> CpuQuota | None:
     if quota <= 0 or period <= 0:
         return None
     return CpuQuota(quota, period, d, version)
+
+
+def throttling(directory: str) -> tuple[int, int] | None:
+    """``(nr_periods, nr_throttled)`` of the cgroup ``directory`` whose quota applies
+    (``CpuQuota.path``), from its ``cpu.stat`` (v1 and v2 write both): how many CFS
+    periods have gone by and in how many the group ran out of quota.  ``None`` when
+    the file cannot be read."""
+    text = _read(os.path.join(directory, "cpu.stat"))
+    if text is None:
+        return None
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key in ("nr_periods", "nr_throttled") and value.strip().isdigit():
+            found[key] = int(value)
+    if len(found) != 2:
+        return None
+    return found["nr_periods"], found["nr_throttled"]
 
 
 def _number(text: str, d: str, name: str) -> int:

@@ -262,7 +262,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         return cmd_show_ranks(args, _write_picture)
 
     try:
-        bmap = report(args.pid)
+        bmap = report(args.pid, children=args.pid is not None)
     except FileNotFoundError:
         print(f"affinity show: error: no process {args.pid}", file=sys.stderr)
         return 1
@@ -270,7 +270,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.picture:
         from ..machine.topology import Topology  # lazy: a command loads only its own layers
 
-        rows = list(bmap.rows)
+        rows = [r for m in _with_children(bmap) for r in m.rows]
         from .picture import ROLES  # lazy: a command loads only its own layers
 
         alias = {"torch-intra": "tf-intra", "torch-inter": "tf-inter",  # drawn in the pools' colours
@@ -278,7 +278,15 @@ def cmd_show(args: argparse.Namespace) -> int:
         roles = [r.role if r.role in ROLES else alias.get(r.role, "other") for r in rows]
         _write_picture(args.picture, Topology.from_system(), [r.actual for r in rows], roles=roles,
                        title=f"pid {bmap.pid}: {_plural(len(rows), 'thread')}")
-    return 1 if bmap.mismatches else 0
+    return 1 if any(m.mismatches for m in _with_children(bmap)) else 0
+
+
+def _with_children(bmap: Any) -> list[Any]:
+    """A bind map and its children's, depth first."""
+    out = [bmap]
+    for c in bmap.children:
+        out += _with_children(c)
+    return out
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -416,13 +424,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     _add_plan_parser(sub)
 
-    p = sub.add_parser("show", help="the bind map of a process: every thread, its mask, CPU and node")
-    p.add_argument("pid", nargs="?", type=positive, default=None, help="process id (default: this one)")
+    p = sub.add_parser("show", help="the bind map of a process: every thread, its mask, CPU and node, its role (as "
+                                    "a process bound by affinity published it, else inferred), its child processes")
+    p.add_argument("pid", nargs="?", type=positive, default=None,
+                   help="process id (default: this one); its child processes are shown under it")
     p.add_argument("--json", action="store_true")
     p.add_argument("--picture", metavar="FILE", default=None, type=_picture_path,
                    help="draw the live process (.svg or .png)")
     _ranks_args("add_show_args", p)
     p.set_defaults(func=cmd_show)
+
+    from .doctor import add_doctor_parser  # lazy: a command loads only its own layers
+
+    add_doctor_parser(sub, positive)
 
     p = sub.add_parser("bench", help="tf_cnn_benchmarks-style TensorFlow workload on synthetic data")
     p.add_argument("--model", choices=["resnet50", "small_cnn", "matmul"], default="small_cnn")
@@ -434,6 +448,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="apply this KMP_AFFINITY-style plan before TensorFlow starts")
     p.add_argument("--threads", type=int, default=None, help="team size for --pin")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--hold", action="store_true",
+                   help="after the timed batches, print {\"holding\": PID} and keep running until standard input "
+                        "ends (a live job for 'affinity doctor PID')")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("demo", help="the main job end to end (what 'make demo' runs)")

@@ -19,6 +19,11 @@ the marker nor the fixture runs as if it were not there.
   default) so that the bindings of one test sit side by side, with the plan and the
   machine's topology in ``extra_info["affinity"]``.
 
+* the fixture ``affinity_doctor`` checks placement (:func:`affinity.doctor`):
+  ``affinity_doctor()`` returns the :class:`~affinity.planning.doctor.values.Diagnosis`
+  of this process (or of PIDs), ``affinity_doctor.assert_clean(during=step)`` fails
+  the test with each finding's evidence and fix when one is an error.
+
 The cases are parametrized under the name ``affinity_binding``: ``-k scatter`` selects
 one binding, ``--benchmark-group-by=param:affinity_binding`` puts each binding's tests
 together instead.  See ``docs/pytest.md``.
@@ -34,12 +39,14 @@ from typing import Any
 
 import pytest
 
-__all__ = ["FIXTURE", "MARKER", "affinity_binding"]
+__all__ = ["DOCTOR_FIXTURE", "Doctor", "FIXTURE", "MARKER", "affinity_binding", "affinity_doctor"]
 
 #: the marker's name: ``@pytest.mark.affinity(*specs, **pinned_keywords)``
 MARKER = "affinity"
 #: the fixture, and the parameter each case is parametrized under
 FIXTURE = "affinity_binding"
+#: the fixture that checks where this process's threads and memory are
+DOCTOR_FIXTURE = "affinity_doctor"
 #: the report section that carries the bind map of a failing case
 SECTION = "affinity bind map"
 
@@ -109,6 +116,46 @@ def affinity_binding(request: pytest.FixtureRequest) -> Iterator[Any]:
         if _BINDING in request.node.stash:
             del request.node.stash[_BINDING]
         block.__exit__(None, None, None)
+
+
+class Doctor:
+    """The ``affinity_doctor`` fixture: :func:`affinity.doctor` for a test.
+
+    ``affinity_doctor(*pids, interval=0.2, during=None)`` returns the diagnosis
+    (default: this process, sampled ``interval`` seconds or while ``during()`` runs);
+    ``affinity_doctor.assert_clean(...)`` also fails the test, in one report listing
+    each finding's evidence and fix, when a finding is an error (``warnings=True``:
+    any finding) whose kind is not in ``allow``.
+
+    Examples
+    --------
+    >>> def test_training_step_is_placed(affinity_doctor):     # doctest: +SKIP
+    ...     affinity.apply()
+    ...     affinity_doctor.assert_clean(during=lambda: train_step(batch))
+    """
+
+    def __init__(self, doctor: Any):
+        self._doctor = doctor
+
+    def __call__(self, *pids: int, interval: float = 0.2, during: Any = None, children: bool = True) -> Any:
+        return self._doctor(*pids, interval=interval, during=during, children=children)
+
+    def assert_clean(self, *pids: int, allow: tuple[str, ...] = (), warnings: bool = False, interval: float = 0.2,
+                     during: Any = None, children: bool = True) -> Any:
+        found = self(*pids, interval=interval, during=during, children=children)
+        bad = [f for f in found.findings if f.kind not in allow and (warnings or f.severity == "error")]
+        if bad:
+            pytest.fail("affinity doctor: " + f"{len(bad)} finding{'s' if len(bad) != 1 else ''}\n"
+                        + "\n".join(f.text() for f in bad) + f"\n({found.checked})", pytrace=False)
+        return found
+
+
+@pytest.fixture
+def affinity_doctor() -> Doctor:
+    """:class:`Doctor`: check this process's placement (or other processes') in a test."""
+    from ..binding.doctor import doctor  # lazy: the compiled core loads only when a test asks for it
+
+    return Doctor(doctor)
 
 
 def _enter(pinned: Any, spec: Any, keywords: dict[str, Any]) -> tuple[Any, Any]:

@@ -9,14 +9,18 @@ runs it once, ``workload(pinned)``, and returns its result.
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from ..record import record
 from .tune_report import Comparison, compare
 
-__all__ = ["Row", "measure_row", "row_text"]
+__all__ = ["Row", "hold_running", "measure_row", "row_text"]
 
 
 @record
@@ -72,3 +76,13 @@ def row_text(row: Row, unit: str = "images/sec") -> list[str]:
             f"  defaults:          {side(row.defaults)}",
             f"  pinned:            {side(row.pinned)}",
             f"  pinned / defaults: {row.comparison.verdict}"]
+
+
+def hold_running(step: Callable[[], Any]) -> None:
+    """Print ``{"holding": PID}`` and run ``step()`` until standard input ends: a
+    workload kept running for ``affinity doctor PID`` to look at (``--hold``)."""
+    done = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+    print(json.dumps({"holding": os.getpid()}), flush=True)
+    while not done.is_set():
+        step()

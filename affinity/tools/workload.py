@@ -26,6 +26,7 @@ from ..binding.apply import apply
 from ..binding.bindmap import report
 from ..planning.spec import DEFAULT_SPEC
 from ..record import asdict, field, record
+from .rows import hold_running
 
 MODELS = ("resnet50", "small_cnn", "matmul")
 
@@ -84,13 +85,17 @@ def _build(tf: Any, model: str, batch: int) -> tuple[Any, Any, Any]:
 
 def run(model: str = "small_cnn", *, batch_size: int = 32, num_batches: int = 20, num_warmup: int = 2,
         forward_only: bool = True, pin: str | None = None, threads: int | None = None,
-        out: TextIO | None = None) -> BenchResult:
+        out: TextIO | None = None, hold: bool = False) -> BenchResult:
     """Run the workload in this process and return its throughput.
 
     ``pin``: a spec applied with :func:`affinity.apply` *before* TensorFlow starts
     (the pools are then sized and pinned by the plan).  Without it, TensorFlow's
     defaults are used.  TensorFlow can only be configured once per process: run
     each configuration in its own process (``python -m affinity bench ...``).
+
+    ``hold``: after the timed batches, print ``{"holding": PID}`` and keep running
+    batches until standard input reaches its end (a live job for ``affinity doctor
+    PID`` and ``affinity show PID`` to look at).
     """
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
@@ -146,6 +151,8 @@ def run(model: str = "small_cnn", *, batch_size: int = 32, num_batches: int = 20
     say("-" * 64)
     say(f"total images/sec: {total:.2f}")
     say("-" * 64)
+    if hold:
+        hold_running(step)
     bmap = binding.report() if binding is not None else report()
 
     pools = binding.tf_state if binding is not None else _tf.find_running_pools()
@@ -167,7 +174,7 @@ def recommend(topology: Any) -> tuple[str, int]:
 def main_cli(args: Any) -> int:
     res = run(args.model, batch_size=args.batch_size, num_batches=args.num_batches,
               num_warmup=args.num_warmup_batches, forward_only=args.forward_only, pin=args.pin,
-              threads=args.threads, out=None if args.json else sys.stdout)
+              threads=args.threads, out=None if args.json else sys.stdout, hold=args.hold)
     if args.json:
         print(json.dumps(res.to_dict()))
     else:

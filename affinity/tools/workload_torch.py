@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .rows import measure_row, row_text
+from .rows import hold_running, measure_row, row_text
 
 __all__ = ["demo_rows", "main", "run_workload"]
 
@@ -64,7 +64,7 @@ class _Images:
         return img, i % 10
 
 
-def _infer(torch: Any, batch: int, batches: int) -> float:
+def _infer(torch: Any, batch: int, batches: int, hold: bool = False) -> float:
     net = _model(torch).eval()
     x = torch.randn(batch, 3, IMAGE, IMAGE)
     with torch.no_grad():
@@ -73,7 +73,10 @@ def _infer(torch: Any, batch: int, batches: int) -> float:
         t0 = time.perf_counter()
         for _ in range(batches):
             net(x)
-        return batch * batches / (time.perf_counter() - t0)
+        ips = batch * batches / (time.perf_counter() - t0)
+        if hold:
+            hold_running(lambda: net(x))
+        return ips
 
 
 def _train(torch: Any, batch: int, batches: int, workers: int) -> float:
@@ -93,8 +96,10 @@ def _train(torch: Any, batch: int, batches: int, workers: int) -> float:
 
 
 def run_workload(*, train: bool = False, batch: int = 32, batches: int = 20, workers: int = 2,
-                 pin: str | None = None, threads: int | None = None) -> dict[str, Any]:
-    """Run the workload in this process (``pin``: ``apply()`` before ``import torch``)."""
+                 pin: str | None = None, threads: int | None = None, hold: bool = False) -> dict[str, Any]:
+    """Run the workload in this process (``pin``: ``apply()`` before ``import torch``;
+    ``hold``: inference only, keep running it after the timed batches until standard
+    input ends -- :func:`affinity.tools.workload.hold_running`)."""
     binding = None
     if pin is not None:
         from ..binding.apply import apply  # lazy: the card's line, affinity first, then torch
@@ -102,7 +107,7 @@ def run_workload(*, train: bool = False, batch: int = 32, batches: int = 20, wor
         binding = apply(pin, threads=threads, dataloader_workers=workers if train else None)
     import torch  # noqa: PLC0415  (after apply(), on purpose)
 
-    ips = _train(torch, batch, batches, workers) if train else _infer(torch, batch, batches)
+    ips = _train(torch, batch, batches, workers) if train else _infer(torch, batch, batches, hold)
     out = {"images_per_sec": ips, "train": train, "batch": batch, "batches": batches,
            "loader_workers": workers if train else 0, "intra_op_threads": torch.get_num_threads(),
            "inter_op_threads": torch.get_num_interop_threads(), "pinned": pin,
@@ -121,9 +126,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--pin", metavar="SPEC", default=None, help="affinity.apply(SPEC) before import torch")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--hold", action="store_true",
+                    help="inference: after the timed batches, print {\"holding\": PID} and keep running until "
+                         "standard input ends (a live job for 'affinity doctor PID')")
     a = ap.parse_args(argv)
     out = run_workload(train=a.train, batch=a.batch_size, batches=a.num_batches, workers=a.loader_workers,
-                       pin=a.pin, threads=a.threads)
+                       pin=a.pin, threads=a.threads, hold=a.hold)
     print(json.dumps(out) if a.json else f"total images/sec: {out['images_per_sec']:.2f}")
     return 0
 

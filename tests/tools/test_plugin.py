@@ -232,3 +232,66 @@ def test_marker_typos_fail_and_warnings_point_at_the_marker(tmp_path: Path):
     assert "test_markers.py:9: AffinityWarning" in warned, warned
     assert 'parameter invalid, ignoring "compakt"' in warned
     assert "test_markers.py:14: AffinityWarning" in warned and "oversubscribes" in warned, warned
+
+
+DOCTOR_TESTS = r'''
+import ctypes, os, warnings
+import affinity
+
+LIBGOMP = os.environ["DOCTOR_LIBGOMP"]
+ALL = os.sched_getaffinity(0)
+
+
+def test_placed(affinity_doctor):
+    found = affinity_doctor.assert_clean()
+    assert found.ok and found.snapshot.processes[0].pid == os.getpid()
+
+
+def test_binding_undone(affinity_doctor):
+    ctypes.CDLL(LIBGOMP)                      # an OpenMP runtime: apply() pins its team, main as member 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        b = affinity.apply(threads=2)
+    try:
+        os.sched_setaffinity(0, ALL)          # something puts the whole mask back
+        affinity_doctor.assert_clean()
+    finally:
+        b.restore()
+
+
+def test_binding_undone_allowed(affinity_doctor):
+    ctypes.CDLL(LIBGOMP)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        b = affinity.apply(threads=2)
+    try:
+        os.sched_setaffinity(0, ALL)
+        found = affinity_doctor.assert_clean(allow=("binding-undone",))
+        assert found.kinds() == ["binding-undone"]
+    finally:
+        b.restore()
+'''
+
+
+def test_doctor_fixture_fails_a_test_with_each_findings_evidence_and_fix(tmp_path: Path):
+    """``affinity_doctor.assert_clean()``: a test whose binding was undone fails with the
+    finding's evidence and fix; one clean, or allowing that kind, passes."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 CPUs in this process's mask")
+    from helpers.doctorjob import torch_libgomp
+
+    from affinity.cpulist import format_list
+
+    (tmp_path / "test_doctor_user.py").write_text(DOCTOR_TESTS)
+    os.environ["DOCTOR_LIBGOMP"] = torch_libgomp()
+    try:
+        r = _pytest(tmp_path, "-q", "--junitxml=junit.xml")
+    finally:
+        del os.environ["DOCTOR_LIBGOMP"]
+    assert _outcomes(tmp_path / "junit.xml") == {"test_placed": "passed", "test_binding_undone": "failure",
+                                                  "test_binding_undone_allowed": "passed"}, r.stdout[-4000:]
+    report = r.stdout.split("test_binding_undone ", 1)[-1]
+    assert "affinity doctor: 1 finding" in report and "error binding-undone: pid " in report
+    mine = os.sched_getaffinity(0)
+    assert f"[main 0 python] was bound to {{{min(mine)}}} by affinity, now on {{{format_list(mine)}}}" in report
+    assert "fix: affinity.apply('granularity=fine,compact,1,0', threads=2) again after the call" in report

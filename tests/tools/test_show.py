@@ -45,8 +45,11 @@ def test_show_pid_finds_tensorflows_pools_as_the_process_itself_does():
     intra = [(row["tid"], row["index"]) for row in rows if row["role"] == "tf-intra"]
     assert intra == [(tid, i) for i, tid in enumerate(mine["intra"])]
     assert sorted(row["tid"] for row in rows if row["role"] == "tf-inter") == sorted(mine["inter"])
-    lines = [line for line in text.splitlines() if line.startswith("affinity: pid")]
+    lines = [line for line in text.splitlines() if line.startswith(f"affinity: pid {mine['pid']} tid ")]
     assert lines and all(" last ran on cpu " in line for line in lines)
+    # bound by affinity.apply(), the process published its roles: shown as said, not inferred
+    assert text.startswith(f"affinity: pid {mine['pid']} roles as it published them (")
+    assert not any(row["inferred"] for row in rows if row["role"].startswith("tf-"))
 
 
 @pytest.mark.parametrize("pid", [1.9, True, -1, 0, "1"])
