@@ -53,7 +53,8 @@ def oversubscribed(snap: Snapshot) -> list[Finding]:
     The CPU sets looked at are each runnable thread's mask and the union of them all:
     for each, the runnable threads kept inside it against its capacity.  A thread is
     runnable when it ran or waited for a CPU at least half the time sampled
-    (``schedstat``, throttled periods included).
+    (``schedstat``, throttled periods included); under a CFS quota, a cgroup throttled
+    in at least half the periods sampled is one whose threads wanted more than it gives.
 
     What it cannot do: threads of processes that were not asked about are not
     counted (other users' load makes ours wait, but is not ours to fix)."""
@@ -67,7 +68,7 @@ def oversubscribed(snap: Snapshot) -> list[Finding]:
         quota = _quota_of([p for p, _ in members])
         cap = capacity(cpus, quota)
         demand = sum(t.wanted if t.wanted is not None else 1.0 for _, t in members)
-        if len(members) > cap and demand > cap + _SLACK:
+        if len(members) > cap and (demand > cap + _SLACK or (quota is not None and _mostly_throttled(members))):
             scored.append((demand / cap, len(cpus), cpus, members, cap, quota, demand))
     scored.sort(key=lambda s: (-s[0], s[1]))
     out, covered = [], set()
@@ -116,6 +117,14 @@ def _fewer_threads(procs: list[ProcessState], cap: int) -> str:
         return f"{run_line(procs[0], f'--instances {len(procs)}')} (the CPUs divided, each copy sized to its share)"
     each = max(1, cap // len(procs))
     return "; ".join(run_line(p, f"--threads {each}") for p in procs[:4]) + f" ({cap} threads together, {each} each)"
+
+
+def _mostly_throttled(members: list[tuple[ProcessState, ThreadState]]) -> bool:
+    """The quota's cgroup was throttled in at least half the periods sampled: its threads
+    wanted more CPU time than the quota gives (time throttled is neither run nor waited
+    in ``schedstat``, so their demand alone reads low)."""
+    t = next((p.throttled for p, _ in members if p.throttled is not None), None)
+    return t is not None and t[0] > 0 and t[1] / t[0] >= 0.5
 
 
 def _throttled(procs: list[ProcessState]) -> str:
