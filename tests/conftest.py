@@ -51,7 +51,7 @@ def who(request, shared):
 #: test modules whose every test starts PyTorch in a fresh process (seconds each, like the
 #: tf-marked ones): marked ``torch``, which ``make check`` leaves out (``make test`` runs them)
 TORCH_MODULES = ("test_torch.py", "test_torch_workload.py", "test_torchrun.py", "test_runtimes.py",
-                 "test_auto_runtime.py", "test_torch_run.py")
+                 "test_auto_runtime.py", "test_torch_run.py", "test_overlap_torch.py")
 #: the tuner's end-to-end runs of `affinity tune -- CMD` (several real trials each, 2-15 s):
 #: marked ``slow``, which ``make check`` leaves out (``make test`` runs them)
 SLOW_TUNER_RUNS = ("test_pruned_trials_are_never_finalists", "test_two_tuners_on_one_study",

@@ -81,13 +81,16 @@ class Pin:
 class _Snapshot:
     """What :meth:`Binding.restore` puts back: every thread's mask, the process mask
     (for threads created since), the calling thread's memory policy, the value of
-    every environment variable changed (``None``: was unset), OpenMP team sizes."""
+    every environment variable changed (``None``: was unset), OpenMP team sizes, and
+    what a framework adapter changed (``held``)."""
 
     masks: dict[int, frozenset[int]]
     process_mask: frozenset[int]
     mempolicy: Any
     env: dict[str, str | None] = field(default_factory=dict)
     omp_threads: dict[str, int] = field(default_factory=dict)
+    #: what a framework adapter changed, by name (:func:`.registry.hold`): its value before
+    held: dict[str, Any] = field(default_factory=dict)
     omp_known: frozenset[str] = frozenset()  #: OpenMP runtimes loaded at apply()
     #: when each thread of ``masks`` started (:func:`~.threads.task_starts`): a TID
     #: the kernel gave to a new thread since is not the thread whose mask was saved
@@ -221,7 +224,10 @@ class Binding:
                 with contextlib.suppress(Exception):
                     rt.set_num_threads(snap.omp_threads[rt.path])
         for hook in reversed(self._hooks):
-            hook.remove()
+            if isinstance(hook, _torch.TorchAdapter):
+                hook.remove(snap.held)  # it puts back only what ``held`` says is its own
+            else:
+                hook.remove()
         self._hooks.clear()
         for k, v in snap.env.items():
             if v is None:
