@@ -224,7 +224,7 @@ class Binding:
                 with contextlib.suppress(Exception):
                     rt.set_num_threads(snap.omp_threads[rt.path])
         for hook in reversed(self._hooks):
-            if isinstance(hook, _torch.TorchAdapter):
+            if getattr(hook, "holds", False):
                 hook.remove(snap.held)  # it puts back only what ``held`` says is its own
             else:
                 hook.remove()
@@ -690,7 +690,7 @@ def _tensorflow_imported(b: Binding) -> None:
         if _tf.is_running():  # something started it during the import itself
             _attach_tensorflow(b, start=False)
             return
-        b._hooks.append(_tf.PoolSizes())  # put back at restore if no op started the runtime
+        b._hooks.append(_tf.PoolSizes(b))  # put back at restore if no op started the runtime
         _tf.set_pool_sizes(b.intra_op_threads, b.inter_op_threads)
         b._hooks.append(_tf.on_runtime_start(lambda state: _tensorflow_started(b, state)))
     except Exception as e:  # noqa: BLE001 - never break the user's import

@@ -230,6 +230,7 @@ class TorchAdapter:
     prevented: tuple[str, ...] = ()  #: our variables hidden from libgomp while torch loaded
     _watch: Any = field(default=None, repr=False)
     _loader_patch: Any = field(default=None, repr=False)
+    holds = True  #: its :meth:`remove` takes the pieces its binding still holds (a class constant)
 
     # ---- lifecycle
     def owns(self, rt: Any) -> bool:
