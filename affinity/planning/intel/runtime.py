@@ -249,8 +249,21 @@ def _apply_kmp_affinity(st: RuntimeSettings, v: KmpAffinity, raw: str, diagnosti
         st.offset = v.offset or 0
     elif v.type in ("logical", "physical"):
         st.offset = v.offset or 0
+    _refuse_wrapped(st, raw)
     if v.proclist is not None:
         st.proclist = v.proclist
+
+
+def _refuse_wrapped(st: RuntimeSettings, raw: str) -> None:
+    """A permute or offset LLVM's libomp read as a negative C ``int`` (2147483648 and
+    up wrap around): its compact sort then compares sub-ids at negative indexes and
+    its first place is a negative index -- memory outside its tables, not a
+    placement -- so it is refused, not guessed (a permute of -2**31 also made the
+    planner's sort key 2**31 entries long)."""
+    for what, value in (("permute", st.compact), ("offset", st.offset)):
+        if value < 0:
+            raise PlanError(f"KMP_AFFINITY={raw!r}: LLVM's libomp 19 reads the {what} as a C int that wraps "
+                            f"around to {value}, then indexes its tables with it (undefined: not planned)")
 
 
 def _apply_omp_places(st: RuntimeSettings, v: OmpPlaces, raw: str, diagnostics: list[Diagnostic]) -> None:
