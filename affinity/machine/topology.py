@@ -741,8 +741,10 @@ def _check_xml_syntax(path: str, data: bytes) -> int:
         raise TopologyError(f"not well-formed XML: {e}", path, line) from None
     if root.tag != "topology":
         raise TopologyError(f"root element is <{root.tag}>, not an hwloc <topology>", path, 1)
+    pus = sum(1 for o in root.iter("object") if o.get("type") == "PU")
+    _check_size(pus, path)  # (the count first: it says more than the first index out of range)
     _check_xml_indexes(path, data)
-    return sum(1 for o in root.iter("object") if o.get("type") == "PU")
+    return pus
 
 
 #: the objects whose ``os_index`` hwloc sets as a bit of a bitmap, and the bound of each

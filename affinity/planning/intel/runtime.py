@@ -51,6 +51,10 @@ VARIABLES = tuple(sorted(SETTINGS_VARIABLES + LIMIT_VARIABLES))
 #: process cannot create more (vm.max_map_count = 65530 mappings, two per
 #: thread stack), and the runtime aborts (``OMP: Error #34``) or crashes.
 MAX_TEAM = 32768
+#: The most places an explicit place list may make before the planner refuses
+#: (``{0}:2147483647:0`` makes as many places as its count, each one CPU mask in the
+#: runtime); libgomp refuses a list of more than this many itself.
+MAX_PLACES = 65536
 
 
 @record(frozen=False)
@@ -142,6 +146,7 @@ def process_env(env: Mapping[str, str], strict: bool,
     st.device_limit, st.cg_limit = read_limits(env, lambda name, text: said.setdefault(name, []).append(text),
                                                strict, libiomp5=dialect is INTEL)
     _fill_defaults(st)
+    _explicit_list_as_read(st, env, values)
     if dialect is not INTEL:
         return st, [t for name in sorted(said) for t in said[name]], values
     st.late_texts = tuple(t for name in sorted(said) if name not in _FIRST_READ for t in said[name])
@@ -170,6 +175,44 @@ def _rival(name: str, present: set[str], aff_notype: bool) -> str | None:
         if r in present:
             return r
     return None
+
+
+def _explicit_list_as_read(st: RuntimeSettings, env: Mapping[str, str], values: Mapping[str, Any]) -> None:
+    """The runtime keeps one explicit list as text -- ``KMP_AFFINITY``'s proclist, or
+    an ``OMP_PLACES`` list read after a typeless ``KMP_AFFINITY=proclist=[...]``,
+    which replaces it -- and parses it at initialization in the grammar of the
+    binding (``__kmp_aux_affinity_initialize``): a proclist under proc-bind
+    ``intel``, a place list otherwise (``OMP_PROC_BIND=true`` with a proclist;
+    an ``OMP_PLACES`` list under ``KMP_AFFINITY``'s ``intel`` binding).  A text the
+    other grammar cannot read makes libiomp5 abort (``OMP: Error #13: Assertion
+    failure``); LLVM's libomp 19 aborts whenever an ``OMP_PLACES`` list replaced a
+    proclist (it frees the proclist twice).  Probed with both runtimes: the proclist
+    ``[1]`` under ``OMP_PROC_BIND=true`` is the place ``{1}``, ``OMP_PLACES={0},{1}``
+    under ``proclist=[0]`` the proclist ``{0},{1}``; ``[1,3-5]`` as a place list and
+    ``{2:2}`` as a proclist abort."""
+    pl = st.proclist
+    if st.type != "explicit" or pl is None:
+        return
+    aff = values.get("KMP_AFFINITY")
+    if st.dialect.strict_crashes and not isinstance(pl, ProcList) and getattr(aff, "proclist", None) is not None:
+        raise PlanError(f"OMP_PLACES={env['OMP_PLACES']!r} after KMP_AFFINITY={env['KMP_AFFINITY']!r}: LLVM's "
+                        f"libomp 19 replaces the proclist with the place list and frees it twice (it aborts)")
+    intel = st.bind[0] == "intel"
+    if intel == isinstance(pl, ProcList):
+        return
+    name, text = ("KMP_AFFINITY", env.get("OMP_PLACES", "")) if intel else ("OMP_PLACES", str(pl))
+    try:
+        if intel:
+            got = parse_strict(name, f"explicit,proclist=[{text}]", st.dialect)[0].proclist
+        else:
+            got = parse_strict(name, text, st.dialect)[0].places
+    except SpecError:
+        got = None
+    if got is None:
+        what = "proclist" if intel else "place list"
+        raise PlanError(f"{text!r} is read as a {what} at initialization (proc-bind {st.bind[0]}), which it is "
+                        f"not: the runtime aborts (OMP: Error #13: Assertion failure)")
+    st.proclist = got
 
 
 def _fill_defaults(st: RuntimeSettings) -> None:
@@ -612,6 +655,9 @@ def _process_placelist(ini: _Init, places: Sequence[Place]) -> list[frozenset[in
         for i in range(count):
             if size == 0:
                 break
+            if len(out) >= MAX_PLACES:
+                raise PlanError(f"{ini.env_var}: the place list makes more than {MAX_PLACES} places ({count} "
+                                f"copies {stride} apart): the runtime builds one CPU mask per place; not planned")
             prev = frozenset(acc)
             out.append(prev)
             acc = set()
