@@ -63,7 +63,8 @@ def check_storage(storage: Any) -> Any:
         A URL that is not one, a directory, a folder that does not exist.
     TuneError
         An existing file that is not an optuna study (not SQLite, or a SQLite
-        database of something else): it is left untouched.
+        database of something else): it is left untouched; a file that cannot be
+        read, a folder this user cannot write, a directory where the lock file goes.
     """
     if storage is None or not isinstance(storage, str):
         return storage
@@ -77,14 +78,23 @@ def check_storage(storage: Any) -> Any:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise TuneUsageError(f"storage {storage!r}: folder {folder} does not exist")
+    lock = path + ".lock"
+    if os.path.isdir(lock):
+        raise TuneError(f"storage {storage!r}: {lock}, where its lock file goes, is a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise TuneError(f"storage {storage!r}: folder {folder} is not writable by this user (the study and "
+                        f"its lock file {os.path.basename(lock)} go there)")
     if os.path.exists(path) and os.path.getsize(path) > 0:
         _check_study_file(path, storage)
     return storage
 
 
 def _check_study_file(path: str, url: str) -> None:
-    with open(path, "rb") as fh:
-        head = fh.read(16)
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(16)
+    except OSError as e:
+        raise TuneError(f"storage {url}: cannot read {path}: {userfiles.why(e)}") from None
     if head != b"SQLite format 3\x00":
         raise TuneError(f"storage {url}: {path} is not a study (not a SQLite database); "
                         f"it was left untouched: give another file")
@@ -153,7 +163,13 @@ def _locked(path: str | None) -> Iterator[None]:
     if path is None:
         yield
         return
-    fd = userfiles.open_private(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)  # ours, never a symlink
+    try:
+        fd = userfiles.open_private(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)  # ours, never a symlink
+    except UnsafeFile as e:
+        raise TuneError(f"storage sqlite:///{path}: its lock file: {e}") from None
+    except OSError as e:  # (checked first by check_storage; the folder may have changed since)
+        raise TuneError(f"storage sqlite:///{path}: cannot open its lock file {path}.lock: "
+                        f"{userfiles.why(e)}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
