@@ -59,7 +59,7 @@ SLOW_TUNER_RUNS = ("test_pruned_trials_are_never_finalists", "test_two_tuners_on
                    "test_a_warm_start_uses_only_this_machines", "test_a_study_is_keyed_by",
                    "test_instances_are_copies_measured_per_copy", "test_ctrl_c_keeps_the_finished_trials",
                    "test_a_resume_reports_the_speed_up", "test_killing_the_tuner_leaves_no_process",
-                   "test_with_time_a_trial_running_twice_the_best_stops")
+                   "test_with_time_a_trial_running_twice_the_best_stops", "test_a_tuner_killed_mid_trial")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -28,7 +28,8 @@ from typing import Any
 from ..errors import TuneError, TuneUsageError, UnsafeFile
 from ..machine import userfiles
 
-__all__ = ["GRACE_S", "HEARTBEAT_S", "check_storage", "default_storage", "rdb_storage", "sqlite_path"]
+__all__ = ["GRACE_S", "HEARTBEAT_S", "check_storage", "default_storage", "owner_gone", "rdb_storage", "sqlite_path",
+           "tuner_identity"]
 
 #: seconds between two heartbeats of a running trial
 HEARTBEAT_S = 5
@@ -199,3 +200,45 @@ def rdb_storage(url: str, optuna: Any) -> tuple[Any, Any]:
         storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S,
                                              grace_period=GRACE_S)
     return storage, (lambda: _locked(path))
+
+
+# ------------------------------------------------------------------ who runs a trial
+
+def _process_start(pid: Any) -> int | None:
+    """When process ``pid`` started (``/proc/PID/stat`` field 22, clock ticks since
+    boot); None when there is no such process here."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid < 1:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+        return int(data.rsplit(b")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _where() -> str:
+    """This machine's boot and PID namespace: where a PID means one process."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            boot = fh.read().strip()
+        return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return ""
+
+
+def tuner_identity() -> dict[str, Any]:
+    """This tuner, as a running trial records it: where (boot and PID namespace), its
+    PID and when it started -- so that a tuner opening the study can tell at once that
+    a trial's tuner is dead (a PID gone, or another process's since), without waiting
+    for its heartbeat to go stale."""
+    return {"where": _where(), "pid": os.getpid(), "start": _process_start(os.getpid())}
+
+
+def owner_gone(owner: Any, me: dict[str, Any]) -> bool:
+    """Whether the tuner ``owner`` (a :func:`tuner_identity` stored with a trial) ran
+    where ``me`` runs and is not running any more; False for one elsewhere (another
+    machine, container or boot: only its heartbeat can tell) or not recorded."""
+    if not isinstance(owner, dict) or not me.get("where") or owner.get("where") != me["where"]:
+        return False
+    return _process_start(owner.get("pid")) != owner.get("start")
