@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ..cpulist import format_list
-from ..errors import AffinityWarning, BindError
+from ..errors import AffinityWarning, BindError, UsageError
 from ..machine import _native, cgroup
 from ..machine.topology import Topology
 from ..planning.envvars import DEFAULT_BLOCKTIME, export, worker_slots
@@ -407,7 +407,7 @@ def _check_modes(tensorflow: Any, openmp: Any, blas: Any, inter: str, env: Any, 
                                  ("blas", blas, _OTHER_MODES), ("inter_placement", inter, ("union", "package")),
                                  ("export", env, (True, False, "override", "keep"))):
         if not any(value is a or (isinstance(a, str) and value == a) for a in allowed):
-            raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, not {value!r}")
+            raise UsageError(f"apply({name}={value!r}): {name} must be one of {', '.join(map(repr, allowed))}")
 
 
 @registry.applying  # serialized, all or nothing even on Ctrl-C

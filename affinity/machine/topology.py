@@ -32,7 +32,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..cpulist import MAX_CPUS, MAX_NODES, check_id, check_ids, format_list, parse_list
-from ..errors import PlanError, TopologyError
+from ..errors import ArgumentTypeError, PlanError, TopologyError
 from ..record import field, record
 from . import _native
 from .userfiles import read_file
@@ -429,6 +429,9 @@ class Topology:
         """
         if isinstance(src, Topology):
             return src
+        if src is not None and not isinstance(src, (str, os.PathLike)):
+            raise ArgumentTypeError(f"topology: expected a Topology, None, 'system', 'synthetic:...' or a file's "
+                                    f"path, not {type(src).__name__} ({src!r:.40})")
         kind = source_kind(src)
         if numa_nodes is not None and kind != "cpuinfo":  # ignored, it would plan on other nodes than the user gave
             raise TopologyError(f"Topology.load({src!r}, numa_nodes={numa_nodes!r}): numa_nodes goes with a "
