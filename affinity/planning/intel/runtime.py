@@ -1203,7 +1203,10 @@ def _check_norespect(topology: Any) -> None:
     (``topology.allowed``; the process mask may be narrower, that is fine):
     libiomp5 aborts with ``OMP: Error #179: Function pthread_setaffinity_np()
     failed: Invalid argument``.  Raised here instead of planning CPUs that
-    cannot be had."""
+    cannot be had.  The machine's CPUs are those it has configured
+    (``__kmp_xproc``): CPUs an hwloc XML taken inside a cgroup cpuset leaves out
+    (its ``complete_cpuset`` counts them, ``Topology.offline_cpus``) and offline
+    ones abort it just the same."""
     allowed = topology.allowed
     outside = topology.cpuset - allowed if allowed else frozenset()
     if outside:
@@ -1212,6 +1215,14 @@ def _check_norespect(topology: Any) -> None:
             f"{_cpu_list(outside)} {'is' if len(outside) == 1 else 'are'} outside this process's cpuset "
             f"({_cpu_list(allowed)}): the kernel refuses them and libiomp5 aborts (OMP: Error #179: "
             f"Function pthread_setaffinity_np() failed); respect the process mask instead")
+    unlisted = getattr(topology, "offline_cpus", 0)
+    if unlisted:
+        # (__kmp_affinity_entire_machine_mask: procs 0 to __kmp_xproc - 1, the CPUs configured)
+        raise PlanError(
+            f"norespect: the runtime binds to every CPU the machine has configured, {unlisted} more than "
+            f"the {len(topology.pus)} PUs described (offline, or outside the cpuset where the description "
+            f"was taken: an hwloc XML's complete_cpuset): the kernel refuses them and libiomp5 aborts (OMP: "
+            f"Error #179: Function pthread_setaffinity_np() failed); respect the process mask instead")
 
 
 def _cpu_list(cpus: frozenset[int]) -> str:
