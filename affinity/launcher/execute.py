@@ -349,7 +349,9 @@ class _Watchdog:
     signal), and the watchdog kills (``SIGKILL``) those still running ``grace``
     seconds later -- an instance that ignores ``SIGTERM`` was left running, orphaned.
     It knows the instances by pidfd (a PID reused meanwhile is never signalled) and
-    ends at once when the launcher says it is done."""
+    ends at once when the launcher says it is done.  What it cannot see: an instance
+    whose start the launcher had not finished (``Popen`` returns once it has exec'd)
+    when it was killed -- that one gets only the kernel's ``SIGTERM``."""
 
     def __init__(self, grace: float):
         r, w = os.pipe()
@@ -454,12 +456,12 @@ def _start_instances(launch: Launch, envs: list[dict[str, str]], exes: list[str]
                 p = subprocess.Popen(list(inst.argv), executable=exe, env=env, stdin=subprocess.DEVNULL,
                                      stdout=out, stderr=subprocess.STDOUT if out else None,
                                      start_new_session=True, preexec_fn=_die_with_launcher(os.getpid()))
+                started(p.pid)  # the watchdog knows it before anything else is done
             finally:
                 if out is not None:
                     out.close()
                 _restore_state(saved)
             procs.append(p)
-            started(p.pid)
             for signum in list(received):  # arrived while it was starting
                 _send(p, signum)
             if launch.verbose:

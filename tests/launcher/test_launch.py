@@ -643,6 +643,9 @@ def test_instances_ignoring_sigterm_do_not_outlive_a_killed_launcher(tmp_path):
     p = subprocess.Popen([sys.executable, "-m", "affinity", "run", "--instances", "2", "--", "sh", "-c",
                           IGNORES_TERM.format(d=tmp_path)], env={**clean_env(), "AFFINITY_KILL_AFTER": "1"})
     pids = _two_pids(tmp_path)
+    # the launcher has finished starting them once it is back on its own mask (the watchdog
+    # cannot know an instance whose start was cut short by the SIGKILL: see _Watchdog)
+    wait_for(lambda: parse_list(status_of(p.pid)["Cpus_allowed_list"]) == set(CPUS), "the launcher to start both")
     p.kill()
     p.wait(60)
     try:
