@@ -238,7 +238,8 @@ class IdList:
         Raises
         ------
         PlanError
-            A relative index past the end of ``allowed``.
+            A relative index past the end of ``allowed``, or an inverted list
+            (``!0-3``) that leaves out every one of ``allowed``.
         """
         order = sorted(allowed)
         if self.everything:
@@ -255,4 +256,7 @@ class IdList:
             ids = frozenset(order[i] for i in self.ids)
         else:
             ids = self.ids
+        if self.inverted and not frozenset(allowed) - ids:
+            raise PlanError(f"{option} {self.text}: selects no {self.what}: it leaves out every {self.what} "
+                            f"allowed ({format_list(allowed) or 'none'})")
         return frozenset(allowed) - ids if self.inverted else ids

@@ -70,7 +70,7 @@ def who(request, shared):
 #: test modules whose every test starts PyTorch in a fresh process (seconds each, like the
 #: tf-marked ones): marked ``torch``, which ``make check`` leaves out (``make test`` runs them)
 TORCH_MODULES = ("test_torch.py", "test_torch_workload.py", "test_torchrun.py", "test_runtimes.py",
-                 "test_auto_runtime.py", "test_torch_run.py", "test_gpu_torch_binding.py")
+                 "test_auto_runtime.py", "test_torch_run.py", "test_gpu_torch_binding.py", "test_overlap_torch.py")
 #: the tuner's end-to-end runs of `affinity tune -- CMD` (several real trials each, 2-15 s):
 #: marked ``slow``, which ``make check`` leaves out (``make test`` runs them)
 SLOW_TUNER_RUNS = ("test_pruned_trials_are_never_finalists", "test_two_tuners_on_one_study",
@@ -78,7 +78,7 @@ SLOW_TUNER_RUNS = ("test_pruned_trials_are_never_finalists", "test_two_tuners_on
                    "test_a_warm_start_uses_only_this_machines", "test_a_study_is_keyed_by",
                    "test_instances_are_copies_measured_per_copy", "test_ctrl_c_keeps_the_finished_trials",
                    "test_a_resume_reports_the_speed_up", "test_killing_the_tuner_leaves_no_process",
-                   "test_with_time_a_trial_running_twice_the_best_stops")
+                   "test_with_time_a_trial_running_twice_the_best_stops", "test_a_tuner_killed_mid_trial")
 
 
 def pytest_collection_modifyitems(config, items):

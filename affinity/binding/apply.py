@@ -42,7 +42,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from ..errors import AffinityWarning, BindError
+from ..errors import AffinityWarning, BindError, UsageError
 from ..machine import _native
 from ..machine.loaded import census
 from ..machine.topology import Topology
@@ -85,13 +85,16 @@ class Pin:
 class _Snapshot:
     """What :meth:`Binding.restore` puts back: every thread's mask, the process mask
     (for threads created since), the calling thread's memory policy, the value of
-    every environment variable changed (``None``: was unset), OpenMP team sizes."""
+    every environment variable changed (``None``: was unset), OpenMP team sizes, and
+    what a framework adapter changed (``held``)."""
 
     masks: dict[int, frozenset[int]]
     process_mask: frozenset[int]
     mempolicy: Any
     env: dict[str, str | None] = field(default_factory=dict)
     omp_threads: dict[str, int] = field(default_factory=dict)
+    #: what a framework adapter changed, by name (:func:`.registry.hold`): its value before
+    held: dict[str, Any] = field(default_factory=dict)
     omp_known: frozenset[str] = frozenset()  #: OpenMP runtimes loaded at apply()
     #: when each thread of ``masks`` started (:func:`~.threads.task_starts`): a TID
     #: the kernel gave to a new thread since is not the thread whose mask was saved
@@ -245,7 +248,10 @@ class Binding:
                 with contextlib.suppress(Exception):
                     rt.set_num_threads(snap.omp_threads[rt.path])
         for hook in reversed(self._hooks):
-            hook.remove()
+            if getattr(hook, "holds", False):
+                hook.remove(snap.held)  # it puts back only what ``held`` says is its own
+            else:
+                hook.remove()
         self._hooks.clear()
         for k, v in snap.env.items():
             if v is None:
@@ -418,7 +424,7 @@ def _check_modes(modes: _Modes, export: Any) -> None:
                                  ("inter_placement", modes.inter, ("union", "package")),
                                  ("export", export, (True, False, "override", "keep"))):
         if not any(value is a or (isinstance(a, str) and value == a) for a in allowed):
-            raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, not {value!r}")
+            raise UsageError(f"apply({name}={value!r}): {name} must be one of {', '.join(map(repr, allowed))}")
 
 
 @registry.applying  # serialized, all or nothing even on Ctrl-C
@@ -749,7 +755,7 @@ def _tensorflow_imported(b: Binding) -> None:
         if _tf.is_running():  # something started it during the import itself
             _attach_tensorflow(b, start=False)
             return
-        b._hooks.append(_tf.PoolSizes())  # put back at restore if no op started the runtime
+        b._hooks.append(_tf.PoolSizes(b))  # put back at restore if no op started the runtime
         _tf.set_pool_sizes(b.intra_op_threads, b.inter_op_threads)
         b._hooks.append(_tf.on_runtime_start(lambda state: _tensorflow_started(b, state)))
     except Exception as e:  # noqa: BLE001 - never break the user's import

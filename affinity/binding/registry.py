@@ -10,8 +10,10 @@ Overlapping bindings (docs/hardening.md)
 ----------------------------------------
 The bindings form a stack in the order they were applied.  Every piece of state a
 binding changes -- one environment variable, one OpenMP runtime's team size, the
-BLAS limits, the memory policy of the thread that applied it, the thread masks --
-is saved in its snapshot as it found it.  :func:`release` decides, piece by piece,
+BLAS limits, the memory policy of the thread that applied it, the thread masks, and
+what a framework adapter changes (PyTorch's thread count, the DataLoader patch: the
+snapshot's ``held``, by name, through :func:`hold`) -- is saved in its snapshot as it
+found it.  :func:`release` decides, piece by piece,
 who puts it back when a binding is restored:
 
 * the binding is the newest one holding that piece: it puts its saved value back;
@@ -48,7 +50,7 @@ from typing import Any, TypeVar
 
 from ..record import replace
 
-__all__ = ["active", "add", "applied_here", "applying", "critical", "exported", "release", "remove"]
+__all__ = ["active", "add", "applied_here", "applying", "critical", "exported", "hold", "release", "remove"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -112,6 +114,15 @@ def exported() -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- ownership
+def hold(binding: Any, key: str, value: Any) -> None:
+    """``binding`` changes the piece of state named ``key`` (an adapter's: PyTorch's
+    thread count, a patched class method), which was ``value``: saved as found, the
+    first time only, and put back by whoever :func:`release` says (the newest active
+    binding holding it)."""
+    with _lock:
+        binding._snapshot.held.setdefault(key, value)
+
+
 def release(binding: Any) -> tuple[Any, bool]:
     """Take ``binding`` off the stack and hand each piece of state that a newer
     active binding also holds to that binding (see the module's docstring).
@@ -120,8 +131,8 @@ def release(binding: Any) -> tuple[Any, bool]:
     -------
     (snapshot, masks)
         A copy of the binding's snapshot holding only what it must put back itself
-        (``env``, ``omp_threads``, ``mempolicy``; ``process_mask`` is the mask for
-        threads it has no snapshot of), and whether the thread masks are its to
+        (``env``, ``omp_threads``, ``held``, ``mempolicy``; ``process_mask`` is the mask
+        for threads it has no snapshot of), and whether the thread masks are its to
         restore.  ``binding._blas`` is set to ``None`` when its limits were handed on.
     """
     with _lock:
@@ -135,6 +146,7 @@ def release(binding: Any) -> tuple[Any, bool]:
         tid = _applier.pop(id(binding), threading.get_native_id())
         env = _hand_down(snap.env, above, lambda o: o._snapshot.env)
         omp = _hand_down(snap.omp_threads, above, lambda o: o._snapshot.omp_threads)
+        held = _hand_down(snap.held, above, lambda o: o._snapshot.held)
         mempolicy = snap.mempolicy
         if mempolicy is not None:
             up = next((o for o in above if o._snapshot.mempolicy is not None
@@ -151,7 +163,7 @@ def release(binding: Any) -> tuple[Any, bool]:
             # (by TID and start: a TID the kernel reused in between is another thread)
             up_snap.masks = {t: snap.mask(t, up_snap.starts.get(t), default) for t in up_snap.masks}
             _default_mask[id(above[0])] = default
-        return replace(snap, env=env, omp_threads=omp, mempolicy=mempolicy,
+        return replace(snap, env=env, omp_threads=omp, held=held, mempolicy=mempolicy,
                        process_mask=default), own_masks
 
 

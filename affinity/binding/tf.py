@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..record import record
+from . import registry
 from .threads import task_names
 
 __all__ = ["PoolSizes", "SessionHook", "TFState", "classify_new_threads", "config_proto",
@@ -111,22 +112,32 @@ def set_pool_sizes(intra: int | None, inter: int | None) -> Any:
     return tf
 
 
+#: the pool sizes a binding set before TensorFlow's runtime started, held by name
+POOL_SIZES_KEY = "tensorflow.config.threading"
+
+
 class PoolSizes:
     """The pool sizes TensorFlow is set to start with, as they were before
-    :func:`set_pool_sizes`; :meth:`remove` (a binding's hook, at restore) puts them
-    back while the runtime has not started -- once it has, TensorFlow keeps its pools."""
+    :func:`set_pool_sizes`, held by ``binding`` (:func:`.registry.hold`, so that
+    bindings restored in any order leave what was there before the first);
+    :meth:`remove` (a binding's hook, at restore) puts them back when they are its
+    own to put back, while the runtime has not started -- once it has, TensorFlow
+    keeps its pools."""
 
-    def __init__(self) -> None:
+    holds = True  #: its :meth:`remove` takes the pieces its binding still holds
+
+    def __init__(self, binding: Any) -> None:
         threading_ = _tf().config.threading
-        self.intra = threading_.get_intra_op_parallelism_threads()
-        self.inter = threading_.get_inter_op_parallelism_threads()
+        registry.hold(binding, POOL_SIZES_KEY, (threading_.get_intra_op_parallelism_threads(),
+                                                threading_.get_inter_op_parallelism_threads()))
 
-    def remove(self) -> None:
-        if is_running():
+    def remove(self, held: Mapping[str, Any]) -> None:
+        if POOL_SIZES_KEY not in held or is_running():
             return
         threading_ = _tf().config.threading
-        threading_.set_intra_op_parallelism_threads(self.intra)
-        threading_.set_inter_op_parallelism_threads(self.inter)
+        intra, inter = held[POOL_SIZES_KEY]
+        threading_.set_intra_op_parallelism_threads(intra)
+        threading_.set_inter_op_parallelism_threads(inter)
 
 
 def start_runtime(intra: int | None, inter: int | None) -> TFState:

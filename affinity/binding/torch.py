@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..cpulist import format_list, parse_list
@@ -62,6 +62,9 @@ WORKER_VARIABLES = ("AFFINITY_WORKER_ID", "AFFINITY_WORKER_CPUS", "AFFINITY_DATA
 #: the layout of the workers, exported by ``pinned(..., dataloader_workers=K)`` for workers started by spawn
 LAYOUT_VARIABLE = WORKERS_VARIABLE  # the one name: planning.decide
 REFUSED = "cannot set number of interop threads"
+#: the pieces of state the adapter changes, held by name (:func:`.registry.hold`)
+THREADS_KEY, LOADER_KEY = "torch.set_num_threads", "torch.DataLoader.__init__"
+_NOT_HELD = object()
 
 
 def _torch() -> Any:
@@ -224,27 +227,32 @@ class TorchAdapter:
     runtime: OpenMPRuntime | None = None
     intra: tuple[int, ...] = ()
     inter: tuple[int, ...] = ()
-    threads_before: int | None = None  #: torch.get_num_threads() before
     main_note: str = ""
     prevented: tuple[str, ...] = ()  #: our variables hidden from libgomp while torch loaded
     _watch: Any = field(default=None, repr=False)
     _loader_patch: Any = field(default=None, repr=False)
+    holds = True  #: its :meth:`remove` takes the pieces its binding still holds (a class constant)
 
     # ---- lifecycle
     def owns(self, rt: Any) -> bool:
         """Whether ``rt`` is PyTorch's runtime (pinned here, not as a plain OpenMP team)."""
         return self.runtime is not None and rt.path == self.runtime.path
 
-    def remove(self) -> None:
+    def remove(self, held: Mapping[str, Any] | None = None) -> None:
+        """Stop watching and patching; put back what ``held`` (the part of the
+        binding's snapshot that is still its own, :func:`.registry.release`) names:
+        torch's thread count, the DataLoader iterator's ``__init__``.  A piece a newer
+        binding also holds is left to it (the patch turns into a pass-through)."""
+        held = held or {}
         if self._watch is not None:
             self._watch.remove()
             self._watch = None
         if self._loader_patch is not None:
-            self._loader_patch.remove()
+            self._loader_patch.remove(held.get(LOADER_KEY, _NOT_HELD))
             self._loader_patch = None
-        if self.threads_before is not None and imported():
+        if THREADS_KEY in held and imported():
             with contextlib.suppress(Exception):
-                _torch().set_num_threads(self.threads_before)
+                _torch().set_num_threads(held[THREADS_KEY])
 
     # ---- torch imported inside the binding
     def hide_load_pin_variables(self) -> dict[str, str]:
@@ -280,8 +288,7 @@ class TorchAdapter:
         notes: list[str] = []
         self.runtime = torch_runtime()
         undone = load_pin(self.runtime)  # undone below: the main thread goes back to the plan's CPUs
-        if self.threads_before is None:
-            self.threads_before = torch.get_num_threads()
+        registry.hold(b, THREADS_KEY, torch.get_num_threads())  # (the first time: as the user left it)
         torch.set_num_threads(b.plan.threads)  # the team OMP_NUM_THREADS exports: one story
         refused = size_interop(b.inter_op_threads)
         if refused:
@@ -335,9 +342,12 @@ class TorchAdapter:
 
     # ---- DataLoader workers
     def _place_workers(self) -> None:
-        if not self.workers or self._loader_patch is not None:
+        """Patch the DataLoader's iterator: with ``dataloader_workers=K`` every
+        multi-process loader's workers are placed; without, a loader given
+        :func:`worker_init_fn` is handed its layout (a spawned worker has no binding)."""
+        if self._loader_patch is not None:
             return
-        self._loader_patch = _LoaderPatch(self.layout)
+        self._loader_patch = _LoaderPatch(self.binding, automatic=bool(self.workers))
 
 
 def attach(b: Any, mode: Any, layout: WorkerLayout | None, pin_cls: Any) -> TorchAdapter | None:
@@ -397,9 +407,12 @@ class WorkerBinding:
         return []
 
 
-def _layout_of(workers: int) -> list[frozenset[int]]:
-    """The workers' CPU sets: the exported layout, else (or where the DataLoader has
-    more workers than it holds) the active binding's plan."""
+def _layout_of(workers: int, given: str | None = None) -> list[frozenset[int]]:
+    """The workers' CPU sets: ``given`` (planned by the parent for a spawned worker),
+    the exported layout, else (or where the DataLoader has more workers than it
+    holds) the active binding's plan."""
+    if given:
+        return [parse_list(part) for part in given.split(";")]
     text = os.environ.get(LAYOUT_VARIABLE, "")
     active = registry.active()
     if text:
@@ -413,9 +426,10 @@ def _layout_of(workers: int) -> list[frozenset[int]]:
     return list(worker_layout(active[-1].plan, workers).cpusets)
 
 
-def _place_this_worker(worker_id: int, workers: int) -> WorkerBinding:
-    planned = len(os.environ.get(LAYOUT_VARIABLE, "").split(";")) if os.environ.get(LAYOUT_VARIABLE) else None
-    layout = _layout_of(workers)
+def _place_this_worker(worker_id: int, workers: int, given: str | None = None) -> WorkerBinding:
+    planned = (len(os.environ.get(LAYOUT_VARIABLE, "").split(";"))
+               if os.environ.get(LAYOUT_VARIABLE) and not given else None)
+    layout = _layout_of(workers, given)
     cpus = layout[worker_id % len(layout)]
     if planned is not None and worker_id >= planned:  # more workers than pinned(dataloader_workers=K)
         how = (f"planned again for {workers}" if len(layout) >= workers  # forked: the binding is here
@@ -438,11 +452,19 @@ def _place_this_worker(worker_id: int, workers: int) -> WorkerBinding:
     return wb
 
 
-def worker_init_fn(worker_id: int, user_fn: Callable[[int], Any] | None = None) -> None:
+def worker_init_fn(worker_id: int, user_fn: Callable[[int], Any] | None = None,
+                   layout: str | None = None) -> None:
     """A DataLoader ``worker_init_fn``: this worker on its own CPUs per the plan's
     worker layout (every thread of the worker process), one intra-op thread, and
     ``AFFINITY_WORKER_ID``/``AFFINITY_WORKER_CPUS``/``AFFINITY_DATALOADER_WORKERS``
     telling it where it is; then ``user_fn(worker_id)``.
+
+    The layout comes from ``layout`` (the sets separated by ``;``: what an active
+    binding's DataLoader patch passes to a worker started by ``spawn``, which has no
+    binding of its own), ``AFFINITY_DATALOADER_CPUS`` (``pinned(...,
+    dataloader_workers=K)``), or the active binding (a forked worker inherits it).
+    Without any of them -- no binding, or one made with ``torch=False`` -- it
+    raises :class:`~affinity.errors.PlanError`.
 
     Examples
     --------
@@ -452,36 +474,57 @@ def worker_init_fn(worker_id: int, user_fn: Callable[[int], Any] | None = None) 
     """
     info = _torch().utils.data.get_worker_info()
     workers = info.num_workers if info is not None else 1
-    _place_this_worker(worker_id, workers)
+    _place_this_worker(worker_id, workers, layout)
     if user_fn is not None:
         user_fn(worker_id)
 
 
 class _LoaderPatch:
-    """While installed, every multi-process DataLoader iterator started gives its
-    workers :func:`worker_init_fn` (before the user's own)."""
+    """While live, the DataLoader's multi-process iterator gives its workers
+    :func:`worker_init_fn`: every loader's (before the user's own) when
+    ``automatic`` (``dataloader_workers=K``); otherwise only a loader whose
+    ``worker_init_fn`` is :func:`worker_init_fn` itself, which is handed the layout
+    planned here, for workers started by ``spawn``.
 
-    def __init__(self, layout: WorkerLayout | None):
+    The class's ``__init__`` as found is held by the binding (:func:`.registry.hold`):
+    bindings restored in any order, each patch turns into a pass-through when its
+    binding ends, and the binding that owns the piece last puts the original back."""
+
+    def __init__(self, binding: Any, automatic: bool):
         from torch.utils.data import dataloader  # noqa: PLC0415  (torch is imported: we are called from it)
 
         cls = dataloader._MultiProcessingDataLoaderIter
         orig = cls.__init__
+        registry.hold(binding, LOADER_KEY, orig)
+        patch = self
 
         def __init__(self_: Any, loader: Any) -> None:
             user = loader.worker_init_fn
-            if getattr(user, "func", None) is worker_init_fn:
+            if not patch.live or getattr(user, "func", None) is worker_init_fn:
                 return orig(self_, loader)
-            loader.worker_init_fn = functools.partial(worker_init_fn, user_fn=user)
+            if automatic:
+                wrapped = functools.partial(worker_init_fn, user_fn=None if user is worker_init_fn else user)
+            elif user is worker_init_fn:  # planned here: a spawned worker has no binding to ask
+                wrapped = functools.partial(worker_init_fn, layout=";".join(
+                    format_list(s) for s in _layout_of(int(loader.num_workers))))
+            else:
+                return orig(self_, loader)
+            loader.worker_init_fn = wrapped
             try:
                 orig(self_, loader)
             finally:
                 loader.worker_init_fn = user
 
         __init__.__wrapped__ = orig  # type: ignore[attr-defined]
-        self.cls, self.orig, self.new = cls, orig, __init__
+        __init__._affinity_patch = self  # type: ignore[attr-defined]
+        self.cls, self.live = cls, True
         cls.__init__ = __init__
 
-    def remove(self) -> None:
-        if self.cls is not None and self.cls.__init__ is self.new:
-            self.cls.__init__ = self.orig
+    def remove(self, held: Any = _NOT_HELD) -> None:
+        """Turn into a pass-through; with ``held`` (the ``__init__`` this binding found,
+        its own to put back) put it back, unless someone else's patch is on top."""
+        self.live = False
+        if self.cls is not None and held is not _NOT_HELD \
+                and getattr(self.cls.__init__, "_affinity_patch", None) is not None:
+            self.cls.__init__ = held
         self.cls = None

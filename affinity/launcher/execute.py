@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -36,9 +37,12 @@ if TYPE_CHECKING:  # the annotations only: several instances import it where the
     import subprocess
 
 
-__all__ = ["apply_instance", "execute", "show_current"]
+__all__ = ["KILL_AFTER_S", "apply_instance", "execute", "kill_after", "show_current"]
 
 _PR_SET_PDEATHSIG = 1
+#: seconds an instance has after a forwarded signal or the launcher's death before SIGKILL
+#: (``AFFINITY_KILL_AFTER``; ``docker stop`` gives 10 too)
+KILL_AFTER_S = 10.0
 #: what the launcher forwards to the instances it started
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _State = tuple[frozenset[int], "tuple[str, frozenset[int]] | None"]
@@ -278,21 +282,135 @@ def _die_with_launcher(launcher: int) -> Callable[[], None]:
     return pre
 
 
+def kill_after(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds an instance has to end after a signal the launcher forwarded, or after the
+    launcher died, before it is killed (``SIGKILL``): ``AFFINITY_KILL_AFTER``, else
+    :data:`KILL_AFTER_S`."""
+    text = (os.environ if environ is None else environ).get("AFFINITY_KILL_AFTER", "")
+    try:
+        value = float(text)
+    except ValueError:
+        return KILL_AFTER_S
+    return value if 0 <= value <= 86400 else KILL_AFTER_S
+
+
 def _spawn(launch: Launch, envs: list[dict[str, str]], exes: list[str]) -> int:
     """Try every instance, start them all, forward signals, wait; the worst status."""
     saved = _save_state()
     _try_instances(launch, saved)
-    procs, handlers = _start_instances(launch, envs, exes, saved)
+    grace = kill_after()
+    watchdog = _Watchdog(grace)
     try:
-        codes = [p.wait() for p in procs]
+        procs, handlers, received = _start_instances(launch, envs, exes, saved, watchdog.add)
+        try:
+            codes = _wait(launch, procs, received, grace)
+        finally:
+            for s, h in handlers.items():
+                signal.signal(s, h)
     finally:
-        for s, h in handlers.items():
-            signal.signal(s, h)
+        watchdog.done()
     statuses = [128 - c if c < 0 else c for c in codes]
     if launch.verbose:
         for inst, p, st in zip(launch.instances, procs, statuses):
             say(f"instance {inst.index} (pid {p.pid}) exited with status {st}")
     return max(statuses)
+
+
+def _wait(launch: Launch, procs: list[subprocess.Popen], received: list[int], grace: float) -> list[int]:
+    """Every instance's exit code; once a signal was forwarded, an instance still running
+    ``grace`` seconds later is killed (``SIGKILL``: one that ignores ``SIGTERM`` kept the
+    launcher waiting out its whole run, which then said 0), and said so."""
+    import subprocess  # lazy: only several instances are started; one is exec'd
+
+    deadline = None
+    while True:
+        alive = [p for p in procs if p.poll() is None]
+        if not alive:
+            return [int(p.returncode) for p in procs]
+        if received and deadline is None:
+            deadline = time.monotonic() + grace
+        if deadline is not None and time.monotonic() >= deadline:
+            for p in alive:
+                say(f"instance {procs.index(p)} (pid {p.pid}) still running {grace:g} s after "
+                    f"{signal.Signals(received[0]).name}: killed (SIGKILL)")
+                p.kill()
+            for p in alive:
+                p.wait()
+            continue
+        try:
+            alive[0].wait(timeout=0.25)  # (a forwarded signal starts the count while we wait)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+class _Watchdog:
+    """A forked process that outlives a launcher killed outright (``SIGKILL``, the OOM
+    killer): the kernel then sends each instance ``SIGTERM`` (its parent-death
+    signal), and the watchdog kills (``SIGKILL``) those still running ``grace``
+    seconds later -- an instance that ignores ``SIGTERM`` was left running, orphaned.
+    It knows the instances by pidfd (a PID reused meanwhile is never signalled) and
+    ends at once when the launcher says it is done.  What it cannot see: an instance
+    whose start the launcher had not finished (``Popen`` returns once it has exec'd)
+    when it was killed -- that one gets only the kernel's ``SIGTERM``."""
+
+    def __init__(self, grace: float):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the watchdog
+            try:
+                os.close(w)
+                _watch(r, grace)
+            finally:
+                os._exit(0)
+        os.close(r)
+        self.fd: int | None = w
+        self.pid = pid
+
+    def add(self, pid: int) -> None:
+        if self.fd is not None:
+            os.write(self.fd, b"%d\n" % pid)
+
+    def done(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.write(self.fd, b"done\n")
+        finally:
+            os.close(self.fd)
+            self.fd = None
+            os.waitpid(self.pid, 0)
+
+
+def _watch(fd: int, grace: float) -> None:
+    """The watchdog's work: the instances' PIDs come through ``fd`` until ``done``; an end
+    of file without it is the launcher's death."""
+    import select  # lazy: only the watchdog of several instances waits on pidfds
+
+    for s in (*_FORWARDED, signal.SIGTSTP):  # the terminal's keys and a group's signals are the launcher's
+        signal.signal(s, signal.SIG_IGN)
+    pidfds: list[int] = []
+    buf = b""
+    while True:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        *lines, buf = (buf + chunk).split(b"\n")
+        for line in lines:
+            if line == b"done":
+                return
+            try:
+                pidfds.append(os.pidfd_open(int(line)))
+            except OSError:  # gone already
+                pass
+    deadline = time.monotonic() + grace
+    while pidfds and deadline > time.monotonic():
+        ready, _, _ = select.select(pidfds, [], [], deadline - time.monotonic())
+        pidfds = [f for f in pidfds if f not in ready]
+    for f in pidfds:
+        try:
+            signal.pidfd_send_signal(f, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _try_instances(launch: Launch, saved: _State) -> None:
@@ -310,8 +428,8 @@ def _try_instances(launch: Launch, saved: _State) -> None:
         _restore_state(saved)
 
 
-def _start_instances(launch: Launch, envs: list[dict[str, str]], exes: list[str],
-                     saved: _State) -> tuple[list[subprocess.Popen], dict[int, Any]]:
+def _start_instances(launch: Launch, envs: list[dict[str, str]], exes: list[str], saved: _State,
+                     started: Callable[[int], None]) -> tuple[list[subprocess.Popen], dict[int, Any], list[int]]:
     """Start every instance from this thread set to its mask and policy, forwarding
     the usual signals to them; on any failure the ones started are ended.
 
@@ -338,6 +456,7 @@ def _start_instances(launch: Launch, envs: list[dict[str, str]], exes: list[str]
                 p = subprocess.Popen(list(inst.argv), executable=exe, env=env, stdin=subprocess.DEVNULL,
                                      stdout=out, stderr=subprocess.STDOUT if out else None,
                                      start_new_session=True, preexec_fn=_die_with_launcher(os.getpid()))
+                started(p.pid)  # the watchdog knows it before anything else is done
             finally:
                 if out is not None:
                     out.close()
@@ -356,7 +475,7 @@ def _start_instances(launch: Launch, envs: list[dict[str, str]], exes: list[str]
         for p in procs:
             p.wait()
         raise
-    return procs, handlers
+    return procs, handlers, received
 
 
 def _send(p: subprocess.Popen, signum: int) -> None:

@@ -36,13 +36,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import stat
+from typing import Any
 
 from ..errors import TopologyError
 from ..machine.topology import Topology
 from ..record import replace
 from .build import Context, Launch, build_launch
 from .options import check_numa_nodes, options_from_args, run_parser, say
-from typing import Any
+from .torch_env import hook_unreachable, is_python
 
 
 __all__ = ["add_run_parser", "cmd_run"]
@@ -98,6 +101,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     ctx = Context.of_this_process() if topology.is_this_system else Context(dict(os.environ))
     launch = build_launch(opts, topology, ctx)
+    launch = _torch_hook_said(launch, ctx.environ)
     for w in launch.warnings:
         say(f"warning: {w}")
     for n in launch.notices:
@@ -117,6 +121,36 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(show_current(launch, topology, mems))
         return 0
     return execute(launch)  # CannotExecute: its shell status, by errors.exit_status (tools.cli.main)
+
+
+def _first_line(cmd: str, path: str) -> bytes | None:
+    """The first 256 bytes of the command's file (what Linux reads for a ``#!``
+    line), when it is a regular file this process may read; ``None`` otherwise."""
+    found = shutil.which(cmd, path=path)
+    if found is None:
+        return None
+    try:
+        fd = os.open(found, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # (a FIFO: never waited for)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 256) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _torch_hook_said(launch: Launch, environ: dict[str, str]) -> Launch:
+    """The launch with a warning where its command is a Python that cannot load the
+    PyTorch hook (``python -E``/``-I``/``-S``, or such a ``#!`` line)."""
+    if not launch.instances or not launch.instances[0].argv:
+        return launch
+    inst = launch.instances[0]
+    env = {**environ, **inst.env}
+    line = None if is_python(inst.argv[0]) else _first_line(inst.argv[0], env.get("PATH", os.defpath))
+    said = hook_unreachable(inst.argv, line, env)  # decision: the torch hook cannot load (python -E/-I/-S)
+    return replace(launch, warnings=(*launch.warnings, said)) if said else launch
 
 
 def _topology(args: argparse.Namespace) -> Topology:

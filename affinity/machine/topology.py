@@ -38,8 +38,8 @@ import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 
-from ..cpulist import check_id, check_ids, format_list, parse_list
-from ..errors import PlanError, TopologyError
+from ..cpulist import MAX_CPUS, MAX_NODES, check_id, check_ids, format_list, parse_list
+from ..errors import ArgumentTypeError, PlanError, TopologyError
 from ..record import field, record
 from . import _native
 from .gpus import Gpu, gpus_from_dicts, gpus_from_xml, gpus_to_dicts, read_pci_gpus
@@ -499,6 +499,9 @@ class Topology:
         """
         if isinstance(src, Topology):
             return src
+        if src is not None and not isinstance(src, (str, os.PathLike)):
+            raise ArgumentTypeError(f"topology: expected a Topology, None, 'system', 'synthetic:...' or a file's "
+                                    f"path, not {type(src).__name__} ({src!r:.40})")
         kind = source_kind(src)
         if numa_nodes is not None and kind != "cpuinfo":  # ignored, it would plan on other nodes than the user gave
             raise TopologyError(f"Topology.load({src!r}, numa_nodes={numa_nodes!r}): numa_nodes goes with a "
@@ -791,8 +794,8 @@ def _check_objects(objs: Sequence[Any], pus: Sequence[Any], source: str) -> None
     for pu in pus:
         o = pu.os_index
         if o is None or not 0 <= o < MAX_PUS:
-            raise TopologyError(f"a PU with os_index {'unknown (-1)' if o is None else o} (out of range: PUs "
-                                f"are 0 to {MAX_PUS - 1})", source)
+            raise TopologyError(f"a PU {'without an OS index' if o is None else f'with os_index {o}'} (out of "
+                                f"range: PUs are 0 to {MAX_PUS - 1})", source)
         if o in seen or frozenset(pu.cpuset) != {o}:
             raise TopologyError(f"PU {o}: cpuset {{{format_list(pu.cpuset)}}} is not its own CPU "
                                 f"(or the PU is listed twice)", source)
@@ -816,7 +819,42 @@ def _check_xml_syntax(path: str, data: bytes) -> int:
         raise TopologyError(f"not well-formed XML: {e}", path, line) from None
     if root.tag != "topology":
         raise TopologyError(f"root element is <{root.tag}>, not an hwloc <topology>", path, 1)
-    return sum(1 for o in root.iter("object") if o.get("type") == "PU")
+    pus = sum(1 for o in root.iter("object") if o.get("type") == "PU")
+    _check_size(pus, path)  # (the count first: it says more than the first index out of range)
+    _check_xml_indexes(path, data)
+    return pus
+
+
+#: the objects whose ``os_index`` hwloc sets as a bit of a bitmap, and the bound of each
+_XML_INDEXED = {"PU": MAX_CPUS, "NUMANode": MAX_NODES}
+
+
+def _check_xml_indexes(path: str, data: bytes) -> None:
+    """Every PU's and NUMA node's ``os_index`` in range (below :data:`MAX_PUS`,
+    :data:`~affinity.cpulist.MAX_NODES`), checked before hwloc reads the file: it
+    sets bit ``os_index`` of a cpuset or nodeset, allocating the bitmap up to it
+    (``os_index="4294967294"``: half a gigabyte per bitmap).  hwloc reads the value
+    with ``strtoul(.., 10)``: a sign, leading blanks, a ``-1`` that is 4294967295."""
+    from xml.parsers import expat  # lazy: only an XML file needs it
+
+    parser = expat.ParserCreate()
+
+    def start(name: str, attrs: dict[str, str]) -> None:
+        kind = attrs.get("type") if name == "object" else None
+        bound = _XML_INDEXED.get(kind or "")
+        value = attrs.get("os_index")
+        if bound is None or value is None:
+            return
+        text = value.lstrip(_C_SPACE)
+        digits = text[1:] if text[:1] in "+-" else text
+        digits = digits[:len(digits) - len(digits.lstrip("0123456789"))]
+        if text[:1] == "-" and digits.strip("0") or len(digits) > 12 or int(digits or 0) >= bound:
+            raise TopologyError(f'a {kind} with os_index="{value[:24]}": out of range ({kind} indexes are 0 to '
+                                f"{bound - 1}; hwloc would allocate a bitmap up to it)", path,
+                                parser.CurrentLineNumber)
+
+    parser.StartElementHandler = start
+    parser.Parse(data, True)
 
 
 def _xml_configured(data: bytes) -> int | None:
@@ -1008,16 +1046,42 @@ def _synthetic_attrs(text: str, pos: int, source: str) -> int:
     end = text.find(")", pos)
     if end < 0:
         return len(text)  # hwloc refuses an unclosed attribute list itself
-    for attr in text[pos:end].split(" "):
-        if not attr.startswith("indexes="):
-            continue
-        value = attr[len("indexes="):]
-        if value and all(c in "0123456789," for c in value):  # an explicit list, base 10
-            for item in value.split(","):
-                if len(item) > 12 or (item and int(item) >= MAX_PUS):
-                    raise TopologyError(f"index {item[:20]} in indexes= is out of range: at most {MAX_PUS} "
-                                        f"PUs (hwloc would allocate a bitmap up to it)", source)
+    at = text.find("indexes=", pos, end)
+    while at >= 0:
+        _check_explicit_indexes(text, at + len("indexes="), source)
+        at = text.find("indexes=", at + 1, end)
     return end + 1
+
+
+def _check_explicit_indexes(text: str, pos: int, source: str) -> None:
+    """The indexes hwloc reads from the ``indexes=`` value at ``pos`` when it takes it
+    for an explicit list: its value (up to a blank or ``)``) holds only digits and
+    commas -- an empty one too -- and each index is ``strtoul(.., 10)``, which skips
+    leading blanks (so ``indexes= 4294967295,0`` names 4294967295) and takes a sign
+    (``-1`` is 4294967295).  Any of them :data:`MAX_PUS` or more is refused."""
+    n = len(text)
+    stop = pos
+    while stop < n and text[stop] not in " )":
+        stop += 1
+    if not all(c in "0123456789," for c in text[pos:stop]):
+        return  # an interleaving (x*y:z*t, or object types): hwloc checks its range itself
+    while True:
+        while pos < n and text[pos] in _C_SPACE:
+            pos += 1
+        negative = pos < n and text[pos] == "-"
+        pos += 1 if pos < n and text[pos] in "+-" else 0
+        start = pos
+        while pos < n and text[pos] in "0123456789":
+            pos += 1
+        if pos == start:
+            return
+        if negative or pos - start > 12 or int(text[start:pos]) >= MAX_PUS:
+            item = ("-" if negative else "") + text[start:min(pos, start + 20)]
+            raise TopologyError(f"index {item} in indexes= is out of range: at most {MAX_PUS} "
+                                f"PUs (hwloc would allocate a bitmap up to it)", source)
+        if pos >= n or text[pos] != ",":
+            return
+        pos += 1
 
 
 _system_lock = threading.Lock()

@@ -318,7 +318,7 @@ def translation_env(plan: Any, target: str) -> dict[str, str]:
             raise PlanError(f"GOMP_CPU_AFFINITY cannot name CPU {max(plan.union)}: libgomp sizes its CPU "
                             f"sets for the process mask's highest CPU and drops CPUs from {limit} on")
         return {"GOMP_CPU_AFFINITY": gca, "OMP_NUM_THREADS": n}
-    raise ValueError(f"unknown translation target {target!r} (kmp_affinity, omp_places or gomp)")
+    raise UsageError(f"unknown translation target {target!r} (kmp_affinity, omp_places or gomp)")
 
 
 def _place_members(s: frozenset[int]) -> str:

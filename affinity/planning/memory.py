@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..cpulist import check_ids, format_list, parse_list
-from ..errors import PlanError, SpecError
+from ..errors import ArgumentTypeError, PlanError, SpecError, UsageError
 from ..machine.topology import Topology
 from ..record import record
 from typing import Any
@@ -48,12 +48,12 @@ def policy_name(policy: str, *, default_ok: bool = True) -> str:
 
     Raises
     ------
-    ValueError
-        An unknown name, listing the known ones.
+    UsageError
+        An unknown name, listing the known ones (a ``ValueError``).
     """
     p = _ALIASES.get(str(policy).lower(), str(policy).lower())
     if p not in POLICIES and not (default_ok and p == "default"):
-        raise ValueError(f"unknown memory policy {policy!r}; expected one of {', '.join(POLICIES)}")
+        raise UsageError(f"unknown memory policy {policy!r}; expected one of {', '.join(POLICIES)}")
     return p
 
 
@@ -142,7 +142,8 @@ def membind_spec(membind: Any, topology: Topology, cpus: Iterable[int]) -> Memor
     elif isinstance(membind, Iterable):
         policy, nodes = "bind", check_ids(membind, "node", where=what)
     else:
-        raise ValueError(f"{what}: expected 'auto', 'policy[:nodes]', (policy, nodes) or node ids")
+        raise ArgumentTypeError(f"{what}: expected 'auto', 'policy[:nodes]', (policy, nodes) or node ids, "
+                                f"not {type(membind).__name__}")
     if policy in ("local", "default"):
         nodes = frozenset()
     return MemorySpec(policy, check_nodes(nodes, topology, what, policy=policy))

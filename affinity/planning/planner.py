@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping
 
 from ..cpulist import check_ids, format_list, parse_list, runs
-from ..errors import ArgumentTypeError, PlanError
+from ..errors import ArgumentTypeError, PlanError, UsageError
 from ..machine.topology import Topology
 from ..record import field, record
 from .gnu.rules import GNU, GNU_TORCH
@@ -386,7 +386,7 @@ def _mask(topology: Topology, initial_mask: Any) -> frozenset[int]:
 def _rules(runtime: Any) -> Rules:
     """The registered rules of ``runtime``."""
     if not isinstance(runtime, str):
-        raise TypeError(f"runtime must be a string, not {type(runtime).__name__}")
+        raise ArgumentTypeError(f"runtime must be a string, not {type(runtime).__name__} ({runtime!r:.40})")
     rules = RUNTIMES.get(runtime)
     if rules is None:
         raise PlanError(f"unknown runtime {runtime!r}: the planner knows {', '.join(sorted(RUNTIMES))}")
@@ -398,10 +398,10 @@ def _run(env_items: tuple[tuple[str, str], ...], topology: Topology | None, init
     """Plan sorted settings variables on ``topology`` by ``rules`` (``cached``: through
     the read memo and the topology cache; else computed afresh)."""
     if topology is None:
-        raise TypeError("topology is required: planning is pure and never reads the machine; "
+        raise ArgumentTypeError("topology is required: planning is pure and never reads the machine; "
                         "affinity.plan() and affinity.plan_env() plan for this machine")
     if not isinstance(topology, Topology):
-        raise TypeError(f"topology must be a Topology, not {type(topology).__name__}")
+        raise ArgumentTypeError(f"topology must be a Topology, not {type(topology).__name__}")
     init = _mask(topology, initial_mask)
     if cached:
         settings, memo = _read(rules.NAME, env_items, strict), _memo(topology, rules.NAME)
@@ -416,11 +416,14 @@ def _run(env_items: tuple[tuple[str, str], ...], topology: Topology | None, init
 
 def _env_items(env: Mapping[str, Any], variables: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """The ``variables`` of ``env``, sorted, as ``(name, value)`` pairs."""
+    if not isinstance(env, Mapping):
+        raise ArgumentTypeError(f"env must be a mapping of variable names to strings, not "
+                                f"{type(env).__name__} ({env!r:.40})")
     items = []
     for k, v in env.items():
         if k in variables and v is not None:
             if not isinstance(v, str):
-                raise TypeError(f"{k} must be a string, not {type(v).__name__}")
+                raise ArgumentTypeError(f"{k} must be a string, not {type(v).__name__}")
             items.append((k, v))
     return tuple(sorted(items))
 
@@ -462,9 +465,9 @@ def plan_env(env: Mapping[str, Any], *, topology: Topology | None = None,
         Where the runtime itself would abort (e.g. ``OMP_NUM_THREADS`` too
         large), ``initial_mask`` selects no processor of ``topology``, or
         ``runtime`` is not a known runtime.
-    TypeError
-        A value of ``env`` is not a string, or ``topology`` is not a
-        :class:`~affinity.machine.topology.Topology`.
+    ArgumentTypeError
+        ``env`` is not a mapping, a value of it is not a string, or ``topology``
+        is not a :class:`~affinity.machine.topology.Topology` (a ``TypeError``).
     """
     rules = _rules(runtime)
     return _run(_env_items(env, rules.VARIABLES), topology, initial_mask, False, rules)
@@ -516,7 +519,8 @@ def _spec_env(spec: Any, strict: bool = False) -> dict[str, str]:
     for var in VARIABLES:
         if var.exported and isinstance(spec, var.type):
             return {var.name: str(spec)}
-    raise TypeError(f"cannot plan from a {type(spec).__name__}")
+    raise ArgumentTypeError(f"cannot plan from a {type(spec).__name__} ({spec!r:.40}): give a KMP_AFFINITY "
+                            f"string, KEY=VALUE words, a spec value, Settings or a mapping of variables")
 
 
 def plan(spec: Any = None, threads: int | None = None, topology: Topology | None = None, *,
@@ -563,12 +567,16 @@ def plan(spec: Any = None, threads: int | None = None, topology: Topology | None
         Where the runtime itself would abort, ``threads`` below 1, an
         ``initial_mask`` that selects no processor of ``topology``, or an
         unknown ``runtime``.
-    TypeError
+    ArgumentTypeError
         ``threads`` is not an int, ``topology`` not a
-        :class:`~affinity.machine.topology.Topology`, or ``spec`` of an
-        unknown kind.
+        :class:`~affinity.machine.topology.Topology`, ``spec`` of an unknown
+        kind, ``env`` not a mapping of strings, ``runtime`` not a string (a
+        ``TypeError``).
     """
     rules = _rules(runtime)
+    if env is not None and not isinstance(env, Mapping):
+        raise ArgumentTypeError(f"env must be a mapping of variable names to strings, not "
+                                f"{type(env).__name__} ({env!r:.40})")
     merged: dict[str, str] = dict(env or {})
     merged.update(_spec_env(spec, strict))
     if threads is not None:

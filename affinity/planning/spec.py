@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from ..errors import MalformedValue, SpecError
+from ..errors import MalformedValue, SpecError, UsageError
 from ..record import record
 from .kmp import (HwSubsetItem, KmpAffinity, KmpHwSubset, ProcList, ProcRange, parse_gomp_cpu_affinity,
                              parse_kmp_affinity, parse_kmp_hw_subset)
@@ -717,7 +717,7 @@ def _parser(variable: str) -> Callable[[str, Diag, str], Any]:
     try:
         return _BY_NAME[variable].parse
     except KeyError:
-        raise ValueError(f"not an affinity variable: {variable!r}") from None
+        raise UsageError(f"not an affinity variable: {variable!r}") from None
 
 
 # ---------------------------------------------------------------------------

@@ -9,7 +9,7 @@ standard OpenMP variables, in ``planning/spec.py``.
 
 from __future__ import annotations
 
-from ..errors import SpecError
+from ..errors import ArgumentTypeError, SpecError
 from ..record import record
 from typing import Callable, TypeVar
 
@@ -250,7 +250,7 @@ T = TypeVar("T")
 def run_parser(fn: Callable[[str, Diag, str], T], value: str, strict: bool, what: str,
                dialect: Dialect = INTEL) -> tuple[T, list[Diagnostic]]:
     if not isinstance(value, str):
-        raise TypeError(f"{what} must be a string, not {type(value).__name__}")
+        raise ArgumentTypeError(f"{what} must be a string, not {type(value).__name__}")
     diag = Diag(strict, value, what, dialect)
     v = fn(value, diag, what)
     return v, diag.items

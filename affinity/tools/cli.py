@@ -491,14 +491,15 @@ def _missing_extra(e: ModuleNotFoundError) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``affinity`` command line ``argv`` (default ``sys.argv[1:]``); its exit status.
+    A Ctrl-C while it parses is ``interrupted`` and 130, as while the command runs."""
     words = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser("run" if words[:1] == ["run"] else None)
-    args, extra = parser.parse_known_args(words)
-    if extra:  # said by the command's parser: its usage, its options (parse_args says the top level's)
-        from ..launcher.options import unrecognized  # lazy: only for a usage error
-
-        command = parser.commands[args.command]
-        command.error(unrecognized(command, extra))
+    try:
+        args = _parse(words, argv is None)
+    except KeyboardInterrupt as e:
+        print(f"affinity{' ' + words[0] if words[:1] and words[0].isidentifier() else ''}: interrupted",
+              file=sys.stderr)
+        return exit_status(e)
     try:
         return int(args.func(args) or 0)
     except UsageError as e:  # the one mapping of errors to exit statuses: errors.exit_status
@@ -517,6 +518,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as e:  # Ctrl-C, also during a long native load: no traceback
         print(f"affinity {args.command}: interrupted", file=sys.stderr)
         return exit_status(e)
+
+
+def _parse(words: list[str], program: bool) -> argparse.Namespace:
+    """The parsed command line (``program``: ``sys.argv``'s)."""
+    parser = build_parser("run" if words[:1] == ["run"] else None)
+    args, extra = parser.parse_known_args(words)
+    if extra:  # said by the command's parser: its usage, its options (parse_args says the top level's)
+        from ..launcher.options import unrecognized  # lazy: only for a usage error
+
+        command = parser.commands[args.command]
+        command.error(unrecognized(command, extra))
+    return args
 
 
 if __name__ == "__main__":  # pragma: no cover

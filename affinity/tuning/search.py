@@ -53,6 +53,8 @@ _ATTR = "affinity."  # prefix of the study's user attributes
 _LOG = logging.getLogger("affinity.tuning")
 #: user attribute of a trial asked after the budget was reached by other tuners (not run)
 SURPLUS = "affinity.surplus"
+#: user attribute of a running trial: the tuner running it (:func:`.storage.tuner_identity`)
+OWNER = "affinity.owner"
 
 
 # ------------------------------------------------------------------ results
@@ -307,6 +309,7 @@ class Search:
         self.storage = check_storage(storage)
         self.study_name = _study_name(study_name, topology, space, direction, key)
         self._rdb, self._lock = self._connect()
+        self._me = storage_mod.tuner_identity()
         with self._lock():
             self.study = self._open()
             self.seed = self._seed(seed)
@@ -404,13 +407,26 @@ class Search:
                 queued.add(self.space.key(rec.config))
 
     def _close_stale(self) -> None:
-        """Trials left running by a tuner that died (no heartbeat for the grace period):
-        failed by optuna, then run again as interrupted.  A live tuner's running trial
-        has a fresh heartbeat and is left alone."""
-        if self._rdb is not None:
-            with warnings.catch_warnings():  # optuna calls fail_stale_trials experimental
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                optuna.storages.fail_stale_trials(self.study)
+        """Trials left running by a tuner that died: at once where its tuner ran on this
+        machine (its recorded PID is gone, or another process's), else once it has had
+        no heartbeat for the grace period (failed by optuna); then run again as
+        interrupted.  A live tuner's running trial is left alone."""
+        if self._rdb is None:
+            return
+        me = storage_mod.tuner_identity()
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if storage_mod.owner_gone(t.user_attrs.get(OWNER), me):
+                self._fail_interrupted(t)
+        with warnings.catch_warnings():  # optuna calls fail_stale_trials experimental
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(self.study)
+
+    def _fail_interrupted(self, t: FrozenTrial) -> None:
+        """Fail another (dead) tuner's running trial as interrupted: it is run again."""
+        store = self.study._storage
+        with contextlib.suppress(Exception):  # finished meanwhile: nothing to do
+            store.set_trial_user_attr(t._trial_id, INTERRUPTED, True)
+            store.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
 
     # ---------------------------------------------------------------- trials
     def records(self) -> list[TrialRecord]:
@@ -466,6 +482,7 @@ class Search:
                 return
             with _interrupt_deferred() as interrupted:  # asked, then running with a heartbeat, or told
                 trial = self._ask()
+                trial.set_user_attr(OWNER, self._me)  # (a tuner that finds it running can tell we died)
                 if _counted(self.study.get_trials(deepcopy=False), trial.number) >= budget:
                     trial.set_user_attr(SURPLUS, True)  # another tuner took the last trial first
                     self.study.tell(trial, state=TrialState.FAIL)
@@ -504,6 +521,9 @@ class Search:
             now = {t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
             if not running <= now:
                 return True
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if t.number in running and OWNER not in t.user_attrs:  # its tuner died right after asking
+                self._fail_interrupted(t)
         gone |= running
         return True
 

@@ -28,7 +28,8 @@ from typing import Any
 from ..errors import TuneError, TuneUsageError, UnsafeFile
 from ..machine import userfiles
 
-__all__ = ["GRACE_S", "HEARTBEAT_S", "check_storage", "default_storage", "rdb_storage", "sqlite_path"]
+__all__ = ["GRACE_S", "HEARTBEAT_S", "check_storage", "default_storage", "owner_gone", "rdb_storage", "sqlite_path",
+           "tuner_identity"]
 
 #: seconds between two heartbeats of a running trial
 HEARTBEAT_S = 5
@@ -63,7 +64,8 @@ def check_storage(storage: Any) -> Any:
         A URL that is not one, a directory, a folder that does not exist.
     TuneError
         An existing file that is not an optuna study (not SQLite, or a SQLite
-        database of something else): it is left untouched.
+        database of something else): it is left untouched; a file that cannot be
+        read, a folder this user cannot write, a directory where the lock file goes.
     """
     if storage is None or not isinstance(storage, str):
         return storage
@@ -77,14 +79,23 @@ def check_storage(storage: Any) -> Any:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise TuneUsageError(f"storage {storage!r}: folder {folder} does not exist")
+    lock = path + ".lock"
+    if os.path.isdir(lock):
+        raise TuneError(f"storage {storage!r}: {lock}, where its lock file goes, is a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise TuneError(f"storage {storage!r}: folder {folder} is not writable by this user (the study and "
+                        f"its lock file {os.path.basename(lock)} go there)")
     if os.path.exists(path) and os.path.getsize(path) > 0:
         _check_study_file(path, storage)
     return storage
 
 
 def _check_study_file(path: str, url: str) -> None:
-    with open(path, "rb") as fh:
-        head = fh.read(16)
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(16)
+    except OSError as e:
+        raise TuneError(f"storage {url}: cannot read {path}: {userfiles.why(e)}") from None
     if head != b"SQLite format 3\x00":
         raise TuneError(f"storage {url}: {path} is not a study (not a SQLite database); "
                         f"it was left untouched: give another file")
@@ -153,7 +164,13 @@ def _locked(path: str | None) -> Iterator[None]:
     if path is None:
         yield
         return
-    fd = userfiles.open_private(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)  # ours, never a symlink
+    try:
+        fd = userfiles.open_private(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)  # ours, never a symlink
+    except UnsafeFile as e:
+        raise TuneError(f"storage sqlite:///{path}: its lock file: {e}") from None
+    except OSError as e:  # (checked first by check_storage; the folder may have changed since)
+        raise TuneError(f"storage sqlite:///{path}: cannot open its lock file {path}.lock: "
+                        f"{userfiles.why(e)}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -183,3 +200,45 @@ def rdb_storage(url: str, optuna: Any) -> tuple[Any, Any]:
         storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S,
                                              grace_period=GRACE_S)
     return storage, (lambda: _locked(path))
+
+
+# ------------------------------------------------------------------ who runs a trial
+
+def _process_start(pid: Any) -> int | None:
+    """When process ``pid`` started (``/proc/PID/stat`` field 22, clock ticks since
+    boot); None when there is no such process here."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid < 1:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+        return int(data.rsplit(b")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _where() -> str:
+    """This machine's boot and PID namespace: where a PID means one process."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            boot = fh.read().strip()
+        return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return ""
+
+
+def tuner_identity() -> dict[str, Any]:
+    """This tuner, as a running trial records it: where (boot and PID namespace), its
+    PID and when it started -- so that a tuner opening the study can tell at once that
+    a trial's tuner is dead (a PID gone, or another process's since), without waiting
+    for its heartbeat to go stale."""
+    return {"where": _where(), "pid": os.getpid(), "start": _process_start(os.getpid())}
+
+
+def owner_gone(owner: Any, me: dict[str, Any]) -> bool:
+    """Whether the tuner ``owner`` (a :func:`tuner_identity` stored with a trial) ran
+    where ``me`` runs and is not running any more; False for one elsewhere (another
+    machine, container or boot: only its heartbeat can tell) or not recorded."""
+    if not isinstance(owner, dict) or not me.get("where") or owner.get("where") != me["where"]:
+        return False
+    return _process_start(owner.get("pid")) != owner.get("start")

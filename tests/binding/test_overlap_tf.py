@@ -69,3 +69,34 @@ def test_tf_bindings_restored_in_any_order(order):
     assert out["session_init_restored"] and out["ensure_initialized_restored"], out
     assert out["value"] == 16.0
     assert out["env_changed"] == [] and out["masks_changed"] == [] and out["active"] == 0, out
+
+
+POOL_SIZES = r"""
+import json, os, warnings
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+warnings.simplefilter("ignore")
+import affinity
+b1 = affinity.apply("compact", threads=1)  # TensorFlow not imported yet: each sizes its pools at the import
+b2 = affinity.apply("scatter", threads=2)
+import tensorflow as tf
+t = tf.config.threading
+before = t.get_intra_op_parallelism_threads()
+b1.restore()
+inside_b2 = t.get_intra_op_parallelism_threads()
+b2.restore()
+print(json.dumps({"b2": b2.intra_op_threads, "inside_b2": inside_b2,
+                  "after": [t.get_intra_op_parallelism_threads(), t.get_inter_op_parallelism_threads()]}))
+"""
+
+
+def test_tf_pool_sizes_restored_out_of_order():
+    """Two bindings made before ``import tensorflow`` size its pools at the import (the
+    runtime not started); b1 restored first put TensorFlow's defaults back under the
+    active b2, and b2 then put b1's sizes back for good (issue 42: every piece of state
+    an adapter changes is held as the environment is)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "TF_NUM_", "GOMP_"))}
+    r = subprocess.run([sys.executable, "-c", POOL_SIZES], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["inside_b2"] == out["b2"]  # b2 is active: its size stands
+    assert out["after"] == [0, 0]  # TensorFlow's own "not set"

@@ -593,3 +593,73 @@ def test_apply_rank_auto_inside_an_instance(tmp_path):
     rows = sorted(json.loads(f.read_text()) for f in tmp_path.glob("*.json"))
     assert [row[0] for row in rows] == ["0", "1"]
     assert all(row[1] == row[2] for row in rows) and rows[0][1] != rows[1][1]
+
+
+IGNORES_TERM = "trap '' TERM INT HUP QUIT; echo $$ > {d}/pid.$AFFINITY_INSTANCE; exec sleep 120"
+
+
+def _gone(pid: int) -> bool:  # exited, or a zombie waiting to be reaped
+    try:
+        return status_of(pid).get("State", "").startswith("Z")
+    except FileNotFoundError:
+        return True
+
+
+def _two_pids(d) -> list[int]:
+    wait_for(lambda: all((d / f"pid.{i}").exists() and (d / f"pid.{i}").read_text() for i in range(2)),
+             "both instances")
+    pids = [int((d / f"pid.{i}").read_text()) for i in range(2)]
+    wait_for(lambda: all(comm_of(pid) == "sleep" for pid in pids), "both instances to exec sleep")
+    return pids
+
+
+@TWO
+def test_an_instance_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
+    """Issue 42, point 10: instances that ignore the forwarded SIGTERM kept the launcher
+    waiting out their whole run, and it then said 0.  Now SIGKILL after
+    AFFINITY_KILL_AFTER seconds (1 here), said, and the real status (128 + 9)."""
+    p = subprocess.Popen([sys.executable, "-m", "affinity", "run", "--instances", "2", "--", "sh", "-c",
+                          IGNORES_TERM.format(d=tmp_path)], env={**clean_env(), "AFFINITY_KILL_AFTER": "1"},
+                         stderr=subprocess.PIPE, text=True)
+    pids = _two_pids(tmp_path)
+    try:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(60) == 128 + signal.SIGKILL
+        said = p.stderr.read()
+        assert said.count("still running 1 s after SIGTERM: killed (SIGKILL)") == 2, said
+        assert all(_gone(pid) for pid in pids)
+    finally:
+        for pid in pids:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+        if p.poll() is None:
+            p.kill()
+
+
+@TWO
+def test_instances_ignoring_sigterm_do_not_outlive_a_killed_launcher(tmp_path):
+    """The parent-death signal is SIGTERM, which they ignore: orphaned before.  The
+    launcher's watchdog kills them after the grace period."""
+    p = subprocess.Popen([sys.executable, "-m", "affinity", "run", "--instances", "2", "--", "sh", "-c",
+                          IGNORES_TERM.format(d=tmp_path)], env={**clean_env(), "AFFINITY_KILL_AFTER": "1"})
+    pids = _two_pids(tmp_path)
+    # the launcher has finished starting them once it is back on its own mask (the watchdog
+    # cannot know an instance whose start was cut short by the SIGKILL: see _Watchdog)
+    wait_for(lambda: parse_list(status_of(p.pid)["Cpus_allowed_list"]) == set(CPUS), "the launcher to start both")
+    p.kill()
+    p.wait(60)
+    try:
+        wait_for(lambda: all(_gone(pid) for pid in pids), "the instances to end after the launcher was killed",
+                 limit=30)
+    finally:
+        for pid in pids:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_kill_after_reads_its_variable():
+    from affinity.launcher.execute import KILL_AFTER_S, kill_after
+
+    assert kill_after({}) == KILL_AFTER_S == 10
+    assert kill_after({"AFFINITY_KILL_AFTER": "2.5"}) == 2.5
+    assert kill_after({"AFFINITY_KILL_AFTER": "-1"}) == kill_after({"AFFINITY_KILL_AFTER": "x"}) == KILL_AFTER_S

@@ -166,7 +166,9 @@ def test_idlist_syntax():
     assert IdList.parse("0-3,8", "CPU").ids == {0, 1, 2, 3, 8}
     assert IdList.parse("!+1", "node").inverted and IdList.parse("!+1", "node").relative
     assert IdList.parse("all", "CPU").resolve(frozenset({2, 3}), "-C") == {2, 3}
-    assert IdList.parse("!all", "CPU").resolve(frozenset({2, 3}), "-C") == frozenset()
+    # an inverted list that leaves nothing: said here, naming the option (issue 42: "mask  selects no PU")
+    with pytest.raises(PlanError, match=r"-C !all: selects no CPU: it leaves out every CPU allowed \(2-3\)"):
+        IdList.parse("!all", "CPU").resolve(frozenset({2, 3}), "-C")
     for bad in ("", "x", "3-1", "+all", "1,,2"):
         with pytest.raises(ValueError):
             IdList.parse(bad, "CPU")

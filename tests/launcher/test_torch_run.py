@@ -1,4 +1,5 @@
-"""``affinity run`` with real PyTorch: torch's pool sizes from the plan (per instance),
+"""``affinity run`` with real PyTorch: torch's pool sizes from the plan (per instance; the
+inter-op pool's when the program first makes TorchScript, unless it sized it itself),
 the libgomp load-time pin of the importing thread undone (a forked child gets the
 instance's CPUs, not the first place), libgomp's own team still on the places; a
 sitecustomize of the user's own still runs; a program without torch is untouched."""
@@ -28,6 +29,7 @@ q = ctx.Queue()
 p = ctx.Process(target=lambda: q.put(sorted(os.sched_getaffinity(0))))
 p.start(); child = q.get(); p.join()
 x = torch.randn(300, 300); (x @ x).sum()
+torch.jit.trace(lambda t: t + 1, torch.ones(1))  # TorchScript made: the hook sizes the inter-op pool now
 team = {t: sorted(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")}
 # one write(2) for the whole line: two instances share the pipe, and print() may write the
 # text and its newline apart (the lines interleaved)
@@ -145,3 +147,32 @@ def test_dataloader_workers_from_the_launcher(tmp_path, ctx):
                        capture_output=True, text=True, env=_env(), timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert all(d["mask"] == CPUS for d in json.loads(r.stdout.strip().splitlines()[-1]).values())
+
+
+def test_the_programs_own_set_num_interop_threads_is_accepted():
+    """torch accepts ``set_num_interop_threads`` once: the hook called it right after
+    ``import torch``, and the program's own call raised "cannot set number of interop
+    threads after ..." (plain Python accepts it).  Now the program's call is its own,
+    and the plan's size waits for the first TorchScript (then refused: the program's stands)."""
+    code = ("import json, torch; torch.set_num_interop_threads(3); a = torch.get_num_interop_threads(); "
+            "torch.jit.trace(lambda t: t + 1, torch.ones(1)); "
+            "print(json.dumps([a, torch.get_num_interop_threads()]))")
+    r = subprocess.run([sys.executable, "-m", "affinity", "run", "compact", "--", sys.executable, "-c", code],
+                       capture_output=True, text=True, env=_env(), timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [3, 3]
+
+
+def test_python_E_keeps_the_load_time_pin_and_says_so():
+    """Under ``python -E`` the hook cannot load (no PYTHONPATH): libgomp's load-time pin of
+    the main thread stays, as the warning says (and ``--pin-threads --no-pin-main``, which it
+    names, has none: the main thread keeps the process's CPUs)."""
+    code = ("import json, os, torch; print(json.dumps(sorted(os.sched_getaffinity(0))))")
+    outs = {}
+    for extra in ([], ["--pin-threads", "--no-pin-main"]):
+        r = subprocess.run([sys.executable, "-m", "affinity", "run", "-t", "2", *extra, "--", sys.executable, "-E",
+                            "-c", code], capture_output=True, text=True, env=_env(), timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        outs[bool(extra)] = (json.loads(r.stdout.strip().splitlines()[-1]), "hook cannot load" in r.stderr)
+    assert outs[False] == ([CPUS[0]], True)  # pinned to the first place, and said
+    assert outs[True] == (CPUS[:2], False)  # the preload's way: no load-time pin, nothing to say

@@ -598,3 +598,51 @@ def test_copies_says_the_instances_are_copies_and_excludes_split(tmp_path, fake_
     assert sorted(t["value"] for t in out["trials"]) == [pytest.approx(50.0), pytest.approx(100.0)]
     r = tune(["--storage", "none", "--split", "--copies", "--"] + fake_cmd(), tmp_path)
     assert r.returncode == 2 and "--copies" in r.stderr and "--split" in r.stderr, r.stderr
+
+
+def _running(db) -> int:
+    try:
+        con = sqlite3.connect(db)
+        try:
+            return con.execute("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
+def test_a_tuner_killed_mid_trial_and_resumed_at_once(tmp_path, fake_cmd):
+    """Issue 42, point 11: SIGKILL 0.5 s into a trial, the same command again at once.  The
+    killed trial was left RUNNING (failed by its stale heartbeat 20 s later at best, never
+    when its tuner died before the first heartbeat: the study ended one trial short).  Its
+    tuner recorded who runs it: the resumed tuner sees that process gone, fails the trial
+    as interrupted and runs its configuration again first."""
+    db = tmp_path / "k.db"
+    args = ["--budget", "3", "--repeats", "1", "--top", "1", "--storage", f"sqlite:///{db}",
+            "--param", "threads=1,2", "--param", "blocktime=0,1", "--"] + fake_cmd("--sleep", "1")
+    p = subprocess.Popen(TUNE + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _running(db):
+        time.sleep(0.05)
+    time.sleep(0.5)
+    p.kill()
+    p.communicate(timeout=60)
+    r = tune(args, tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    con = sqlite3.connect(db)
+    try:
+        states = dict(con.execute("SELECT number, state FROM trials"))
+        attrs = {(tid, key): json.loads(v) for tid, key, v in
+                 con.execute("SELECT trial_id, key, value_json FROM trial_user_attributes")}
+        params = {}
+        for tid, name, value in con.execute("SELECT trial_id, param_name, param_value FROM trial_params"):
+            params.setdefault(tid, {})[name] = value
+        ids = dict(con.execute("SELECT number, trial_id FROM trials"))
+    finally:
+        con.close()
+    assert "RUNNING" not in states.values()
+    assert list(states.values()).count("COMPLETE") == 3  # the whole budget
+    killed = ids[0]
+    assert states[0] == "FAIL" and attrs.get((killed, "interrupted")) is True, attrs
+    again = [n for n, tid in ids.items() if n > 0 and params.get(tid) == params[killed]]
+    assert again and states[again[0]] == "COMPLETE"  # its configuration ran again

@@ -62,3 +62,50 @@ def test_the_command_says_it_in_one_line(tmp_path):
                        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}, timeout=60)
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "not followed" in r.stderr, r.stderr
     assert not (tmp_path / "planted.db").exists()
+
+
+# ---- issue 42, point 7: a --storage whose folder or lock file cannot be used
+
+
+def _tune(url: str, prefix: tuple[str, ...] = (), cwd: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*prefix, sys.executable, "-m", "affinity", "tune", "--budget", "1", "--storage", url,
+                           "--", "true"], capture_output=True, text=True, timeout=120, cwd=cwd,
+                          env={**os.environ, "XDG_CACHE_HOME": "/nonexistent"})
+
+
+def test_a_directory_where_the_lock_file_goes(tmp_path):
+    """It was an IsADirectoryError traceback from the lock file's open()."""
+    (tmp_path / "t.db.lock").mkdir()
+    r = _tune(f"sqlite:///{tmp_path}/t.db")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "t.db.lock, where its lock file goes, is a directory" in r.stderr
+    assert not (tmp_path / "t.db").exists()
+
+
+def test_a_folder_this_user_cannot_write():
+    """As an unprivileged user, a folder of root's: a PermissionError traceback from the
+    lock file.  Run as ``nobody`` (setpriv), the folder root's and closed to others."""
+    from helpers.unprivileged import identity, python_runs_as, shared_dir
+
+    ident, why = identity("nobody")
+    if ident is None:
+        pytest.skip(why)
+    with shared_dir() as shared:
+        why = python_runs_as(ident, shared)
+        if why:
+            pytest.skip(why)
+        folder = shared / "roots"
+        folder.mkdir(mode=0o755)
+        if ident.uid == os.geteuid():
+            pytest.skip("runs as root to have a folder of another user's")
+        r = _tune(f"sqlite:///{folder}/t.db", ident.prefix, cwd=str(shared))
+        assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+        assert f"folder {folder} is not writable by this user" in r.stderr
+        assert list(folder.iterdir()) == []
+        # a study file of root's, closed to others, in a folder open to all: a PermissionError too
+        study = shared / "t.db"
+        study.write_bytes(b"SQLite format 3\x00" + bytes(100))
+        study.chmod(0o600)
+        r = _tune(f"sqlite:///{study}", ident.prefix, cwd=str(shared))
+        assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+        assert f"cannot read {study}: permission denied" in r.stderr.lower()

@@ -9,17 +9,25 @@ torch`` has completed:
   libgomp, reading the exported ``OMP_PLACES``, bound it to the first place as it
   loaded, and every thread and process it starts later (DataLoader workers) would
   inherit that one place;
-* ``torch.set_num_interop_threads(N)`` sizes the inter-op pool from the plan
-  (PyTorch reads no variable for it);
+* the inter-op pool is sized from the plan (PyTorch reads no variable for it) by
+  ``torch.set_num_interop_threads(N)`` -- late: torch accepts that call once, and
+  the program may make it itself, so the hook makes it only when the program first
+  makes TorchScript (``torch.jit.script``, ``trace``, ``trace_module``, ``load``:
+  only TorchScript starts the pool, at its first ``fork``), and not at all when the
+  program made it first.  What it cannot do: a program that makes TorchScript and
+  only then calls ``set_num_interop_threads`` is refused by torch (plain Python
+  accepts it until the pool starts); TorchScript made without those four functions
+  (``torch.jit.CompilationUnit``, ``torch.package``) starts a pool of torch's own size;
 * with ``affinity run --dataloader-workers K`` (``AFFINITY_DATALOADER_CPUS``, the
   workers' CPU sets decided with the plan): every multi-process DataLoader started
   afterwards gives its worker ``i`` the ``i``-th set (a worker process, forked or
   spawned, on CPUs of its own instead of its parent's mask), before the program's own
   ``worker_init_fn``; torch itself gives each worker one intra-op thread.
 
-Then the ``sitecustomize`` this one hides, if there is one, is run as usual.
-Standard library only: it runs in every Python process the launcher starts,
-whatever that interpreter has installed.
+Then the ``sitecustomize`` this one hides, if there is one, is run as usual: an
+error in it is reported by ``site`` as with plain Python ("Error in
+sitecustomize").  Standard library only: it runs in every Python process the
+launcher starts, whatever that interpreter has installed.
 """
 
 import importlib
@@ -62,10 +70,7 @@ class _AfterTorch(importlib.abc.MetaPathFinder):
                 module.__loader__ = spec.loader = orig
                 if os.sched_getaffinity(0) != before:  # libgomp's load-time pin: undone
                     os.sched_setaffinity(0, before)
-                try:
-                    module.set_num_interop_threads(finder.interop)
-                except (RuntimeError, AttributeError):
-                    pass  # already set by the program, or not this torch
+                _size_at_first_torchscript(module, finder.interop)
                 if os.environ.get(WORKERS_VARIABLE):
                     _place_dataloader_workers()
 
@@ -128,6 +133,41 @@ def _place_dataloader_workers():
     cls.__init__ = __init__
 
 
+#: the functions that make TorchScript, the only code that starts torch's inter-op pool
+_TORCHSCRIPT = ("script", "trace", "trace_module", "load")
+
+
+def _size_at_first_torchscript(torch, interop):
+    """Wrap ``torch.jit``'s TorchScript makers so that the first call sizes the
+    inter-op pool (unless the program did: torch then refuses ours, which is
+    right) and puts the originals back."""
+    jit = getattr(torch, "jit", None)
+    originals = {n: getattr(jit, n) for n in _TORCHSCRIPT if callable(getattr(jit, n, None))}
+    wrappers = {}
+
+    def size_once():
+        for n, f in originals.items():
+            if getattr(jit, n, None) is wrappers[n]:
+                setattr(jit, n, f)
+        try:
+            torch.set_num_interop_threads(interop)
+        except (RuntimeError, AttributeError):
+            pass  # set by the program (its one call), or the pool exists, or not this torch
+
+    def wrap(f):
+        def call(*args, **kwargs):
+            size_once()
+            return f(*args, **kwargs)
+
+        call.__name__, call.__qualname__, call.__doc__ = f.__name__, f.__qualname__, f.__doc__
+        call.__module__, call.__wrapped__ = f.__module__, f
+        return call
+
+    for n, f in originals.items():
+        wrappers[n] = wrap(f)
+        setattr(jit, n, wrappers[n])
+
+
 def _install():
     text = os.environ.get("AFFINITY_TORCH_INTEROP_THREADS", "")
     if text.isdigit() and int(text) > 0 and "torch" not in sys.modules:
@@ -141,9 +181,11 @@ def _chain():
     me = sys.modules.pop("sitecustomize", None)
     try:
         importlib.import_module("sitecustomize")
-    except ImportError:
+    except ImportError as e:
         if me is not None:
             sys.modules["sitecustomize"] = me
+        if e.name != "sitecustomize":  # raised inside the user's: site says so, as without us
+            raise
     finally:
         sys.path[:] = saved
 

@@ -49,6 +49,10 @@ VARIABLES = tuple(sorted(SETTINGS_VARIABLES + LIMIT_VARIABLES))
 #: process cannot create more (vm.max_map_count = 65530 mappings, two per
 #: thread stack), and the runtime aborts (``OMP: Error #34``) or crashes.
 MAX_TEAM = 32768
+#: The most places an explicit place list may make before the planner refuses
+#: (``{0}:2147483647:0`` makes as many places as its count, each one CPU mask in the
+#: runtime); libgomp refuses a list of more than this many itself.
+MAX_PLACES = 65536
 
 
 @record(frozen=False)
@@ -140,6 +144,7 @@ def process_env(env: Mapping[str, str], strict: bool,
     st.device_limit, st.cg_limit = read_limits(env, lambda name, text: said.setdefault(name, []).append(text),
                                                strict, libiomp5=dialect is INTEL)
     _fill_defaults(st)
+    _explicit_list_as_read(st, env, values)
     if dialect is not INTEL:
         return st, [t for name in sorted(said) for t in said[name]], values
     st.late_texts = tuple(t for name in sorted(said) if name not in _FIRST_READ for t in said[name])
@@ -168,6 +173,44 @@ def _rival(name: str, present: set[str], aff_notype: bool) -> str | None:
         if r in present:
             return r
     return None
+
+
+def _explicit_list_as_read(st: RuntimeSettings, env: Mapping[str, str], values: Mapping[str, Any]) -> None:
+    """The runtime keeps one explicit list as text -- ``KMP_AFFINITY``'s proclist, or
+    an ``OMP_PLACES`` list read after a typeless ``KMP_AFFINITY=proclist=[...]``,
+    which replaces it -- and parses it at initialization in the grammar of the
+    binding (``__kmp_aux_affinity_initialize``): a proclist under proc-bind
+    ``intel``, a place list otherwise (``OMP_PROC_BIND=true`` with a proclist;
+    an ``OMP_PLACES`` list under ``KMP_AFFINITY``'s ``intel`` binding).  A text the
+    other grammar cannot read makes libiomp5 abort (``OMP: Error #13: Assertion
+    failure``); LLVM's libomp 19 aborts whenever an ``OMP_PLACES`` list replaced a
+    proclist (it frees the proclist twice).  Probed with both runtimes: the proclist
+    ``[1]`` under ``OMP_PROC_BIND=true`` is the place ``{1}``, ``OMP_PLACES={0},{1}``
+    under ``proclist=[0]`` the proclist ``{0},{1}``; ``[1,3-5]`` as a place list and
+    ``{2:2}`` as a proclist abort."""
+    pl = st.proclist
+    if st.type != "explicit" or pl is None:
+        return
+    aff = values.get("KMP_AFFINITY")
+    if st.dialect.strict_crashes and not isinstance(pl, ProcList) and getattr(aff, "proclist", None) is not None:
+        raise PlanError(f"OMP_PLACES={env['OMP_PLACES']!r} after KMP_AFFINITY={env['KMP_AFFINITY']!r}: LLVM's "
+                        f"libomp 19 replaces the proclist with the place list and frees it twice (it aborts)")
+    intel = st.bind[0] == "intel"
+    if intel == isinstance(pl, ProcList):
+        return
+    name, text = ("KMP_AFFINITY", env.get("OMP_PLACES", "")) if intel else ("OMP_PLACES", str(pl))
+    try:
+        if intel:
+            got = parse_strict(name, f"explicit,proclist=[{text}]", st.dialect)[0].proclist
+        else:
+            got = parse_strict(name, text, st.dialect)[0].places
+    except SpecError:
+        got = None
+    if got is None:
+        what = "proclist" if intel else "place list"
+        raise PlanError(f"{text!r} is read as a {what} at initialization (proc-bind {st.bind[0]}), which it is "
+                        f"not: the runtime aborts (OMP: Error #13: Assertion failure)")
+    st.proclist = got
 
 
 def _fill_defaults(st: RuntimeSettings) -> None:
@@ -247,8 +290,21 @@ def _apply_kmp_affinity(st: RuntimeSettings, v: KmpAffinity, raw: str, diagnosti
         st.offset = v.offset or 0
     elif v.type in ("logical", "physical"):
         st.offset = v.offset or 0
+    _refuse_wrapped(st, raw)
     if v.proclist is not None:
         st.proclist = v.proclist
+
+
+def _refuse_wrapped(st: RuntimeSettings, raw: str) -> None:
+    """A permute or offset LLVM's libomp read as a negative C ``int`` (2147483648 and
+    up wrap around): its compact sort then compares sub-ids at negative indexes and
+    its first place is a negative index -- memory outside its tables, not a
+    placement -- so it is refused, not guessed (a permute of -2**31 also made the
+    planner's sort key 2**31 entries long)."""
+    for what, value in (("permute", st.compact), ("offset", st.offset)):
+        if value < 0:
+            raise PlanError(f"KMP_AFFINITY={raw!r}: LLVM's libomp 19 reads the {what} as a C int that wraps "
+                            f"around to {value}, then indexes its tables with it (undefined: not planned)")
 
 
 def _apply_omp_places(st: RuntimeSettings, v: OmpPlaces, raw: str, diagnostics: list[Diagnostic]) -> None:
@@ -597,6 +653,9 @@ def _process_placelist(ini: _Init, places: Sequence[Place]) -> list[frozenset[in
         for i in range(count):
             if size == 0:
                 break
+            if len(out) >= MAX_PLACES:
+                raise PlanError(f"{ini.env_var}: the place list makes more than {MAX_PLACES} places ({count} "
+                                f"copies {stride} apart): the runtime builds one CPU mask per place; not planned")
             prev = frozenset(acc)
             out.append(prev)
             acc = set()
@@ -1142,7 +1201,10 @@ def _check_norespect(topology: Any) -> None:
     (``topology.allowed``; the process mask may be narrower, that is fine):
     libiomp5 aborts with ``OMP: Error #179: Function pthread_setaffinity_np()
     failed: Invalid argument``.  Raised here instead of planning CPUs that
-    cannot be had."""
+    cannot be had.  The machine's CPUs are those it has configured
+    (``__kmp_xproc``): CPUs an hwloc XML taken inside a cgroup cpuset leaves out
+    (its ``complete_cpuset`` counts them, ``Topology.offline_cpus``) and offline
+    ones abort it just the same."""
     allowed = topology.allowed
     outside = topology.cpuset - allowed if allowed else frozenset()
     if outside:
@@ -1151,6 +1213,14 @@ def _check_norespect(topology: Any) -> None:
             f"{_cpu_list(outside)} {'is' if len(outside) == 1 else 'are'} outside this process's cpuset "
             f"({_cpu_list(allowed)}): the kernel refuses them and libiomp5 aborts (OMP: Error #179: "
             f"Function pthread_setaffinity_np() failed); respect the process mask instead")
+    unlisted = getattr(topology, "offline_cpus", 0)
+    if unlisted:
+        # (__kmp_affinity_entire_machine_mask: procs 0 to __kmp_xproc - 1, the CPUs configured)
+        raise PlanError(
+            f"norespect: the runtime binds to every CPU the machine has configured, {unlisted} more than "
+            f"the {len(topology.pus)} PUs described (offline, or outside the cpuset where the description "
+            f"was taken: an hwloc XML's complete_cpuset): the kernel refuses them and libiomp5 aborts (OMP: "
+            f"Error #179: Function pthread_setaffinity_np() failed); respect the process mask instead")
 
 
 def _cpu_list(cpus: frozenset[int]) -> str:
