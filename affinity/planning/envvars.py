@@ -50,7 +50,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..cpulist import format_list, runs
-from ..errors import PlanError, SpecError
+from ..errors import PlanError, SpecError, UsageError
 from .gnu.builds import BUILDS
 from .gnu.places import affinity_hang, cpu_limit
 from .intel.limits import fits_env
