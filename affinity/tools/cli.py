@@ -465,6 +465,28 @@ def _missing_extra(e: ModuleNotFoundError) -> str | None:
     return f"{what} is not installed (no module named {top!r}): pip install 'kmp-affinity[{extra}]'"
 
 
+def _broken_extra(e: ImportError) -> str | None:
+    """One line for an optional package that is installed but fails to import (a
+    missing shared library, a dependency of the wrong version): the package and the
+    cause, the exception's own last ``...Error: ...`` line (TensorFlow wraps the
+    whole traceback in its message).  The package is the one ``e.name`` names, or an
+    extra whose own module raised it (its frames in the traceback); None otherwise
+    (a bug of ours: its traceback stays)."""
+    top = (e.name or "").partition(".")[0]
+    if top not in _EXTRAS or isinstance(e, ModuleNotFoundError):
+        tb, top = e.__traceback__, ""
+        while tb is not None and not top:
+            name = str(tb.tb_frame.f_globals.get("__name__", "")).partition(".")[0]
+            top, tb = (name if name in _EXTRAS else ""), tb.tb_next
+        if not top:
+            return None
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()] or ["(no message)"]
+    errors = [line for line in lines if line.partition(":")[0].isidentifier() and
+              line.partition(":")[0].endswith(("Error", "Exception"))]
+    cause = errors[-1] if errors else f"{type(e).__name__}: {lines[0]}"
+    return f"{_EXTRAS[top][0]} is installed but fails to import ({cause}); python -c 'import {top}' shows why"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     launch_key = None
     if argv is None and sys.argv[1:2] == ["run"]:  # the program, not a caller's argv
@@ -488,12 +510,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AffinityError as e:
         print(f"affinity {args.command}: error: {e}", file=sys.stderr)
         return exit_status(e)
-    except ModuleNotFoundError as e:
-        missing = _missing_extra(e)
-        if missing is None:
+    except ImportError as e:  # an extra not installed, or installed and broken: one line
+        said = (_missing_extra(e) if isinstance(e, ModuleNotFoundError) else None) or _broken_extra(e)
+        if said is None:
             raise
-        print(f"affinity {args.command}: error: {missing}", file=sys.stderr)
-        return exit_status(CommandError(missing))
+        print(f"affinity {args.command}: error: {said}", file=sys.stderr)
+        return exit_status(CommandError(said))
     except BrokenPipeError:  # `affinity topology | head`
         return 0
     except KeyboardInterrupt as e:  # Ctrl-C, also during a long native load: no traceback

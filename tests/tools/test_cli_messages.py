@@ -147,6 +147,48 @@ def test_a_command_that_needs_tensorflow_says_so_in_one_line_when_it_is_missing(
     assert r.stdout == ""  # the demo fails before it starts, not after the topology
 
 
+BROKEN_TENSORFLOW = """\
+try:  # what TensorFlow's pywrap does when its native library does not load
+    raise ImportError("libtensorflow_framework.so.2: cannot open shared object file: No such file or directory")
+except ImportError:
+    import traceback
+    raise ImportError(traceback.format_exc() + "\\n\\nFailed to load the native TensorFlow runtime.\\n"
+                      "See https://www.tensorflow.org/install/errors for some common causes and solutions.")
+"""
+
+
+@pytest.mark.parametrize("command", [["bench", "--num-batches", "1"], ["bench", "--pin", "compact"],
+                                     ["demo", "--num-batches", "1"]])
+def test_a_tensorflow_that_fails_to_import_is_one_line_naming_the_cause(command, tmp_path):
+    """A broken install (issue #40, point 7): an ImportError from TensorFlow's own
+    import printed a traceback (the demo's from its workload's child process)."""
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text(BROKEN_TENSORFLOW)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    r = subprocess.run([sys.executable, "-m", "affinity", *command], capture_output=True, text=True,
+                       timeout=300, env=env)
+    err = one_line_error(r, 1)
+    assert err == (f"affinity {command[0]}: error: TensorFlow is installed but fails to import (ImportError: "
+                   f"libtensorflow_framework.so.2: cannot open shared object file: No such file or directory); "
+                   f"python -c 'import tensorflow' shows why\n")
+    assert r.stdout == ""
+
+
+def test_an_import_error_of_no_extra_keeps_its_traceback():
+    from affinity.tools.cli import _broken_extra
+
+    def raised(exc):
+        try:
+            raise exc
+        except ImportError as e:
+            return e
+
+    assert _broken_extra(raised(ImportError("cannot import name 'x' from 'json'", name="json"))) is None
+    assert _broken_extra(raised(ModuleNotFoundError("No module named 'numpyy'", name="numpyy"))) is None
+    said = _broken_extra(raised(ImportError("undefined symbol: foo", name="torch._C")))
+    assert said.startswith("PyTorch is installed but fails to import (ImportError: undefined symbol: foo)")
+
+
 def test_a_missing_module_that_is_no_extra_keeps_its_traceback():
     from affinity.tools.cli import _missing_extra
 
