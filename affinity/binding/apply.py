@@ -46,7 +46,7 @@ from ..planning.memory import MemorySpec, membind_spec
 from ..planning import precedence
 from ..planning.planner import DEFAULT_RUNTIME
 from ..planning.planner import plan as make_plan
-from ..planning.planner import unread
+from ..planning.planner import hinted, unread
 from ..planning.ranks import rank_topology, team_environ
 from ..planning.spec import DEFAULT_SPEC
 from ..record import field, record
@@ -569,7 +569,7 @@ def _apply(spec: Any, threads: int | None, topology: Topology | None, tensorflow
     b = Binding(plan=p, inter=inter)
     b._snapshot = snap
     b._seen = dict(snap.starts)  # (a thread gone before its start was read is left out)
-    b.notes.extend(f"planner: {w}" for w in p.warnings)  # the runtime's own warnings
+    b.notes.extend(f"planner: {w}" for w in hinted(spec, p.warnings))  # decision: the runtime's own warnings, hinted
     b.notes.extend(unread(spec, runtime))  # what the runtime's rules never read (compact under libgomp)
     b.notes.extend(env_warnings)
     b.notes.extend(precedence.oversubscription(p.threads, p.union, "threads" if asked is not None

@@ -123,7 +123,7 @@ def _plan_text(p: object, spec: str | None, env: dict[str, str]) -> str:
     lines = [f"plan: {_planned(spec, env)} on {p.topology.describe()}{_in_mask(p)} ({p.runtime}'s rules)",
              f"{_plural(p.threads, 'thread')}, {p.affinity_type}{gran} (proc_bind {p.proc_bind}):"]
     lines += [f"  thread {i} -> {{{format_list(s)}}}" for i, s in enumerate(p.cpusets)]
-    lines += [f"warning: {w}" for w in p.warnings]
+    lines += [f"warning: {w}" for w in _hinted(spec, p.warnings)]
     lines += [f"warning: {w}" for w in _unread(spec, p.runtime)]
     return "\n".join(lines)
 
@@ -141,6 +141,13 @@ def _unread(spec: str | None, runtime: str) -> list[str]:
     from ..planning.planner import unread  # lazy: a command loads only its own layers
 
     return unread(spec, runtime)
+
+
+def _hinted(spec: str | None, warnings: Sequence[str]) -> list[str]:
+    """The plan's warnings with their hints (:func:`affinity.planning.planner.hinted`)."""
+    from ..planning.planner import hinted  # lazy: a command loads only its own layers
+
+    return hinted(spec, warnings)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -244,7 +251,7 @@ def _plan_compare(args: argparse.Namespace, p: Any, env: dict[str, str], mask: A
     same = q is not None and q.cpusets == p.cpusets
     print(f"{'same' if same else 'different'} placement" + (f"; {args.compare} refuses: {why}" if why else ""))
     for who, plan_ in ((p.runtime, p), (args.compare, q)):
-        for wtext in [*(plan_.warnings if plan_ else ()), *_unread(args.spec, who)]:
+        for wtext in [*_hinted(args.spec, plan_.warnings if plan_ else ()), *_unread(args.spec, who)]:
             print(f"warning ({who}): {wtext}")
     return 0
 

@@ -355,3 +355,17 @@ def test_norespect_may_bind_outside_the_process_mask_inside_the_cgroup():
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert sorted(c for s in json.loads(r.stdout) for c in s) == cpus[:2]
+
+
+def test_a_mistyped_type_warns_what_it_was_probably_meant_to_be():
+    """apply('compakt,1,0') (issue #40, point 5): the runtime's two warnings, the second
+    ("'default' type does not take any integer parameters") confusing with no word of the
+    typo; each now carries its hint, the runtime's words kept."""
+    with pytest.warns(AffinityWarning) as caught:
+        b = affinity.apply("compakt,1,0", **KW)
+    b.restore()
+    said = [str(w.message) for w in caught]
+    assert said[:2] == [
+        'affinity: planner: KMP_AFFINITY: parameter invalid, ignoring "compakt". (did you mean "compact"?)',
+        "affinity: planner: KMP_AFFINITY: 'default' type does not take any integer parameters, ignoring them. "
+        "(the type is 'default' because \"compakt\" was ignored)"]

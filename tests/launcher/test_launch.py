@@ -117,6 +117,8 @@ def test_usage_errors_exit_2_and_start_nothing(tmp_path):
         assert "usage: affinity run [SPEC] [options] -- CMD [ARGS...]" in r.stderr
     assert not marker.exists()
     r = affinity_run("-m", "0", "touch", str(marker))
+    assert "'touch' is a command, not a SPEC: put '--' before it" in r.stderr
+    r = affinity_run("-m", "0", "compact", "touch", str(marker))  # after a SPEC
     assert "the command goes after '--'" in r.stderr
 
 
