@@ -115,14 +115,25 @@ def _planned(spec: str | None, env: dict[str, str]) -> str:
     return ", ".join(given) or "the runtime defaults"
 
 
-def _plan_text(p: object, spec: str | None, env: dict[str, str]) -> str:
-    """The answer first: one line per thread; the runtime's verbose map is ``-v``."""
+def _plan_text(p: object, spec: str | None, env: dict[str, str], torch: bool = False) -> str:
+    """The answer first: one line per thread; the runtime's verbose map is ``-v``.
+    ``torch``: the plan is shown for PyTorch (its rules, or DataLoader workers):
+    say where its thread 0 goes."""
     from ..cpulist import format_list  # lazy: a command loads only its own layers
 
     gran = f" at {p.granularity} granularity" if p.granularity else ""
     lines = [f"plan: {_planned(spec, env)} on {p.topology.describe()}{_in_mask(p)} ({p.runtime}'s rules)",
              f"{_plural(p.threads, 'thread')}, {p.affinity_type}{gran} (proc_bind {p.proc_bind}):"]
     lines += [f"  thread {i} -> {{{format_list(s)}}}" for i, s in enumerate(p.cpusets)]
+    if torch and p.threads > 1 and p.cpusets[0] != p.union:
+        import textwrap  # lazy: only for a plan shown for PyTorch
+
+        first, union = f"{{{format_list(p.cpusets[0])}}}", f"{{{format_list(p.union)}}}"
+        lines += textwrap.wrap(
+            f"note: under PyTorch thread 0 is the main thread (intra-op thread 0), and apply(), pinned() and "
+            f"affinity run keep it on all the plan's CPUs {union}, not {first}: by design, so that the threads "
+            f"and DataLoader workers it starts get them (affinity run --pin-threads pins it to {first})",
+            100, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
     lines += [f"warning: {w}" for w in _hinted(spec, p.warnings)]
     lines += [f"warning: {w}" for w in _unread(spec, p.runtime)]
     return "\n".join(lines)
@@ -205,7 +216,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                           "translations": translations, "untranslatable": untranslatable,
                           **({"dataloader_workers": workers.to_dict()} if workers else {})}, indent=2))
     else:
-        print(_plan_text(p, args.spec, env))
+        print(_plan_text(p, args.spec, env, torch=p.runtime == "gnu-torch" or workers is not None))
         if workers is not None:
             print(workers.describe())
         if args.verbose:
@@ -217,8 +228,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
             for k, v in translations.items():
                 print(f"  {k}: {v if v is not None else 'not expressible: ' + untranslatable[k]}")
     if args.picture:
-        _write_picture(args.picture, topo, p.cpusets,
-                       title=f"{_planned(args.spec, env)}, {_plural(p.threads, 'thread')}")
+        title = f"{_planned(args.spec, env)}, {_plural(p.threads, 'thread')}"
+        if workers is None:
+            _write_picture(args.picture, topo, p.cpusets, title=title)
+        else:  # the workers beside the compute threads, each in a role of its own
+            _write_picture(args.picture, topo, [*p.cpusets, *workers.cpusets],
+                           roles=["openmp"] * p.threads + ["dataloader"] * workers.workers,
+                           title=f"{title} and {_plural(workers.workers, 'DataLoader worker')}")
     return 0
 
 

@@ -73,6 +73,7 @@ ROLES: Mapping[str, tuple[str, str]] = {
     "blas": ("b", "#9e9ac8"),
     "main": ("m", "#b4a7e0"),
     "other": ("x", "#e7c25a"),
+    "dataloader": ("w", "#d9a679"),
 }
 #: role -> what its threads are, for the legend ("other" alone says nothing)
 ROLE_WORDS: Mapping[str, str] = {
@@ -83,6 +84,7 @@ ROLE_WORDS: Mapping[str, str] = {
     "blas": "a BLAS pool",
     "main": "the process's first thread",
     "other": "threads of no pool affinity knows",
+    "dataloader": "DataLoader worker processes, one intra-op thread each",
 }
 
 # Thread colours (by thread number, repeating): medium tones on which black

@@ -364,3 +364,29 @@ def test_the_ranks_header_in_a_batch_script_is_read_in_lines():
     short = run("plan", "--ranks", "2", "--topology", "synthetic:pack:2 core:4 pu:2")
     assert short.stdout.splitlines()[0] == "2 local ranks on 2 packages x 4 cores x 2 PUs (16 PUs, 1 NUMA node) " \
                                           "(--ranks 2):"
+
+
+def test_a_plan_shown_for_pytorch_draws_its_workers_and_says_where_thread_0_goes(tmp_path):
+    """Issue #40, point 3: 'affinity plan --dataloader-workers 2 --picture' drew the compute
+    threads only, and a plan shown for PyTorch said 'thread 0 -> {0}' where PyTorch's thread
+    0 (the main thread) gets all the plan's CPUs, by design."""
+    import xml.etree.ElementTree as ET
+
+    machine = "synthetic:pack:1 core:4 pu:2"
+    svg = tmp_path / "plan.svg"
+    r = run("plan", "compact,1,0", "-t", "3", "--dataloader-workers", "2", "--topology", machine,
+            "--picture", str(svg))
+    assert r.returncode == 0, r.stderr
+    said = " ".join(r.stdout.split())
+    assert ("note: under PyTorch thread 0 is the main thread (intra-op thread 0), and apply(), pinned() and "
+            "affinity run keep it on all the plan's CPUs {0-5}, not {0-1}") in said
+    pus = {g.get("data-os-index"): g.get("data-thread-names")
+           for g in ET.parse(svg).getroot().iter("{http://www.w3.org/2000/svg}g") if g.get("class") == "pu"}
+    assert pus["6"] == "w0" and pus["7"] == "w1"  # the workers, where the layout puts them
+    assert pus["0"] == pus["1"] == "o0" and pus["4"] == "o2"  # beside the compute threads
+    assert "DataLoader worker processes" in svg.read_text() and "2 DataLoader workers" in svg.read_text()
+    gnu = run("plan", "OMP_PLACES=cores OMP_PROC_BIND=close", "-t", "2", "--runtime", "gnu-torch",
+              "--topology", machine)
+    assert "under PyTorch thread 0 is the main thread" in gnu.stdout
+    intel = run("plan", "compact,1,0", "-t", "3", "--topology", machine)  # not shown for PyTorch: no note
+    assert intel.returncode == 0 and "PyTorch" not in intel.stdout
