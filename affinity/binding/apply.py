@@ -146,6 +146,8 @@ class Binding:
     _blas: Any = field(default=None, init=False, repr=False, compare=False)
     _hooks: list[Any] = field(default_factory=list, init=False, repr=False, compare=False)
     _seen: dict[int, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: threads pinned while a newer binding held them: pinned when it is restored
+    _deferred: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
 
     # ------------------------------------------------------------ derived
     @property
@@ -192,24 +194,30 @@ class Binding:
     # ----------------------------------------------------------- refresh
     def refresh(self) -> list[int]:
         """Pin threads that appeared since the last look (tf.data, Keras ``fit``,
-        TF1 sessions, ...); return their TIDs.  A thread is its TID and its start time:
-        one that holds the TID of a thread that ended is new."""
+        TF1 sessions, ...), and -- when no newer binding is active -- put back on
+        their sets the threads this binding pinned whose mask changed since (an inner
+        binding's restore, a library resetting masks); return the TIDs pinned.  A
+        thread is its TID and its start time: one that holds the TID of a thread that
+        ended is new.  Under a newer active binding, a new thread it pinned keeps that
+        binding's set until it is restored (this binding's pin is recorded)."""
         if not self.active:
             raise RuntimeError("this binding was restored; apply a new one")
         stats = _threads.task_stats()
-        names = {t: n for t, (n, _) in stats.items()}
         # not seen, or seen under another start: a TID the kernel gave to a new thread
         new = {t: n for t, (n, start) in stats.items() if self._seen.get(t) != start}
-        if not new:
-            return []
         self._seen.update((t, stats[t][1]) for t in new)
+        masks = self._classify(new, stats.get(os.getpid(), ("", 0))[0]) if new else {}
+        masks.update(self._drifted(stats, new))
+        return self._pin(masks)
+
+    def _classify(self, new: Mapping[int, str], pname: str) -> dict[int, frozenset[int]]:
+        """Roles and sets of threads new to :meth:`refresh` (recorded in ``pins``)."""
         pyth = {t.native_id for t in threading.enumerate() if t.native_id}
         masks: dict[int, frozenset[int]] = {}
         slots = self.slots
         n_intra = sum(1 for p in self.pins.values() if p.role == "tf-intra")
         n_inter = sum(1 for p in self.pins.values() if p.role == "tf-inter")
         tf_started = self.tf_state is not None
-        pname = names.get(os.getpid(), "")
         for tid in sorted(new):
             name = new[tid]
             if tf_started and name == _tf.INTER_NAME:
@@ -224,8 +232,24 @@ class Binding:
                 cpus = self.union
                 self.pins[tid] = Pin(tid, "tf-other" if name.startswith("tf_") else "other", cpus)
             masks[tid] = cpus
-        self._pin(masks)
-        return sorted(masks)
+        return masks
+
+    def _drifted(self, stats: Mapping[int, tuple[str, int]], new: Iterable[int]) -> dict[int, frozenset[int]]:
+        """Threads this binding pinned (the same threads: TID and start) whose kernel
+        mask is no longer their pin's set; none while a newer binding is active."""
+        if self._newer():
+            return {}
+        new = set(new)
+        mine = [t for t, p in self.pins.items()
+                if t not in new and t in stats and self._seen.get(t) == stats[t][1]]
+        now = _threads.get_process_affinity()
+        return {t: self.pins[t].cpus for t in mine if t in now and now[t] != self.pins[t].cpus}
+
+    def _newer(self) -> list[Any]:
+        """The active bindings applied after this one (none while it is applied)."""
+        stack = registry.active()
+        idx = next((i for i, b in enumerate(stack) if b is self), None)
+        return [] if idx is None else stack[idx + 1:]
 
     # ----------------------------------------------------------- restore
     @registry.critical  # serialized, to its end even on Ctrl-C
@@ -311,10 +335,21 @@ class Binding:
                 return pkgs[j % len(pkgs)]
         return self.union
 
-    def _pin(self, masks: Mapping[int, frozenset[int]]) -> None:
-        if masks:
-            _threads.set_threads_affinity(masks)
+    def _pin(self, masks: Mapping[int, frozenset[int]]) -> list[int]:
+        """Set ``masks`` (TID -> CPUs), but on a thread that a newer active binding
+        has pinned: that binding's set stands while it is active, and this binding's
+        is put back when it is restored (``_deferred``); returns the TIDs set."""
+        newer = self._newer()
+        held = {t for o in newer for t in o.pins if t in masks}
+        if held:  # (by TID and start: a TID reused since is another thread)
+            starts = _threads.task_starts(tids=list(held))
+            held = {t for t in held if any(o._seen.get(t) == starts.get(t) for o in newer if t in o.pins)}
+            self._deferred |= held
+        todo = {t: m for t, m in masks.items() if t not in held}
+        if todo:
+            _threads.set_threads_affinity(todo)
             publication.changed(self)  # publish: pins added after apply() (pools found later)
+        return sorted(todo)
 
     def _see(self, tids: Iterable[int]) -> None:
         """Record threads this binding pinned, by TID and start (:meth:`refresh`
@@ -389,7 +424,9 @@ def _repin_enclosing_pins(snap: _Snapshot) -> list[str]:
     if not enclosing or not isinstance(enclosing[-1], Binding):
         return []
     outer = enclosing[-1]
-    mine = {t: p.cpus for t, p in outer.pins.items() if t not in snap.masks and t in outer._seen}
+    mine = {t: p.cpus for t, p in outer.pins.items()
+            if (t not in snap.masks or t in outer._deferred) and t in outer._seen}
+    outer._deferred.clear()
     alive = _threads.task_starts(tids=list(mine))
     todo = {t: mine[t] for t, start in alive.items() if outer._seen[t] == start}
     try:
@@ -583,7 +620,7 @@ def _apply(request: Request, topology: Topology | None, modes: _Modes) -> Bindin
     b = Binding(plan=pl.plan, inter=modes.inter, env_kept=dict(d.kept), decision=d)
     b._snapshot = snap
     b._seen = dict(snap.starts)  # (a thread gone before its start was read is left out)
-    b.notes.extend(d.warnings)  # the runtime's own warnings first: a typo binds nothing
+    b.notes.extend(d.warnings)  # the runtime's own warnings first, hinted: a typo binds nothing
     env_before = dict(os.environ)
     try:
         if pl.gpu is not None:  # the calling thread on its GPU's CPUs
@@ -699,7 +736,7 @@ def _attach_tensorflow(b: Binding, *, start: bool) -> None:
     find the pools of a runtime already running, and pin them."""
     if start:
         _tf._tf()
-    if not _tf.is_running():
+    if not _tf.pools_started():
         state = _tf.start_runtime(b.intra_op_threads, b.inter_op_threads)
     else:
         state = _tf.find_running_pools(known=(), environ=_environ_before(b))
@@ -727,7 +764,14 @@ def _environ_before(b: Binding) -> dict[str, str]:
 
 def _pin_tensorflow(b: Binding, state: Any) -> None:
     """Pin TensorFlow's pools as found in ``state``; watch its TF1 sessions."""
-    b.tf_state = state
+    _pin_pools(b, state)
+    _watch_sessions(b)
+
+
+def _pin_pools(b: Binding, state: Any) -> None:
+    """Pin the pools of ``state`` (one pool each: intra-op worker i on slot i,
+    inter-op worker j on :meth:`Binding._inter_set`), and add them to ``b.tf_state``."""
+    b.tf_state = _tf.merged(b.tf_state, state)
     slots = b.slots
     masks: dict[int, frozenset[int]] = {}
     for i, tid in enumerate(state.intra):
@@ -741,9 +785,29 @@ def _pin_tensorflow(b: Binding, state: Any) -> None:
         b.pins[tid] = Pin(tid, "tf-other", b.union)
     b._see(state.intra + state.inter + state.other)
     b._pin(masks)
-    hook = _tf.SessionHook(b.refresh)
+
+
+def _watch_sessions(b: Binding) -> None:
+    """Pin the pools of every TF1 ``Session`` created while ``b`` is active (once per
+    binding): in graph mode a session, not the eager runtime, starts the intra-op pool."""
+    if any(isinstance(h, _tf.SessionHook) for h in b._hooks):
+        return
+    hook = _tf.SessionHook(lambda state: _session_started(b, state))
     hook.install()
     b._hooks.append(hook)
+
+
+def _session_started(b: Binding, state: Any) -> None:
+    """A TF1 ``Session`` was constructed while ``b`` is active: its new pools on the
+    plan (by the threads its construction started), then anything else new."""
+    if not b.active:
+        return
+    try:
+        _pin_pools(b, state)
+        b.refresh()
+    except Exception as e:  # noqa: BLE001 - never break the user's session
+        warnings.warn(f"affinity: the pools of a TensorFlow Session could not be pinned ({e})",
+                      AffinityWarning, stacklevel=3)
 
 
 def _tensorflow_imported(b: Binding) -> None:
@@ -752,12 +816,13 @@ def _tensorflow_imported(b: Binding) -> None:
     if not b.active:
         return
     try:
-        if _tf.is_running():  # something started it during the import itself
+        if _tf.pools_started():  # something started them during the import itself
             _attach_tensorflow(b, start=False)
             return
         b._hooks.append(_tf.PoolSizes(b))  # put back at restore if no op started the runtime
         _tf.set_pool_sizes(b.intra_op_threads, b.inter_op_threads)
         b._hooks.append(_tf.on_runtime_start(lambda state: _tensorflow_started(b, state)))
+        _watch_sessions(b)  # graph mode: the first Session starts the pools, not the runtime
     except Exception as e:  # noqa: BLE001 - never break the user's import
         warnings.warn(f"affinity: TensorFlow was imported inside the binding but could not be "
                       f"prepared ({e}); its threads are not pinned", AffinityWarning, stacklevel=2)

@@ -11,7 +11,10 @@ Stock TensorFlow never pins its threads, and runs oneDNN on its own Eigen pool
 * ``tf.config.threading.set_*_parallelism_threads`` raises ``RuntimeError``
   once that has happened: counts can only be chosen before;
 * a TF1 ``Session`` with ``use_per_session_threads`` starts its own
-  ``tf_Compute`` pool when it is constructed; the intra-op pool is per process.
+  ``tf_Compute`` pool when it is constructed; the intra-op pool is per process,
+  started by whichever comes first: the eager context, or -- in graph mode, which
+  never starts the eager runtime -- the first ``Session`` (sized by its
+  ``ConfigProto``).
 
 This module finds those threads by diffing ``/proc/self/task`` around start-up
 (and by name and creation order when TensorFlow was already running), so
@@ -32,7 +35,8 @@ from . import registry
 from .threads import task_names
 
 __all__ = ["PoolSizes", "SessionHook", "TFState", "classify_new_threads", "config_proto",
-           "find_running_pools", "is_running", "on_runtime_start", "set_pool_sizes", "start_runtime"]
+           "find_running_pools", "is_running", "merged", "on_runtime_start", "pools_started", "set_pool_sizes",
+           "start_runtime"]
 
 INTER_NAME = "tf_Compute"
 GRAPH_RUNNER = "tf_graph_runner"
@@ -140,18 +144,49 @@ class PoolSizes:
         threading_.set_inter_op_parallelism_threads(inter)
 
 
+def pools_started() -> bool:
+    """Whether TensorFlow's pools exist: its eager runtime started
+    (:func:`is_running`), or a TF1 ``Session`` started them without it (graph mode
+    never starts the eager runtime, but a session's devices create the process's
+    intra-op pool and its own ``tf_Compute`` workers)."""
+    return is_running() or (imported() and INTER_NAME in task_names().values())
+
+
 def start_runtime(intra: int | None, inter: int | None) -> TFState:
     """Set the pool sizes and start TensorFlow's runtime, returning its pools.
 
-    Must be called before the runtime started (see :func:`is_running`).
+    Must be called before the pools started (see :func:`pools_started`).  The
+    eager context is initialized directly, so that graph mode
+    (``tf.compat.v1.disable_eager_execution()``) starts the pools too and the
+    user's default graph gets no node of ours; a TensorFlow without
+    ``Context.ensure_initialized`` runs one small eager op instead.
     """
     tf = set_pool_sizes(intra, inter)
     before = task_names()
-    tf.constant(1.0) + tf.constant(1.0)  # creates the eager context and its pools
+    try:
+        from tensorflow.python.eager import context  # noqa: PLC0415
+
+        context.context().ensure_initialized()  # the eager context and its pools
+    except (ImportError, AttributeError):  # private API moved
+        tf.constant(1.0) + tf.constant(1.0)
     after = task_names()
     new = {t: n for t, n in after.items() if t not in before}
     i, j, o = classify_new_threads(new)
     return TFState(tuple(i), tuple(j), tuple(o), len(i), len(j), True)
+
+
+def merged(known: TFState | None, new: TFState) -> TFState:
+    """The pools of ``known`` and ``new`` together (a session's workers added to
+    those found before), each TID once, in creation order."""
+    if known is None:
+        return new
+
+    def both(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(sorted(set(a) | set(b)))
+
+    intra, inter = both(known.intra, new.intra), both(known.inter, new.inter)
+    return TFState(intra, inter, both(known.other, new.other), len(intra), len(inter),
+                   known.counts_set or new.counts_set)
 
 
 def _env_count(name: str, environ: Mapping[str, str] | None = None) -> int:
@@ -207,8 +242,13 @@ def config_proto(intra: int, inter: int, *, per_session: bool = True) -> Any:
 
 
 class SessionHook:
-    """While installed, every new TF1 ``Session`` calls ``callback()`` right after
-    its construction (when its pools exist), so they can be pinned.
+    """While installed, every new TF1 ``Session`` calls ``callback(state)`` right
+    after its construction, ``state`` the :class:`TFState` of the threads the
+    construction started (its devices' intra-op pool when it is the first to
+    create it -- graph mode never starts the eager runtime --, its ``tf_Compute``
+    inter-op workers, ``tf_graph_runner``), told apart as
+    :func:`classify_new_threads` does.  Another thread that happens to start
+    during the construction is counted as the session's.
 
     A :class:`_Patch` of ``BaseSession.__init__``: removing hooks in any order
     (two bindings restored out of order) leaves the class's own ``__init__``."""
@@ -224,8 +264,11 @@ class SessionHook:
 
         def make(orig: Any) -> Any:
             def __init__(self_: Any, *a: Any, **k: Any) -> None:
+                before = task_names()
                 orig(self_, *a, **k)
-                callback()
+                new = {t: n for t, n in task_names().items() if t not in before}
+                i, j, o = classify_new_threads(new)
+                callback(TFState(tuple(i), tuple(j), tuple(o), len(i), len(j), False))
 
             return __init__
 

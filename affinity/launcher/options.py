@@ -193,19 +193,21 @@ def run_parser(subparsers: Any) -> argparse.ArgumentParser:
                         f"{DEFAULT_BLOCKTIME}); 'none' exports none")
     g = p.add_argument_group("CPUs (numactl's options; '+' counts within the allowed set)")
     cpu = g.add_mutually_exclusive_group()
-    cpu.add_argument("-C", "--physcpubind", type=_id_list("CPU"), metavar="CPUS",
+    cpu.add_argument("-C", "--physcpubind", type=_id_list("CPU"), metavar="CPUS", action=_Once,
                      help="run on these OS CPU ids: 0-3,8 | all | +0-1 (relative) | !2 (all but)")
-    cpu.add_argument("-N", "--cpunodebind", type=_id_list("node"), metavar="NODES",
-                     help="run on the allowed CPUs of these NUMA nodes")
+    cpu.add_argument("-N", "-c", "--cpunodebind", "--cpubind", type=_id_list("node"), metavar="NODES",
+                     action=_Once, help="run on the allowed CPUs of these NUMA nodes (-c, --cpubind: "
+                                        "numactl's older names)")
     g.add_argument("--norespect", action="store_true",
                    help="start from the cgroup's cpuset instead of the inherited mask (KMP's "
                         "'norespect'; overrides an MPI launcher's own binding)")
     g = p.add_argument_group("memory (numactl's options; one of)")
     mem = g.add_mutually_exclusive_group()
-    mem.add_argument("-m", "--membind", type=_id_list("node"), metavar="NODES", help="allocate only on NODES")
-    mem.add_argument("-i", "--interleave", type=_id_list("node"), metavar="NODES",
+    mem.add_argument("-m", "--membind", type=_id_list("node"), metavar="NODES", action=_Once,
+                     help="allocate only on NODES")
+    mem.add_argument("-i", "--interleave", type=_id_list("node"), metavar="NODES", action=_Once,
                      help="interleave pages over NODES")
-    mem.add_argument("-p", "--preferred", type=_id_list("node"), metavar="NODES",
+    mem.add_argument("-p", "--preferred", type=_id_list("node"), metavar="NODES", action=_Once,
                      help="prefer NODES, fall back elsewhere")
     mem.add_argument("-l", "--localalloc", action="store_true", help="allocate on the local node")
     g.add_argument("--membind-optional", action="store_true",
@@ -265,6 +267,33 @@ def run_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.set_defaults(_run_parser=p)
     p._negative_number_matcher = _NEGATIVE  # '--ranks -1/2' is a value (argparse's own attribute)
     return p
+
+
+class _Once(argparse.Action):
+    """A CPU or node list given at most once: numactl applies ``-C 0 -C 1`` in turn
+    and the last one wins, silently; here the second is a usage error naming both."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        before = getattr(namespace, self.dest, None)
+        if before is not None:
+            raise argparse.ArgumentError(self, f"given twice ({before.text}, then {values.text}): give one list, "
+                                               f"such as {option_string} {before.text},{values.text}")
+        setattr(namespace, self.dest, values)
+
+
+def _forgot_dashes(words: list[str]) -> str | None:
+    """The usage error for a command given without ``--`` before it (``affinity run
+    -C 0 python -c 'print(1)'``): its first word names a program (on ``PATH``, or a
+    path), which no SPEC does; None when it does not."""
+    import shlex  # lazy: only for a usage error
+    import shutil
+
+    first = words[0]
+    if "/" not in first and shutil.which(first) is None:
+        return None
+    return (f"{first!r} is a command, not a SPEC: put '--' before it "
+            f"(affinity run [SPEC] [options] -- {shlex.join(words)})")
 
 
 def unrecognized(parser: argparse.ArgumentParser, words: list[str]) -> str:
@@ -419,6 +448,9 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
     words = list(args.words or [])
     spec = None
     if words and words[0] != "--":
+        forgot = _forgot_dashes(words) if "--" not in words else None  # (a SPEC is followed by '--')
+        if forgot:
+            parser.error(forgot)
         spec = words[0]
         # options may follow the SPEC: parse them into the same namespace
         args.words = []

@@ -49,7 +49,7 @@ from .launchers import LAUNCHER_DEFAULTS, LAUNCHER_VARIABLES, Job, LocalRank
 from .memory import MemorySpec, check_nodes, membind_spec
 from .partition import (Share, crowded_hint, kinds_note, partition, place_rank, rank_kinds_note,
                         replaced_binding, unranked_warning)
-from .planner import DEFAULT_RUNTIME, Plan, plan, plan_env, unread
+from .planner import DEFAULT_RUNTIME, Plan, hinted, plan, plan_env, unread
 from .spec import DEFAULT_SPEC, PLACEMENT_VARIABLES
 from .workers import WorkerLayout, worker_layout
 
@@ -580,7 +580,7 @@ def _exports(i: int, count: int, p: Plan, request: Request, situation: Situation
     """The plan's variables (and the instance's number), what is said about them --
     the runtime's warnings, a team larger than its CPUs, a runtime that cannot be
     told the plan, user values replaced -- and the user values kept."""
-    said.warnings.extend(f"planner: {w}" for w in p.warnings)
+    said.warnings.extend(f"planner: {w}" for w in hinted(request.spec, p.warnings))  # a typo's did-you-mean
     said.warnings.extend(_prefixed(who, w) for w in precedence.oversubscription(p.threads, p.union, source))
     if request.export == "none":
         return {}, {}

@@ -318,6 +318,7 @@ class _AffState:
     dups: bool | None = None
     numbers: list[int] = field(default_factory=list)
     guards: dict[str, int] = field(default_factory=dict)
+    ignored: list[str] = field(default_factory=list)  #: words that are no keyword, as written
 
     def guard(self, key: str, start: int, nxt: int) -> bool:
         """The runtime's ``set_*`` guards: False (with a warning) when ``key`` was given already."""
@@ -325,15 +326,26 @@ class _AffState:
         self.guards[key] = count + 1
         if count:
             self.diag.warn(f"{self.name}: parameter has been specified already, "
-                           f"ignoring {quote(self.s[start:nxt])}.", start)
+                           f"ignoring {quote(self.s[start:nxt])}.", start,
+                           refused=f"{self.name}: {quote(self.s[start:nxt])}: a {key} was specified already")
             return False
         return True
 
-    def skip_invalid(self, start: int, nxt: int, detail: str | None = None) -> int:
-        """Report the token from ``start`` to the next comma as invalid; the index after that comma."""
+    def skip_invalid(self, start: int, nxt: int, detail: str | None = None, *, unknown: bool = False) -> int:
+        """Report the token from ``start`` to the next comma as invalid; the index after
+        that comma.  ``unknown``: the token is no keyword at all (a typo: the keyword
+        it is closest to, if any, is the detail)."""
         end = skip_to(self.s, nxt, ",")
+        token = self.s[start:end].strip()
+        what, hint = "invalid parameter", None
+        if unknown:
+            self.ignored.append(token)
+            what = "unknown word"
+        if unknown or "=" in token:  # a keyword mistyped before its '=' is matched by its prefix (gran)
+            close = closest_keyword(token)
+            hint = f"did you mean {quote(close)}?" if close and close != token.lower() else None
         self.diag.warn(f"{self.name}: parameter invalid, ignoring {quote(self.s[start:end])}.", start,
-                       detail=detail)
+                       detail=detail, hint=hint, refused=f"{self.name}: {what} {quote(token)}")
         return min(end + 1, len(self.s))
 
     def after_token(self, nxt: int) -> int:
@@ -345,7 +357,8 @@ class _AffState:
             return skip_ws(s, nxt + 1)
         if nxt < len(s):
             end = skip_to(s, nxt, ",")
-            self.diag.warn(f"{self.name}: extra trailing characters ignored: {quote(s[nxt:end])}.", nxt)
+            self.diag.warn(f"{self.name}: extra trailing characters ignored: {quote(s[nxt:end])}.", nxt,
+                           refused=f"{self.name}: extra trailing characters {quote(s[nxt:end])}")
             return min(end + 1, len(s))
         return nxt
 
@@ -369,8 +382,20 @@ def _parse_kmp_affinity(value: str, diag: Diag, name: str = "KMP_AFFINITY") -> K
                 buf = nxt
                 break
         else:
-            buf = st.skip_invalid(buf, buf)
+            buf = st.skip_invalid(buf, buf, unknown=True)
     return _aff_finish(st)
+
+
+def closest_keyword(token: str) -> str | None:
+    """The ``KMP_AFFINITY`` keyword a mistyped ``token`` was probably meant to be
+    (``compcat``: ``compact``; ``granulatiry=fine``: ``granularity=fine``), or None."""
+    import difflib  # lazy: only for a malformed value
+
+    name, eq, value = token.lower().partition("=")
+    words = ([k for k, _, _ in _AFF_ASSIGNMENTS] if eq else
+             [t for t, _ in _AFF_TYPES] + [f for f, _, _ in _AFF_FLAGS])
+    close = difflib.get_close_matches(name.strip(), words, n=1, cutoff=0.7)
+    return f"{close[0]}{eq}{value}" if close else None
 
 
 def _aff_keyword(st: _AffState, start: int) -> int | None:
@@ -507,7 +532,7 @@ def _aff_integer(st: _AffState, start: int) -> int | None:
     nxt = skip_digits(s, start)
     if len(st.numbers) >= 2:
         st.diag.warn(f"{st.name}: too many integer parameters specified, ignoring {quote(s[start:])}.", start,
-                     detail=f"too many integer parameters, ignoring {quote(s[start:nxt])}")
+                     refused=f"{st.name}: too many integer parameters: {quote(s[start:nxt])} is a third")
     st.numbers.append(str_to_int(s, start, nxt, st.diag.dialect.wrap_ints))
     return st.after_token(nxt)
 
@@ -565,7 +590,8 @@ def _aff_integer_params(st: _AffState) -> tuple[int | None, int | None]:
             offset = numbers[0]
         if count > 1:
             st.diag.warn(f"{name}: too many integer parameters specified for logical or physical type, "
-                         f"ignoring {quote(str(numbers[1]))}.", 0)
+                         f"ignoring {quote(str(numbers[1]))}.", 0,
+                         refused=f"{name}: the {typ} type takes one integer parameter, not two")
     elif typ in ("balanced", "scatter", "compact"):
         if count > 0:
             permute = numbers[0]
@@ -580,8 +606,11 @@ def _aff_integer_params(st: _AffState) -> tuple[int | None, int | None]:
             st.diag.warn(f'{name}: proclist not specified with explicit affinity type, using "none".', 0)
             st.type = "none"
         if count > 0:
+            typo = (f"the type is 'default' because {quote(st.ignored[0])} was ignored"
+                    if typ is None and st.ignored else None)  # the type the user meant was mistyped
             st.diag.warn(f"{name}: '{label}' type does not take any integer parameters, ignoring them.", 0,
-                         detail="integer parameters need an affinity type" if typ is None else None)
+                         refused=f"{name}: the '{label}' type does not take integer parameters",
+                         detail="integer parameters need an affinity type" if typ is None else None, hint=typo)
     return permute, offset
 
 

@@ -39,7 +39,7 @@ from .intel import runtime as intel
 from .intel.runtime import kmp_mask_str
 from . import envvars
 from .rules import Memo, Outcome, Rules
-from .spec import SETTINGS_VARIABLES, VARIABLES, KmpAffinity, ProcList, Settings, parse_assignments
+from .spec import SETTINGS_VARIABLES, VARIABLES, KmpAffinity, ProcList, Settings, parse_assignments, parse_lenient
 from typing import Any
 
 
@@ -502,6 +502,36 @@ def unread(spec: Any, runtime: str = DEFAULT_RUNTIME) -> list[str]:
                                                               "KMP_DEVICE_THREAD_LIMIT", "KMP_ALL_THREADS"))
     return [f"{k}={v} is not read by the {runtime} runtime, which places threads by {words} alone: "
             f"it changes nothing in this plan" for k, v in _spec_env(spec).items() if k not in rules.VARIABLES]
+
+
+def hinted(spec: Any, warnings: Iterable[str]) -> list[str]:
+    """``warnings`` (a plan's for ``spec``), each followed by its parser's hint where
+    it has one: what a mistyped word was probably meant to be (``KMP_AFFINITY:
+    parameter invalid, ignoring "compakt". (did you mean "compact"?)``), and what an
+    ignored word made of the rest (the ``'default' type`` that then takes no
+    integers).  The runtime's words stay as it prints them; a hint is found by the
+    warning's text, so one the runtime of another family words otherwise (libgomp)
+    gets none.
+
+    Parameters
+    ----------
+    spec
+        As :func:`plan` takes it.
+    warnings : iterable of str
+        ``Plan.warnings`` of that spec.
+
+    Returns
+    -------
+    list of str
+    """
+    hints: dict[str, str] = {}
+    for name, value in _spec_env(spec).items():
+        try:
+            _, diagnostics = parse_lenient(name, str(value))
+        except ValueError:  # not a variable of the spec grammar (OMP_NUM_THREADS...): no hints
+            continue
+        hints.update((d.text, d.hint) for d in diagnostics if d.hint)
+    return [f"{w} ({hints[w]})" if w in hints else w for w in warnings]
 
 
 def _spec_env(spec: Any, strict: bool = False) -> dict[str, str]:

@@ -67,12 +67,18 @@ class Diagnostic:
     detail : str or None
         A short explanation added to the runtime's text (strict mode shows it in
         parentheses), where there is one.
+    hint : str or None
+        What the input was probably meant to be, or what an ignored word made of
+        the rest (``did you mean "compact"?``): said beside the runtime's words by
+        the lenient faces (:func:`affinity.planning.planner.hinted`), and in strict
+        mode's error instead of ``detail``.
     """
 
     text: str
     error: bool
     pos: int | None = None
     detail: str | None = None
+    hint: str | None = None
 
 
 @record
@@ -119,16 +125,19 @@ class Diag:
         self.items: list[Diagnostic] = []
 
     def warn(self, text: str, pos: int | None = None, *, error: bool = True,
-             detail: str | None = None) -> None:
+             detail: str | None = None, refused: str | None = None, hint: str | None = None) -> None:
+        """Say ``text`` (what the runtime prints); with strict parsing, an error is
+        raised instead, worded ``refused`` where the runtime's words do not fit an
+        error (``... ignoring "x"``: nothing is ignored, the call fails)."""
         if self.strict and error:
-            msg = text
+            msg = refused or text
             prefix = self.what + ": "
             if msg.startswith(prefix):
                 msg = msg[len(prefix):]
-            if detail:
-                msg = f"{msg} ({detail})"
+            if hint or detail:
+                msg = f"{msg} ({hint or detail})"
             raise SpecError(msg, self.value, pos if pos is not None else 0, what=self.what)
-        self.items.append(Diagnostic(text, error, pos, detail))
+        self.items.append(Diagnostic(text, error, pos, detail, hint))
 
 
 def quote(s: str) -> str:

@@ -113,15 +113,26 @@ def _planned(spec: str | None, env: dict[str, str]) -> str:
     return ", ".join(given) or "the runtime defaults"
 
 
-def _plan_text(p: object, spec: str | None, env: dict[str, str]) -> str:
-    """The answer first: one line per thread; the runtime's verbose map is ``-v``."""
+def _plan_text(p: object, spec: str | None, env: dict[str, str], torch: bool = False) -> str:
+    """The answer first: one line per thread; the runtime's verbose map is ``-v``.
+    ``torch``: the plan is shown for PyTorch (its rules, or DataLoader workers):
+    say where its thread 0 goes."""
     from ..cpulist import format_list  # lazy: a command loads only its own layers
 
     gran = f" at {p.granularity} granularity" if p.granularity else ""
     lines = [f"plan: {_planned(spec, env)} on {p.topology.describe()}{_in_mask(p)} ({p.runtime}'s rules)",
              f"{_plural(p.threads, 'thread')}, {p.affinity_type}{gran} (proc_bind {p.proc_bind}):"]
     lines += [f"  thread {i} -> {{{format_list(s)}}}" for i, s in enumerate(p.cpusets)]
-    lines += [f"warning: {w}" for w in p.warnings]
+    if torch and p.threads > 1 and p.cpusets[0] != p.union:
+        import textwrap  # lazy: only for a plan shown for PyTorch
+
+        first, union = f"{{{format_list(p.cpusets[0])}}}", f"{{{format_list(p.union)}}}"
+        lines += textwrap.wrap(
+            f"note: under PyTorch thread 0 is the main thread (intra-op thread 0), and apply(), pinned() and "
+            f"affinity run keep it on all the plan's CPUs {union}, not {first}: by design, so that the threads "
+            f"and DataLoader workers it starts get them (affinity run --pin-threads pins it to {first})",
+            100, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
+    lines += [f"warning: {w}" for w in _hinted(spec, p.warnings)]
     lines += [f"warning: {w}" for w in _unread(spec, p.runtime)]
     return "\n".join(lines)
 
@@ -139,6 +150,13 @@ def _unread(spec: str | None, runtime: str) -> list[str]:
     from ..planning.planner import unread  # lazy: a command loads only its own layers
 
     return unread(spec, runtime)
+
+
+def _hinted(spec: str | None, warnings: Sequence[str]) -> list[str]:
+    """The plan's warnings with their hints (:func:`affinity.planning.planner.hinted`)."""
+    from ..planning.planner import hinted  # lazy: a command loads only its own layers
+
+    return hinted(spec, warnings)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -202,7 +220,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                           "translations": translations, "untranslatable": untranslatable,
                           **({"dataloader_workers": workers.to_dict()} if workers else {})}, indent=2))
     else:
-        print(_plan_text(p, args.spec, env))
+        print(_plan_text(p, args.spec, env, torch=p.runtime == "gnu-torch" or workers is not None))
         if workers is not None:
             print(workers.describe())
         if args.verbose:
@@ -214,8 +232,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
             for k, v in translations.items():
                 print(f"  {k}: {v if v is not None else 'not expressible: ' + untranslatable[k]}")
     if args.picture:
-        _write_picture(args.picture, topo, p.cpusets,
-                       title=f"{_planned(args.spec, env)}, {_plural(p.threads, 'thread')}")
+        title = f"{_planned(args.spec, env)}, {_plural(p.threads, 'thread')}"
+        if workers is None:
+            _write_picture(args.picture, topo, p.cpusets, title=title)
+        else:  # the workers beside the compute threads, each in a role of its own
+            _write_picture(args.picture, topo, [*p.cpusets, *workers.cpusets],
+                           roles=["openmp"] * p.threads + ["dataloader"] * workers.workers,
+                           title=f"{title} and {_plural(workers.workers, 'DataLoader worker')}")
     return 0
 
 
@@ -248,7 +271,7 @@ def _plan_compare(args: argparse.Namespace, p: Any, env: dict[str, str], mask: A
     same = q is not None and q.cpusets == p.cpusets
     print(f"{'same' if same else 'different'} placement" + (f"; {args.compare} refuses: {why}" if why else ""))
     for who, plan_ in ((p.runtime, p), (args.compare, q)):
-        for wtext in [*(plan_.warnings if plan_ else ()), *_unread(args.spec, who)]:
+        for wtext in [*_hinted(args.spec, plan_.warnings if plan_ else ()), *_unread(args.spec, who)]:
             print(f"warning ({who}): {wtext}")
     return 0
 
@@ -490,6 +513,28 @@ def _missing_extra(e: ModuleNotFoundError) -> str | None:
     return f"{what} is not installed (no module named {top!r}): pip install 'kmp-affinity[{extra}]'"
 
 
+def _broken_extra(e: ImportError) -> str | None:
+    """One line for an optional package that is installed but fails to import (a
+    missing shared library, a dependency of the wrong version): the package and the
+    cause, the exception's own last ``...Error: ...`` line (TensorFlow wraps the
+    whole traceback in its message).  The package is the one ``e.name`` names, or an
+    extra whose own module raised it (its frames in the traceback); None otherwise
+    (a bug of ours: its traceback stays)."""
+    top = (e.name or "").partition(".")[0]
+    if top not in _EXTRAS or isinstance(e, ModuleNotFoundError):
+        tb, top = e.__traceback__, ""
+        while tb is not None and not top:
+            name = str(tb.tb_frame.f_globals.get("__name__", "")).partition(".")[0]
+            top, tb = (name if name in _EXTRAS else ""), tb.tb_next
+        if not top:
+            return None
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()] or ["(no message)"]
+    errors = [line for line in lines if line.partition(":")[0].isidentifier() and
+              line.partition(":")[0].endswith(("Error", "Exception"))]
+    cause = errors[-1] if errors else f"{type(e).__name__}: {lines[0]}"
+    return f"{_EXTRAS[top][0]} is installed but fails to import ({cause}); python -c 'import {top}' shows why"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``affinity`` command line ``argv`` (default ``sys.argv[1:]``); its exit status.
     A Ctrl-C while it parses is ``interrupted`` and 130, as while the command runs."""
@@ -507,12 +552,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AffinityError as e:
         print(f"affinity {args.command}: error: {e}", file=sys.stderr)
         return exit_status(e)
-    except ModuleNotFoundError as e:
-        missing = _missing_extra(e)
-        if missing is None:
+    except ImportError as e:  # an extra not installed, or installed and broken: one line
+        said = (_missing_extra(e) if isinstance(e, ModuleNotFoundError) else None) or _broken_extra(e)
+        if said is None:
             raise
-        print(f"affinity {args.command}: error: {missing}", file=sys.stderr)
-        return exit_status(CommandError(missing))
+        print(f"affinity {args.command}: error: {said}", file=sys.stderr)
+        return exit_status(CommandError(said))
     except BrokenPipeError:  # `affinity topology | head`
         return 0
     except KeyboardInterrupt as e:  # Ctrl-C, also during a long native load: no traceback

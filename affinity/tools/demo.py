@@ -51,10 +51,17 @@ def _bench(args: list[str]) -> dict:
 
 
 def _require_tensorflow() -> None:
-    """Fail before any output when TensorFlow is not installed: the workload needs it,
-    and the command line says so in one line (a ``ModuleNotFoundError`` named after it)."""
+    """Fail before any output when TensorFlow is not installed, or is and fails to
+    import (tried in a child process, as the workload runs it): the workload needs it,
+    and the command line says so in one line (a ``ModuleNotFoundError``, or an
+    ``ImportError`` holding the child's traceback, named after it)."""
     if importlib.util.find_spec("tensorflow") is None:
         raise ModuleNotFoundError("No module named 'tensorflow'", name="tensorflow")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    r = subprocess.run([sys.executable, "-c", "import tensorflow"], capture_output=True, text=True, env=env,
+                       timeout=600)
+    if r.returncode != 0:  # (the command line picks the cause's line out of the traceback)
+        raise ImportError(r.stderr.strip() or f"exit status {r.returncode}", name="tensorflow")
 
 
 def run(out: TextIO, *, model: str = "resnet50", batch_size: int = 16, num_batches: int = 10,

@@ -73,6 +73,18 @@ ROLES: Mapping[str, tuple[str, str]] = {
     "blas": ("b", "#9e9ac8"),
     "main": ("m", "#b4a7e0"),
     "other": ("x", "#e7c25a"),
+    "dataloader": ("w", "#d9a679"),
+}
+#: role -> what its threads are, for the legend ("other" alone says nothing)
+ROLE_WORDS: Mapping[str, str] = {
+    "tf-intra": "intra-op pool (TensorFlow's, PyTorch's)",
+    "tf-inter": "inter-op pool (TensorFlow's, PyTorch's)",
+    "tf-other": "TensorFlow's other threads",
+    "openmp": "an OpenMP team",
+    "blas": "a BLAS pool",
+    "main": "the process's first thread",
+    "other": "threads of no pool affinity knows",
+    "dataloader": "DataLoader worker processes, one intra-op thread each",
 }
 
 # Thread colours (by thread number, repeating): medium tones on which black
@@ -739,7 +751,7 @@ class _Builder:
         self.texts = {o: _abbreviate([(t.prefix, t.rank) for t in ts], _THREAD_CHARS_MAX)
                       for o, ts in self.on_pu.items()}
         longest = max((len(s) for s in self.texts.values()), default=1)
-        self.pu_w = max(34, _text_w(f"P#{max_os}", _PU_NAME) + 8, _text_w("0" * longest, _PU_THREADS) + 10)
+        self.pu_w = max(34, _text_w(f"P#{max_os}", _PU_NAME) + 8, _text_w("0" * longest, _PU_THREADS) + 16)
         self.numa_by_index = {n.logical_index: n for n in topology.numa_nodes}
         # -- cores: PUs in a row (up to 3) or a near-square grid; every core the same size
         per_core = max(len(c.cpuset) for c in topology.cores)
@@ -945,17 +957,31 @@ def _canvas(topology: Topology, threads: Sequence[_Thread], on_pu: Mapping[int, 
     head = title if title is not None else (
         f"{len(threads)} {_UNITS[unit]['one' if len(threads) == 1 else 'many']} on {topology.describe()}"
         if threads else topology.describe())
-    y_machine = margin + 26
+    heads = _wrapped(head, canvas_w - 2 * margin, 14)
+    y_machine = margin + 26 + 18 * (len(heads) - 1)
     pus: list[PUBox] = []
     machine_box = machine.freeze(margin, y_machine, pus)
     y = machine_box.rect.bottom + 12
     legend_box = legend.freeze(margin, y, []) if legend is not None else None
     height = (legend_box.rect.bottom if legend_box else machine_box.rect.bottom) + margin
-    title_label = Label(margin, margin + 16, _fit(head, canvas_w - 2 * margin, 14), 14, _INK,
-                        "start", True, "title")
+    titles = tuple(Label(margin, margin + 16 + 18 * i, line, 14, _INK, "start", True, "title")
+                   for i, line in enumerate(heads))
     pus.sort(key=lambda b: b.logical_index)
     return Layout(canvas_w, height, head, _description(topology, threads, head, unit),
-                  (title_label,), machine_box, legend_box, tuple(pus))
+                  titles, machine_box, legend_box, tuple(pus))
+
+
+def _wrapped(text: str, width: int, size: int, lines: int = 3) -> list[str]:
+    """``text`` in lines at most ``width`` pixels wide, broken between words (a long
+    title of ranks or a job read whole, not cut); past ``lines`` lines the last is cut
+    with an ellipsis."""
+    import textwrap  # lazy: only for a title longer than the picture is wide
+
+    chars = max(8, int(width // (size * _CHAR_EM)))
+    out = textwrap.wrap(text, chars, break_on_hyphens=False) or [""]
+    if len(out) > lines:
+        out = out[:lines - 1] + [_fit(" ".join(out[lines - 1:]), width, size)]
+    return [_fit(line, width, size) for line in out]
 
 
 def layout(topology: Topology, cpusets: Sequence[Iterable[int]] | None = None, *,
@@ -1046,7 +1072,8 @@ def _who_items(threads: Sequence[_Thread], named: Mapping[int, _Thread], unit: s
         if ranks:
             n = len(ranks)
             items.append((f"role-{role}", [((_solid(color),), f"{prefix}{ranks[0]}")],
-                          f"{role}: {n} thread{'s' if n != 1 else ''} ({_names_text([(prefix, r) for r in ranks])})"))
+                          f"{role}, {ROLE_WORDS[role]}: {n} thread{'s' if n != 1 else ''} "
+                          f"({_names_text([(prefix, r) for r in ranks])})"))
     return items
 
 
@@ -1148,6 +1175,8 @@ def _svg_label(lb: Label) -> str:
         s += f' fill="{lb.color}"'
     if lb.kind:
         s += f' class="{lb.kind}"'
+    if lb.kind == "threads":  # a white halo: the names stay readable over the threads' stripes
+        s += f' stroke="{_BG}" stroke-width="3" paint-order="stroke"'
     return s + f">{_esc(lb.text)}</text>"
 
 
@@ -1282,8 +1311,9 @@ def _png(lay: Layout, scale: int) -> bytes:
     def label(lb: Label) -> None:
         anchor = "ms" if lb.anchor == "middle" else "ls"
         f = font(lb.size, lb.bold)
-        try:
-            draw.text((lb.x * scale, lb.y * scale), lb.text, fill=_rgb(lb.color), font=f, anchor=anchor)
+        halo = {"stroke_width": scale, "stroke_fill": _rgb(_BG)} if lb.kind == "threads" else {}
+        try:  # (thread names get a white halo over the threads' stripes, as in SVG)
+            draw.text((lb.x * scale, lb.y * scale), lb.text, fill=_rgb(lb.color), font=f, anchor=anchor, **halo)
         except ValueError:  # bitmap fonts take no anchor
             w = draw.textlength(lb.text, font=f)
             x = lb.x * scale - (w / 2 if lb.anchor == "middle" else 0)

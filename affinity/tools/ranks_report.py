@@ -165,6 +165,23 @@ def plan_ranks(topology: Topology, count: str, spec: str | None = None, threads:
     return plans, header
 
 
+def _headline(what: str, header: str, width: int = 100) -> list[str]:
+    """``WHAT (HEADER):`` on one line when it fits in ``width`` columns; else ``WHAT:``
+    and the header below it, a line per clause (``; ``), each wrapped between words
+    and indented (inside a Slurm batch script the header is several sentences: one
+    line of ~450 characters)."""
+    import textwrap  # lazy: only for a long header
+
+    one = f"{what} ({header}):"
+    if len(one) <= width:
+        return [one]
+    lines = [f"{what}:"]
+    for clause in header.split("; "):
+        lines += textwrap.wrap(clause, width, initial_indent="  ", subsequent_indent="    ",
+                               break_on_hyphens=False, break_long_words=False)
+    return lines
+
+
 def _plan_table(plans: list[RankPlan], header: str, topology: Topology) -> str:
     rows = []
     for p in plans:
@@ -174,8 +191,8 @@ def _plan_table(plans: list[RankPlan], header: str, topology: Topology) -> str:
         rows.append((p.rank, format_list(i.cpus), len(i.share.cores) if i.share else 0, i.threads, mem, slots))
     wc = max([16] + [len(r[1]) for r in rows])  # columns as wide as their longest entry (a KNL's
     wm = max([12] + [len(r[4]) for r in rows])  # 0-16,68-84,136-152,204-220 shifted the rest)
-    lines = [f"{len(plans)} local rank{'s' if len(plans) != 1 else ''} on {topology.describe()} ({header}):",
-             f"{'rank':>4}  {'cpus':<{wc}} {'cores':>5} {'threads':>7}  {'memory':<{wm}} thread -> CPUs"]
+    lines = _headline(f"{len(plans)} local rank{'s' if len(plans) != 1 else ''} on {topology.describe()}", header)
+    lines += [f"{'rank':>4}  {'cpus':<{wc}} {'cores':>5} {'threads':>7}  {'memory':<{wm}} thread -> CPUs"]
     lines += [f"{r:>4}  {cpus:<{wc}} {cores:>5} {threads:>7}  {mem:<{wm}} {slots}"
               for r, cpus, cores, threads, mem, slots in rows]
     lines += [f"rank {p.rank}: {n}" for p in plans for n in p.said]

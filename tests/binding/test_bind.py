@@ -75,6 +75,29 @@ def test_threads_born_inside_go_to_the_plan_then_back_to_the_original_mask():
             b.refresh()
 
 
+def test_outer_refresh_puts_back_what_an_inner_block_changed_and_leaves_the_inner_pins():
+    """Nested bindings (issue #40, point 2): while an inner binding is active, the outer
+    one's refresh() leaves the inner's pins alone; once the inner block is left, every
+    thread is where the outer binding says, and outer.refresh() re-pins a thread of
+    its own whose mask changed since (it used to return [] and leave it)."""
+    with affinity.pinned(f"explicit,proclist=[{CPUS[1]}]", threads=1, **KW) as outer, Parked() as early:
+        assert outer.refresh() == [early.tid]
+        with affinity.pinned(f"explicit,proclist=[{CPUS[0]}]", threads=1, **KW) as inner:
+            with Parked() as young:
+                assert inner.refresh() == [young.tid]
+                assert outer.refresh() == []  # the inner binding's set stands while it is active
+                assert outer.pins[young.tid].cpus == {CPUS[1]}
+                assert os.sched_getaffinity(young.tid) == {CPUS[0]}
+                inner.restore()
+                assert os.sched_getaffinity(young.tid) == {CPUS[1]}  # the outer binding's word
+                assert outer.report().mismatches == []
+                os.sched_setaffinity(early.tid, set(CPUS))  # someone else moves a thread of ours
+                os.sched_setaffinity(young.tid, {CPUS[0]})
+                assert outer.refresh() == sorted([early.tid, young.tid])
+                assert os.sched_getaffinity(early.tid) == os.sched_getaffinity(young.tid) == {CPUS[1]}
+                assert outer.refresh() == []
+
+
 def test_main_thread_is_never_narrowed_and_children_inherit_its_mask():
     original = frozenset(os.sched_getaffinity(0))
     with affinity.pinned("explicit,proclist=[1]", threads=1, **KW):
@@ -332,3 +355,17 @@ def test_norespect_may_bind_outside_the_process_mask_inside_the_cgroup():
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert sorted(c for s in json.loads(r.stdout) for c in s) == cpus[:2]
+
+
+def test_a_mistyped_type_warns_what_it_was_probably_meant_to_be():
+    """apply('compakt,1,0') (issue #40, point 5): the runtime's two warnings, the second
+    ("'default' type does not take any integer parameters") confusing with no word of the
+    typo; each now carries its hint, the runtime's words kept."""
+    with pytest.warns(AffinityWarning) as caught:
+        b = affinity.apply("compakt,1,0", **KW)
+    b.restore()
+    said = [str(w.message) for w in caught]
+    assert said[:2] == [
+        'affinity: planner: KMP_AFFINITY: parameter invalid, ignoring "compakt". (did you mean "compact"?)',
+        "affinity: planner: KMP_AFFINITY: 'default' type does not take any integer parameters, ignoring them. "
+        "(the type is 'default' because \"compakt\" was ignored)"]

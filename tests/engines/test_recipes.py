@@ -63,6 +63,46 @@ def bash(script: str, cwd: Path, e: dict[str, str] | None = None, timeout: float
     return r
 
 
+# ----------------------------------------------------------- a Slurm of your own
+
+def test_a_one_node_slurm_of_your_own(tmp_path):
+    """``make slurm`` / ``make slurm-stop`` as the recipe writes them (issue #40, point 4):
+    the documented command starts the tests' one-node Slurm, a job runs on it, and the
+    daemons are gone after the stop."""
+    from helpers import slurm as slurm_mod
+
+    missing = slurm_mod.missing_tools()
+    if missing or os.geteuid() != 0 or shutil.which("make") is None:
+        pytest.skip(f"needs root, make and Slurm ({', '.join(missing) or 'installed'})")
+    script, = blocks("A one-node Slurm to try these recipes")
+    where = tmp_path / "slurm"
+    probe = " ".join(write_probe(tmp_path))
+    run = scale(script, {"make slurm": f"make --no-print-directory -C {ROOT} SLURM_DIR={where} slurm",
+                         "build/slurm": str(where),
+                         "--cpus-per-task=2": f"--cpus-per-task={len(CPUS)}",
+                         "python train.py": f"{probe} > {tmp_path}/train.json"})
+    try:
+        r = bash(run, ROOT, env(), timeout=300)
+    finally:
+        state = where / "state.json"
+        left = slurm_mod.Slurm.from_dict(json.loads(state.read_text())) if state.exists() else None
+        if left is not None:  # the script failed before its stop: stop it here
+            left.stop()
+    assert "Slurm is up: node" in r.stdout and "stopped" in r.stdout, r.stdout
+    assert left is None  # make slurm-stop removed the state, having ended every daemon
+    got = json.loads((tmp_path / "train.json").read_text())
+    assert parse_list(got["cpus"]) == CPUS  # the step's CPUs: all of this machine's
+    places = re.findall(r"\{([^}]*)\}", got["env"]["OMP_PLACES"])
+    assert places == [str(min(c.cpuset)) for c in NODE.cores]  # compact,1,0: one thread per core
+    conf = str(next(where.glob("slurm-*/slurm.conf")))
+    for pid in (int(d) for d in os.listdir("/proc") if d.isdigit()):  # no daemon of that cluster left
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        assert f"SLURM_CONF={conf}".encode() not in environ.split(b"\0"), pid
+
+
 # ----------------------------------------------------------------- Slurm, Xeon
 
 def test_slurm_job_on_a_xeon_node(slurm, tmp_path):

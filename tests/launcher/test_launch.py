@@ -25,6 +25,7 @@ from helpers.launch import (affinity_run, clean_env, comm_of, environ_of, probe_
                             task_policy_of, wait_for, write_probe)
 from helpers.cgroups import run_in
 from helpers.pinprog import LINE, PROGRAM
+from helpers import ROOT
 
 CPUS = sorted(os.sched_getaffinity(0))
 TWO = pytest.mark.skipif(len(CPUS) < 2, reason="needs a process mask of at least 2 CPUs")
@@ -117,6 +118,8 @@ def test_usage_errors_exit_2_and_start_nothing(tmp_path):
         assert "usage: affinity run [SPEC] [options] -- CMD [ARGS...]" in r.stderr
     assert not marker.exists()
     r = affinity_run("-m", "0", "touch", str(marker))
+    assert "'touch' is a command, not a SPEC: put '--' before it" in r.stderr
+    r = affinity_run("-m", "0", "compact", "touch", str(marker))  # after a SPEC
     assert "the command goes after '--'" in r.stderr
 
 
@@ -577,6 +580,46 @@ def test_pin_threads_and_a_multiprocessing_pool(tmp_path, children, method):
     workers = json.loads(r.stdout.strip().splitlines()[-1])
     first = sorted(os.sched_getaffinity(0))[:1]
     assert workers == ([first] * 2 if children else [CPUS[:2]] * 2)
+
+
+DATALOADER = """
+import json, os, warnings
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class Masks(Dataset):
+    def __len__(self): return 4
+    def __getitem__(self, i): return torch.tensor(sorted(os.sched_getaffinity(0)))
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    workers = [b.tolist() for b in DataLoader(Masks(), num_workers=2, batch_size=None)]
+print(json.dumps({"main": sorted(os.sched_getaffinity(0)), "workers": workers,
+                  "warned": [str(w.message) for w in caught if "suggested max number of worker" in str(w.message)]}))
+"""
+
+
+@TWO
+@pytest.mark.torch
+@pytest.mark.parametrize("main", [True, False])
+def test_pin_threads_and_a_dataloader(tmp_path, main):
+    """Issue #40, point 3: with --pin-threads PyTorch's DataLoader warned 'Our suggested max
+    number of worker in current system is 1' -- why: the main thread holds slot 0 and torch
+    counts the calling thread's CPUs; the workers get the plan's CPUs all the same, and
+    --no-pin-main (the remedy docs/launcher.md gives) leaves no warning."""
+    script = tmp_path / "loader.py"
+    script.write_text(DATALOADER)
+    args = ["granularity=fine,compact,1,0", "-t", "2", "--pin-threads"] + ([] if main else ["--no-pin-main"])
+    r = affinity_run(*args, "--", sys.executable, str(script), timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["workers"] == [CPUS[:2]] * 4  # forked workers: the plan's CPUs, whatever the main thread holds
+    if main:
+        assert got["main"] == CPUS[:1] and len(got["warned"]) >= 1 and "current system is 1," in got["warned"][0]
+    else:
+        assert got["main"] == CPUS[:2] and got["warned"] == []
+    doc = (ROOT / "docs" / "launcher.md").read_text()
+    assert "Our suggested max number of worker in current system is 1" in doc and "--no-pin-main" in doc
 
 
 @TWO

@@ -62,20 +62,22 @@ def test_kmp_affinity_roundtrip_examples(text: str) -> None:
 
 
 @pytest.mark.parametrize(("text", "bad", "message"), [
-    ("compakt", "compakt", 'parameter invalid, ignoring "compakt"'),
-    ("granularity=fine,compakt", "compakt", "parameter invalid"),
-    ("compact,scatter", "scatter", 'parameter has been specified already, ignoring "scatter"'),
-    ("granularity=fin,compact", "granularity=fin", "parameter invalid"),
+    ("compakt", "compakt", 'unknown word "compakt" (did you mean "compact"?)'),
+    ("granularity=fine,compakt", "compakt", 'unknown word "compakt" (did you mean "compact"?)'),
+    ("compact,scatter", "scatter", '"scatter": a type was specified already'),
+    ("granularity=fin,compact", "granularity=fin", 'invalid parameter "granularity=fin"'),
+    ("granulatiry=fine,compact", "granulatiry=fine", '(did you mean "granularity=fine"?)'),
+    ("compact,nowarning", "nowarning", '(did you mean "nowarnings"?)'),
     ("compact,1,2,3", "3", "too many integer parameters"),
-    ("granularity=fine,compact,-1", "-1", "parameter invalid"),
+    ("granularity=fine,compact,-1", "-1", 'unknown word "-1"'),
     ("explicit", None, 'proclist not specified with explicit affinity type'),
     ("proclist=[0,1]", None, 'proclist given without the "explicit" type'),
     ("explicit,proclist=[3-1]", "3-1", "range error (3 > 1)"),
     ("explicit,proclist=[a]", "a]", "syntax error"),
     ("explicit,proclist=[0-7:0]", "0-7:0", "zero stride"),
-    ("explicit,proclist=[0,1", None, "parameter invalid"),
-    ("compactx", "x", 'extra trailing characters ignored: "x"'),
-    ("none,1", None, "'none' type does not take any integer parameters"),
+    ("explicit,proclist=[0,1", None, "invalid parameter"),
+    ("compactx", "x", 'extra trailing characters "x"'),
+    ("none,1", None, "the 'none' type does not take integer parameters"),
     ("1,0", None, "integer parameters need an affinity type"),
 ])
 def test_kmp_affinity_strict_errors(text: str, bad: str | None, message: str) -> None:
@@ -92,11 +94,31 @@ def test_kmp_affinity_strict_errors(text: str, bad: str | None, message: str) ->
         assert text[caret:].startswith(bad), (text, caret)
 
 
+def test_a_mistyped_type_is_an_error_without_ignoring_and_a_hint_beside_the_runtimes_words():
+    """Issue #40, point 5: strict parsing said 'ignoring "compcat"' inside an error, with no
+    did-you-mean; apply()'s lenient warnings keep the runtime's words, each with its hint
+    (the second one, "'default' type", said why the type is 'default')."""
+    with pytest.raises(SpecError) as ei:
+        parse_kmp_affinity("compcat")
+    assert str(ei.value).splitlines()[0] == 'KMP_AFFINITY: unknown word "compcat" (did you mean "compact"?)'
+    assert "ignoring" not in str(ei.value)
+    from affinity.planning.planner import hinted, plan
+    from affinity.machine.topology import Topology
+
+    p = plan("compakt,1,0", topology=Topology.from_synthetic("pack:1 core:2 pu:1"), strict=False)
+    assert hinted("compakt,1,0", p.warnings) == [
+        'KMP_AFFINITY: parameter invalid, ignoring "compakt". (did you mean "compact"?)',
+        "KMP_AFFINITY: 'default' type does not take any integer parameters, ignoring them. "
+        "(the type is 'default' because \"compakt\" was ignored)"]
+    assert hinted("compact,xyzzy", ("KMP_AFFINITY: parameter invalid, ignoring \"xyzzy\".",)) == [
+        'KMP_AFFINITY: parameter invalid, ignoring "xyzzy".']  # nothing close: no hint
+
+
 def test_caret_under_bad_token() -> None:
     with pytest.raises(SpecError) as ei:
         parse_kmp_affinity("granularity=fine,compakt,1")
     lines = str(ei.value).splitlines()
-    assert lines[0] == 'KMP_AFFINITY: parameter invalid, ignoring "compakt".'
+    assert lines[0] == 'KMP_AFFINITY: unknown word "compakt" (did you mean "compact"?)'
     assert lines[1] == "    granularity=fine,compakt,1"
     assert lines[2] == "    " + " " * len("granularity=fine,") + "^"
 

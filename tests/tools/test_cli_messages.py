@@ -147,6 +147,48 @@ def test_a_command_that_needs_tensorflow_says_so_in_one_line_when_it_is_missing(
     assert r.stdout == ""  # the demo fails before it starts, not after the topology
 
 
+BROKEN_TENSORFLOW = """\
+try:  # what TensorFlow's pywrap does when its native library does not load
+    raise ImportError("libtensorflow_framework.so.2: cannot open shared object file: No such file or directory")
+except ImportError:
+    import traceback
+    raise ImportError(traceback.format_exc() + "\\n\\nFailed to load the native TensorFlow runtime.\\n"
+                      "See https://www.tensorflow.org/install/errors for some common causes and solutions.")
+"""
+
+
+@pytest.mark.parametrize("command", [["bench", "--num-batches", "1"], ["bench", "--pin", "compact"],
+                                     ["demo", "--num-batches", "1"]])
+def test_a_tensorflow_that_fails_to_import_is_one_line_naming_the_cause(command, tmp_path):
+    """A broken install (issue #40, point 7): an ImportError from TensorFlow's own
+    import printed a traceback (the demo's from its workload's child process)."""
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text(BROKEN_TENSORFLOW)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    r = subprocess.run([sys.executable, "-m", "affinity", *command], capture_output=True, text=True,
+                       timeout=300, env=env)
+    err = one_line_error(r, 1)
+    assert err == (f"affinity {command[0]}: error: TensorFlow is installed but fails to import (ImportError: "
+                   f"libtensorflow_framework.so.2: cannot open shared object file: No such file or directory); "
+                   f"python -c 'import tensorflow' shows why\n")
+    assert r.stdout == ""
+
+
+def test_an_import_error_of_no_extra_keeps_its_traceback():
+    from affinity.tools.cli import _broken_extra
+
+    def raised(exc):
+        try:
+            raise exc
+        except ImportError as e:
+            return e
+
+    assert _broken_extra(raised(ImportError("cannot import name 'x' from 'json'", name="json"))) is None
+    assert _broken_extra(raised(ModuleNotFoundError("No module named 'numpyy'", name="numpyy"))) is None
+    said = _broken_extra(raised(ImportError("undefined symbol: foo", name="torch._C")))
+    assert said.startswith("PyTorch is installed but fails to import (ImportError: undefined symbol: foo)")
+
+
 def test_a_missing_module_that_is_no_extra_keeps_its_traceback():
     from affinity.tools.cli import _missing_extra
 
@@ -251,3 +293,100 @@ def test_plan_mask_with_cpus_the_machine_lacks_is_refused_and_a_mask_is_shown():
     r = run("plan", "scatter", "-t", "2", "--mask", "0-111", "--compare", "gnu", "--topology", xeon)
     assert r.stdout.splitlines()[0] == ("plan: scatter on 2 packages x 28 cores x 2 PUs (112 PUs, 2 NUMA nodes): "
                                         "intel vs gnu")
+
+
+# ---- issue #40, point 5: the words a new user tried
+
+def _run_env(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "affinity", *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def test_numactls_c_is_cpunodebind():
+    """numactl's -c (and --cpubind) were 'unrecognized arguments: -c'."""
+    by_n = run("run", "-N", "0", "--dry-run", "--json", "--", "true")
+    assert by_n.returncode == 0, by_n.stderr
+    for flag in ("-c", "--cpubind"):
+        r = run("run", flag, "0", "--dry-run", "--json", "--", "true")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == by_n.stdout
+
+
+@pytest.mark.parametrize("words", [["--physcpubind=0", "--membind=0", "python", "-c", "print(1)"],
+                                   ["--physcpubind=0", "--membind=0", "python", "train.py"],
+                                   ["python", "-c", "print(1)"]])
+def test_a_command_without_dashes_is_told_to_put_them_before_it(words):
+    """'affinity run --physcpubind=0 --membind=0 python -c ...' said 'unrecognized arguments: -c'
+    with no word of the missing '--'."""
+    import shlex
+
+    bindir = os.path.dirname(sys.executable)
+    python = os.path.basename(sys.executable)
+    words = [python if w == "python" else w for w in words]
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    err = one_line_error(_run_env("run", *words, env=env), 2)
+    command = words[words.index(python):]
+    assert err.splitlines()[-1] == (f"affinity run: error: {python!r} is a command, not a SPEC: put '--' before "
+                                    f"it (affinity run [SPEC] [options] -- {shlex.join(command)})")
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["-C", "0", "-C", "1"], "argument -C/--physcpubind: given twice (0, then 1): give one list, such as -C 0,1"),
+    (["-N", "0", "compact", "-c", "0"], "argument -N/-c/--cpunodebind/--cpubind: given twice (0, then 0): give "
+                                        "one list, such as -c 0,0"),
+    (["-m", "0", "--membind", "0"], "argument -m/--membind: given twice (0, then 0): give one list, such as "
+                                    "--membind 0,0"),
+])
+def test_a_list_given_twice_is_a_usage_error(flags, says):
+    """'-C 0 -C 1' silently kept the last (numactl's way)."""
+    err = one_line_error(run("run", *flags, "--dry-run", "--", "true"), 2)
+    assert err.splitlines()[-1] == f"affinity run: error: {says}"
+
+
+def test_a_spec_typo_is_an_error_with_a_did_you_mean_in_plan_and_run():
+    for command in ("plan", "run"):
+        err = one_line_error(run(command, "compcat", *(["--dry-run", "--", "true"] if command == "run" else [])), 1)
+        assert err.splitlines() == [f'affinity {command}: error: KMP_AFFINITY: unknown word "compcat" '
+                                    f'(did you mean "compact"?)', "    compcat", "    ^"]
+
+
+def test_the_ranks_header_in_a_batch_script_is_read_in_lines():
+    """Inside sbatch, 'affinity plan --ranks auto' printed its header as one line of ~450 characters."""
+    env = {**os.environ, "SLURM_JOB_ID": "42", "SLURM_TASKS_PER_NODE": "2", "SLURM_NODEID": "0"}
+    r = _run_env("plan", "--ranks", "auto", "--topology", "synthetic:pack:2 core:4 pu:2", env=env)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    assert lines[0] == "2 local ranks on 2 packages x 4 cores x 2 PUs (16 PUs, 1 NUMA node):"
+    assert lines[1] == "  Slurm job 42 (SLURM_TASKS_PER_NODE=2, SLURM_NODEID=0): 2 tasks on this node"
+    said = " ".join(line.strip() for line in lines[2:lines.index(next(x for x in lines if x.startswith("rank")))])
+    assert "'srun --cpu-bind=none affinity run --ranks auto' will start" in said
+    short = run("plan", "--ranks", "2", "--topology", "synthetic:pack:2 core:4 pu:2")
+    assert short.stdout.splitlines()[0] == "2 local ranks on 2 packages x 4 cores x 2 PUs (16 PUs, 1 NUMA node) " \
+                                          "(--ranks 2):"
+
+
+def test_a_plan_shown_for_pytorch_draws_its_workers_and_says_where_thread_0_goes(tmp_path):
+    """Issue #40, point 3: 'affinity plan --dataloader-workers 2 --picture' drew the compute
+    threads only, and a plan shown for PyTorch said 'thread 0 -> {0}' where PyTorch's thread
+    0 (the main thread) gets all the plan's CPUs, by design."""
+    import xml.etree.ElementTree as ET
+
+    machine = "synthetic:pack:1 core:4 pu:2"
+    svg = tmp_path / "plan.svg"
+    r = run("plan", "compact,1,0", "-t", "3", "--dataloader-workers", "2", "--topology", machine,
+            "--picture", str(svg))
+    assert r.returncode == 0, r.stderr
+    said = " ".join(r.stdout.split())
+    assert ("note: under PyTorch thread 0 is the main thread (intra-op thread 0), and apply(), pinned() and "
+            "affinity run keep it on all the plan's CPUs {0-5}, not {0-1}") in said
+    pus = {g.get("data-os-index"): g.get("data-thread-names")
+           for g in ET.parse(svg).getroot().iter("{http://www.w3.org/2000/svg}g") if g.get("class") == "pu"}
+    assert pus["6"] == "w0" and pus["7"] == "w1"  # the workers, where the layout puts them
+    assert pus["0"] == pus["1"] == "o0" and pus["4"] == "o2"  # beside the compute threads
+    assert "DataLoader worker processes" in svg.read_text() and "2 DataLoader workers" in svg.read_text()
+    gnu = run("plan", "OMP_PLACES=cores OMP_PROC_BIND=close", "-t", "2", "--runtime", "gnu-torch",
+              "--topology", machine)
+    assert "under PyTorch thread 0 is the main thread" in gnu.stdout
+    intel = run("plan", "compact,1,0", "-t", "3", "--topology", machine)  # not shown for PyTorch: no note
+    assert intel.returncode == 0 and "PyTorch" not in intel.stdout

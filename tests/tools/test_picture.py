@@ -314,7 +314,7 @@ def test_roles_name_and_colour_threads_by_role():
     assert fill(2) == fill(4) == picture.ROLES["tf-intra"][1]
     assert fill(8) == fill(10) == picture.ROLES["tf-inter"][1]
     legend = " ".join(d.texts("legend-role-tf-intra"))
-    assert "tf-intra: 3 threads" in legend and "i0" in legend
+    assert "tf-intra, intra-op pool (TensorFlow's, PyTorch's): 3 threads" in legend and "i0" in legend
     assert "legend-role-openmp" not in d.groups
     for bad, match in [(["tf-intra"] * 5, "5 roles for 6 threads"),
                        (roles[:-1] + ["gpu"], "unknown role 'gpu'")]:
@@ -581,3 +581,37 @@ def test_a_ranks_picture_speaks_of_ranks_not_threads():
         "thread numbers, coloured by number"
     with pytest.raises(PictureError, match="unit must be one of 'thread', 'rank', got 'core'"):
         layout(topo, shares, unit="core")
+
+
+def test_a_shared_pu_of_several_roles_is_readable_and_every_role_says_what_it_is():
+    """Issue #40, point 5: 'affinity show --picture' of a process with its main thread and
+    three others crammed "m0,x0-2" edge to edge over the stripes, and the legend said
+    "other" with no word of what that is."""
+    t = Topology.from_synthetic("pack:1 core:2 pu:1")
+    sets, roles = [{0, 1}] * 4, ["main", "other", "other", "other"]
+    lay = picture.layout(t, sets, roles=roles, title="pid 1: 4 threads")
+    pu = lay.pu(0)
+    assert pu.text == "m0,x0-2"
+    text_w = len(pu.text) * 11 * 0.62  # the thread names' font size, a monospace advance
+    assert pu.rect.w - text_w >= 16  # 8 pixels or more each side
+    d = Doc(picture.render_svg(t, sets, roles=roles))
+    label = d.groups["pu-0"].find("s:text[@class='threads']", NS)
+    assert label.get("stroke") == "#ffffff" and label.get("paint-order") == "stroke"  # a halo over the stripes
+    assert " ".join(d.texts("legend-role-other")).endswith(
+        "other, threads of no pool affinity knows: 3 threads (x0-2)")
+    assert " ".join(d.texts("legend-role-main")).endswith("main, the process's first thread: 1 thread (m0)")
+    assert set(picture.ROLE_WORDS) == set(picture.ROLES)
+
+
+def test_a_title_longer_than_the_picture_is_wrapped_not_cut():
+    """The ranks picture's title (a job's name and what the numbers are) was cut with an
+    ellipsis on a small machine."""
+    t = Topology.from_synthetic("pack:1 core:2 pu:1")
+    title = "Slurm job 123456 step 0 on node gpu-node-17.cluster.example.org: each number is a rank's threads"
+    lay = picture.layout(t, [{0}, {1}], title=title, unit="rank")
+    lines = [lb.text for lb in lay.labels if lb.kind == "title"]
+    assert len(lines) > 1 and " ".join(lines) == title
+    assert all(len(line) * 14 * 0.62 <= lay.width - 20 for line in lines)
+    assert lay.machine.rect.y > lay.labels[-1].y  # the machine below the last line
+    short = picture.layout(t, [{0}, {1}], title="2 ranks", unit="rank")
+    assert [lb.text for lb in short.labels] == ["2 ranks"] and short.machine.rect.y == 36

@@ -223,7 +223,8 @@ def test_marker_typos_fail_and_warnings_point_at_the_marker(tmp_path: Path):
                         "test_typo_read_as_the_runtime_does[granularity=fine,compakt]": "passed",
                         "test_oversubscribed[compact]": "passed"}, r.stdout[-3000:]
     assert ("ERROR at setup of test_typo[granularity=fine,compakt] _____________\naffinity spec "
-            "'granularity=fine,compakt': KMP_AFFINITY: parameter invalid, ignoring \"compakt\".\n") in r.stdout, \
+            "'granularity=fine,compakt': KMP_AFFINITY: unknown word \"compakt\" (did you mean \"compact\"?)\n") \
+        in r.stdout, \
         r.stdout[-3000:]
     assert "Traceback" not in r.stdout and "pytest_plugin.py" not in r.stdout, r.stdout[-3000:]
     assert "During handling" not in r.stdout and "^" not in r.stdout, r.stdout[-3000:]

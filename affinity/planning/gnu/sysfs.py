@@ -4,7 +4,7 @@ libgomp never asks hwloc: it opens sysfs files (``strace`` of the real library
 confirms it, see ``tests/golden_gomp/README.md``):
 
 ==========================================  ==========================================
-``cpu/cpuN/topology/thread_siblings_list``  the PUs of N's core
+``cpu/cpuN/topology/thread_siblings_list``  the PUs of N's core (:func:`thread_siblings`)
 ``cpu/cpuN/topology/core_siblings_list``    the PUs of N's package
 ``cpu/cpuN/cache/indexK/{level,shared_cpu_list}``  N's caches (the last level is used)
 ``node/online``, ``node/nodeK/cpulist``     the NUMA nodes, by node number
@@ -24,7 +24,7 @@ from ...cpulist import parse_list
 from ...machine.topology import Topology
 from ...record import record
 
-__all__ = ["SysfsView", "sysfs_view", "view_from_files"]
+__all__ = ["SysfsView", "sysfs_view", "thread_siblings", "view_from_files"]
 
 
 @record
@@ -59,10 +59,9 @@ def sysfs_view(topology: Topology) -> SysfsView:
     unless its source could not say (``topology.caches_known`` false: a cpuinfo
     file), where one cache per package is taken, the common case.
     """
-    threads: dict[int, frozenset[int]] = {}
+    threads = thread_siblings(topology)
     cores: dict[int, frozenset[int]] = {}
     for pu in topology.pus:
-        threads[pu.os_index] = topology.cores[pu.core].cpuset
         cores[pu.os_index] = topology.packages[pu.package].cpuset
     cache: dict[int, tuple[int, frozenset[int]]] = {}
     for c in topology.caches:
@@ -74,6 +73,44 @@ def sysfs_view(topology: Topology) -> SysfsView:
     nodes = tuple(sorted((n.os_index, n.cpuset) for n in topology.numa_nodes))
     return SysfsView(threads, cores, {k: v[1] for k, v in cache.items()}, nodes,
                      topology.allowed or topology.cpuset)
+
+
+def thread_siblings(topology: Topology) -> dict[int, frozenset[int]]:
+    """Each CPU's ``thread_siblings_list`` as Linux writes it: the hardware threads
+    of its core -- which is not always ``topology.cores``:
+
+    * a :class:`Topology` core is a package's CPUs of one core id (what Intel's
+      runtime reads), and the kernel numbers cores from 0 again in every die of
+      a multi-die package and, on arm64 device trees, in every cluster: such a
+      "core" spans dies or clusters.  Linux's siblings share a die, a cluster and
+      the last-level cache (``match_smt`` in ``arch/x86/kernel/smpboot.c``): the
+      core is cut by every group holding the CPU and by its caches above level 1
+      (a cluster that hwloc merged into the L2 cache it shares, the same CPUs, is
+      found as that L2) -- the threads of a real core share all of them, so
+      nothing else is cut (not level 1: a compute unit's cores, Linux's siblings,
+      each have their own L1d);
+    * an AMD compute unit (family 15h: hwloc's ``Group`` of subtype
+      ``ComputeUnit``, its cores one thread each) is one set of siblings to Linux
+      (same ``cu_id``): the whole unit.
+
+    An XML where hwloc merged a compute unit into its L2 cache (the same CPUs, no
+    group left) says nothing of the unit: its cores are taken as cores.
+    """
+    out = {pu.os_index: topology.cores[pu.core].cpuset for pu in topology.pus}
+    units: dict[int, frozenset[int]] = {}
+    for g in topology.groups:
+        for cpu in g.cpuset & out.keys():
+            if g.kind == "computeunit":
+                units[cpu] = g.cpuset
+            else:
+                out[cpu] &= g.cpuset
+    for c in topology.caches:
+        if c.level < 2:
+            continue
+        for cpu in c.cpuset & out.keys():
+            out[cpu] &= c.cpuset
+    out.update((cpu, unit & topology.cpuset) for cpu, unit in units.items())
+    return out
 
 
 def view_from_files(files: Mapping[str, str], usable: frozenset[int] | None = None) -> SysfsView:

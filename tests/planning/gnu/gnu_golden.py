@@ -14,6 +14,9 @@ from affinity.planning.gnu import plan_gomp
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden_gomp"
 MACHINES = ("2s4c2t_linux", "doc_2s4c2t_interleaved", "skx8180_2s28c2t")
+#: machines whose sysfs and hwloc's objects differ (recorded by ``python -m oracle.gomp_record``):
+#: AMD compute units, clusters whose core ids restart, dies whose core ids restart
+KINDS = ("amd_cu_2s4u2c", "cluster_2s2k4c", "die_2s2d4c2t")
 BUILD_KEYS = {"gcc12": "gomp12", "torch": "gomp_torch"}
 
 

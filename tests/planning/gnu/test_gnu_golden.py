@@ -19,7 +19,8 @@ import json
 import pytest
 
 from affinity.planning.gnu import sysfs_view, view_from_files
-from gnu_golden import GOLDEN, MACHINES, cpuinfo_topology, differences, doc, expected, topology
+from affinity.machine.topology import Topology
+from gnu_golden import GOLDEN, KINDS, MACHINES, cpuinfo_topology, differences, doc, expected, topology
 
 
 @pytest.mark.parametrize("machine", MACHINES)
@@ -84,3 +85,49 @@ def test_every_case_through_plan_env(machine, runtime, build):
         if want["rc"] != 0 or got != (want["nthreads"], want["masks"], want["warnings"]):
             bad.append(i)
     assert not bad, f"cases {bad[:20]} differ"
+
+
+# ---- machines whose sysfs and hwloc's objects tell different stories (issue #40, point 6)
+
+def _kind_topologies(machine):
+    """The machine's XML, and for the compute units also what hwloc's Linux backend
+    made of the same tree (each unit one core of two threads)."""
+    out = [("xml", topology(machine))]
+    linux = GOLDEN / "hwloc" / f"{machine}.linux.xml"
+    if linux.exists():
+        out.append(("linux xml", Topology.from_xml(linux)))
+    return out
+
+
+@pytest.mark.parametrize("machine", KINDS)
+def test_sysfs_view_of_compute_units_clusters_and_dies_is_linuxs(machine):
+    """libgomp reads thread_siblings_list: a compute unit's two cores (hwloc: a
+    ComputeUnit group of one-thread cores), one core of a cluster or die whose core
+    ids restart (the Topology: one 'core' per package and core id, spanning them)."""
+    with open(GOLDEN / "fakesys" / f"{machine}.json") as f:
+        files = json.load(f)["files"]
+    from_files = view_from_files(files)
+    for source, topo in _kind_topologies(machine):
+        derived = sysfs_view(topo)
+        assert dict(derived.thread_siblings) == dict(from_files.thread_siblings), source
+        assert dict(derived.core_siblings) == dict(from_files.core_siblings), source
+        assert dict(derived.last_cache) == dict(from_files.last_cache), source
+        assert derived.numa_nodes == from_files.numa_nodes, source
+
+
+@pytest.mark.parametrize("build", ["gcc12", "torch"])
+@pytest.mark.parametrize("machine", KINDS)
+def test_compute_units_clusters_and_dies_match_the_real_library(machine, build):
+    """Every recorded case of both real builds, 100% (before: OMP_PLACES=cores one CPU a
+    place on the compute units -- 61 of 349 cases differed --, and cores across dies or
+    clusters -- 150 and 154 of gcc12's cases)."""
+    cases = doc(machine)["cases"]
+    assert len(cases) > 300
+    for source, topo in _kind_topologies(machine):
+        failures = []
+        for i, case in enumerate(cases):
+            diff = differences(machine, case, build, topo)
+            if diff:
+                failures.append(f"case {i} {case['section']} env={case['env']} mask={case.get('initial_mask')}: "
+                                + "; ".join(f"{k}: recorded {w!r}, planned {g!r}" for k, (w, g) in diff.items()))
+        assert not failures, f"{source}: {len(failures)}/{len(cases)} cases differ:\n" + "\n".join(failures[:20])
