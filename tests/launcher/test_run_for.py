@@ -28,6 +28,8 @@ from affinity.launcher.numactl import shell_text
 from affinity.launcher.options import RunOptions, options_from_args
 from affinity.launcher.run import add_run_parser
 from affinity.machine.topology import Topology
+from affinity.planning.decide import Request, Situation, decide
+from affinity.planning.engines.serve import plan_serving
 from affinity.planning.serving import Serving
 from affinity.tools.cli import main
 from helpers.engine_readers import hybrid, llama_threads, sglang_reads, vllm_reads
@@ -56,6 +58,19 @@ def launch(topology: Topology, *argv: str, environ=None, command=("server",)):
 def engine_part(argv: tuple[str, ...], command: tuple[str, ...]) -> tuple[str, ...]:
     assert argv[:len(command)] == command
     return argv[len(command):]
+
+
+# ------------------------------------------------------------ the decision
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "llama.cpp"])
+def test_the_decision_holds_the_layout_and_the_words_of_plan_serving(engine):
+    t = Topology.from_synthetic(EPYC_NPS4)
+    serving = Serving(engine=engine, count=4, reserve=1)
+    d = decide(Request(serving=serving), Situation(topology=t))
+    sp = plan_serving(t, serving)  # what affinity plan --for shows
+    assert d.serving.words == sp.words and d.serving.layout.lines() == sp.layout.lines()
+    assert [pl.exports.get(k) for pl in d.placements for k in sp.words.environ] == list(sp.words.environ.values())
+    assert [pl.flags for pl in d.placements] == (list(sp.words.argv) if engine == "llama.cpp" else [()])
 
 
 # ------------------------------------------------------------ vLLM and SGLang: one server process
