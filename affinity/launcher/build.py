@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..binding.launchvars import parse_rank, read_job
 from ..cpulist import format_list
@@ -28,6 +28,9 @@ from ..record import field, record
 from .options import RunOptions
 from .preload import pin_environment
 from .torch_env import torch_environment
+
+if TYPE_CHECKING:  # the annotation only: a serving engine's launch loads the engines' rules
+    from ..planning.engines.serve import ServingPlan
 
 __all__ = ["MEM_OPTION", "Context", "Instance", "Launch", "build_launch", "request_of", "situation_of"]
 
@@ -147,6 +150,8 @@ class Launch:
     notices : tuple of str
         Always said, though nothing is wrong: a launcher's own binding that the
         rank's share follows.
+    serving : ServingPlan or None
+        A serving engine's layout and words (``--for``).
     """
 
     instances: tuple[Instance, ...]
@@ -156,6 +161,7 @@ class Launch:
     membind_optional: bool = False
     verbose: bool = False
     notices: tuple[str, ...] = ()  #: always said (a launcher's binding followed)
+    serving: ServingPlan | None = None
 
     @property
     def spawn(self) -> bool:
@@ -168,7 +174,8 @@ class Launch:
         Returns
         -------
         dict
-            ``mode``, ``rank``, ``warnings``, ``notes`` and one dict per instance.
+            ``mode``, ``rank``, ``warnings``, ``notes``, one dict per instance, and
+            with ``--for`` the engine's layout and words (``serving``).
         """
         return {
             "mode": "spawn" if self.spawn else "exec",
@@ -183,6 +190,7 @@ class Launch:
                 "threads": i.threads, "slots": [format_list(s) for s in i.slots],
                 "env": dict(i.env), "log": i.log, "gpu": i.gpu.to_dict() if i.gpu is not None else None,
             } for i in self.instances],
+            **({"serving": self.serving.to_dict()} if self.serving is not None else {}),
         }
 
 
@@ -218,19 +226,21 @@ def build_launch(opts: RunOptions, topology: Topology, ctx: Context) -> Launch:
     instances = []
     for pl in d.placements:
         env = dict(pl.exports)
-        env.update(torch_environment(pl.plan, ctx.environ))  # PyTorch: inter-op size, libgomp's load-time pin undone
+        if d.serving is None:  # a serving engine sizes and binds its own PyTorch threads
+            env.update(torch_environment(pl.plan, ctx.environ))  # PyTorch: inter-op size, libgomp's pin undone
         if opts.pin_threads:  # the library binds every thread (the runtimes were told to bind none)
             env.update(pin_environment(pl.slots, ctx.environ, skip=opts.pin_skip, main=opts.pin_main,
                                        children=opts.pin_children, verbose=opts.verbose))
         log = os.path.join(opts.log_dir, f"instance-{pl.index}.log") if opts.log_dir else None
         instances.append(Instance(
-            index=pl.index, argv=tuple(opts.command), cpus=pl.cpus,
+            index=pl.index, argv=(*opts.command, *pl.flags), cpus=pl.cpus,
             mempolicy=pl.memory.policy if pl.memory is not None else None,
             mem_nodes=pl.memory.nodes if pl.memory is not None else frozenset(),
             mem_required=pl.memory_required, threads=pl.threads, slots=pl.slots, env=env, log=log,
             share=pl.share, gpu=pl.gpu))
     return Launch(instances=tuple(instances), warnings=d.warnings, notes=d.notes, rank=d.rank,
-                  membind_optional=opts.membind_optional, verbose=opts.verbose, notices=d.notices)
+                  membind_optional=opts.membind_optional, verbose=opts.verbose, notices=d.notices,
+                  serving=d.serving)
 
 
 def request_of(opts: RunOptions) -> Request:
@@ -242,7 +252,8 @@ def request_of(opts: RunOptions) -> Request:
                    ranks=_ranks(opts.ranks), instances=opts.instances,
                    cores_per_instance=opts.cores_per_instance, dataloader_workers=opts.dataloader_workers,
                    library_binds=opts.pin_threads, gpu_bind=opts.gpu_bind, gpu=opts.gpu,
-                   reserve_cores=opts.reserve_cores)
+                   reserve_cores=opts.reserve_cores, serving=opts.serving,
+                   command=tuple(opts.command))
 
 
 def _ranks(text: str | None) -> Any:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 
 from ..cpulist import MAX_CPUS, IdList
 from ..errors import SpecError, UsageError
+from ..planning.serving import ENGINES, Serving
 from ..planning.gpus import GPU_BIND_MODES
 from ..planning.envvars import BLOCKTIME_DEFAULT, DEFAULT_BLOCKTIME, blocktime_for, check_blocktime
 from ..planning.spec import DEFAULT_SPEC
@@ -19,7 +20,8 @@ from ..record import record
 from typing import Any
 
 
-__all__ = ["RunOptions", "options_from_args", "positive", "run_parser", "runtime_name", "say", "unrecognized"]
+__all__ = ["RunOptions", "add_engine_args", "options_from_args", "positive", "run_parser", "runtime_name", "say",
+           "serving_of", "unrecognized"]
 
 
 @record
@@ -72,6 +74,9 @@ class RunOptions:
         ``KMP_BLOCKTIME`` to export; None exports none; ``"default"``: the user's
         ``KMP_BLOCKTIME``, else :data:`~affinity.planning.envvars.DEFAULT_BLOCKTIME`
         (:func:`~affinity.planning.envvars.blocktime_for`).
+    serving : Serving or None
+        ``--for ENGINE`` and its options: start a serving engine laid out on the
+        CPUs, told in its own words (:class:`~affinity.planning.engines.serve.Serving`).
     """
 
     command: tuple[str, ...] = ()
@@ -98,6 +103,7 @@ class RunOptions:
     reserve_cores: int = 0  #: with a GPU: cores kept for data loading
     blocktime: str | None = BLOCKTIME_DEFAULT  #: None: export no KMP_BLOCKTIME; "default": the user's, else 1
     runtime: str = "intel"  #: whose rules the plan follows; "auto": the command's (resolved by cmd_run)
+    serving: Serving | None = None  #: --for ENGINE and its options
 
     def to_words(self, environ: Mapping[str, str] | None = None) -> list[str]:
         """The ``affinity run`` words that parse back to these options: the inverse of
@@ -119,6 +125,7 @@ class RunOptions:
         words += [flag for flag, on in _FLAGS if on(self)]
         if self.blocktime not in (BLOCKTIME_DEFAULT, blocktime_for(BLOCKTIME_DEFAULT, environ or {})):
             words += ["--blocktime", "none" if self.blocktime is None else self.blocktime]
+        words += _serving_words(self.serving)
         return words + (["--", *self.command] if self.command else [])
 
 
@@ -134,6 +141,16 @@ def _value_words(o: RunOptions) -> list[str]:
              ("--dataloader-workers", o.dataloader_workers), ("--gpu-bind", o.gpu_bind), ("--gpu", o.gpu),
              ("--reserve-cores", o.reserve_cores or None)]
     return [w for flag, v in pairs if flag and v is not None for w in (flag, str(v))]
+
+
+def _serving_words(s: Serving | None) -> list[str]:
+    """``--for ENGINE`` and its options, those that differ from their defaults."""
+    if s is None:
+        return []
+    pairs = [("--for", s.engine), ("--tp", s.count), ("--reserve", s.reserve or None),
+             ("--reserve-per", s.reserve_per if s.reserve_per != "instance" else None),
+             ("--by", s.by if s.by != "numa" else None), ("--form", s.form if s.form != "mask" else None)]
+    return [w for flag, v in pairs if v is not None for w in (flag, str(v))] + (["--smt"] if s.smt else [])
 
 
 _MEMPOLICY_FLAG = {"bind": "-m", "interleave": "-i", "preferred": "-p"}
@@ -246,6 +263,7 @@ def run_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="the rank's GPU (default with --gpu-bind: auto, the local rank's visible device)")
     g.add_argument("--reserve-cores", metavar="K", type=_count, default=0,
                    help="with --gpu-bind: keep K cores of each rank's set for data loading (its DataLoader workers)")
+    add_engine_args(p.add_argument_group("serving engines (vLLM, SGLang, llama.cpp; docs/engines.md)"))
     g = p.add_argument_group("inspection")
     g.add_argument("-s", "--show", action="store_true",
                    help="show the CPU and memory policy the options give (numactl --show) and exit")
@@ -294,6 +312,46 @@ def _forgot_dashes(words: list[str]) -> str | None:
         return None
     return (f"{first!r} is a command, not a SPEC: put '--' before it "
             f"(affinity run [SPEC] [options] -- {shlex.join(words)})")
+
+
+def add_engine_args(p: Any) -> None:
+    """``--for ENGINE`` and its options, on ``affinity run`` and ``affinity plan`` alike
+    (a parser or an argument group); :func:`serving_of` reads them back."""
+    p.add_argument("--for", dest="engine", metavar="ENGINE", default=None, choices=ENGINES,
+                   help="lay out a serving engine (vllm, sglang, llama.cpp): its ranks or instances one per NUMA "
+                        "node, the engine told in its own variables or flags")
+    p.add_argument("--tp", type=positive, default=None, metavar="N",
+                   help="with --for: tensor-parallel ranks (vllm, sglang) or instances (llama.cpp); default one "
+                        "per NUMA node (per L3 group with --by llc)")
+    p.add_argument("--reserve", type=_count, default=0, metavar="K",
+                   help="with --for: cores of each rank (--reserve-per node: of each NUMA node) kept off the "
+                        "engine's threads, for the API server and tokenizer")
+    p.add_argument("--reserve-per", choices=("instance", "node"), default="instance",
+                   help="with --for: --reserve counts per rank/instance (default) or per NUMA node")
+    p.add_argument("--by", choices=("numa", "llc"), default="numa",
+                   help="with --for: one rank per NUMA node (default) or per L3 cache group (AMD's CCX)")
+    p.add_argument("--smt", action="store_true", help="with --for: engine threads on every PU of their cores")
+    p.add_argument("--form", choices=("mask", "range"), default="mask",
+                   help="with --for llama.cpp: the CPUs as --cpu-mask (default) or --cpu-range")
+
+
+#: the options of :func:`add_engine_args` but ``--for``, with their defaults
+_ENGINE_OPTIONS = {"tp": None, "reserve": 0, "reserve_per": "instance", "by": "numa", "smt": False, "form": "mask"}
+
+
+def serving_of(args: argparse.Namespace) -> Serving | None:
+    """``--for`` and its options as a :class:`~affinity.planning.engines.serve.Serving`;
+    None without ``--for``.  Raises UsageError for an engine's option given without
+    ``--for``, or ``--form`` for another engine than llama.cpp."""
+    if args.engine is None:
+        given = [f"--{k.replace('_', '-')}" for k, v in _ENGINE_OPTIONS.items() if getattr(args, k, v) != v]
+        if given:
+            raise UsageError(f"{', '.join(given)} go{'es' if len(given) == 1 else ''} with --for ENGINE")
+        return None
+    if args.form != "mask" and args.engine != "llama.cpp":
+        raise UsageError(f"--form {args.form} is llama.cpp's (--cpu-mask or --cpu-range), not {args.engine}'s")
+    return Serving(engine=args.engine, count=args.tp, reserve=args.reserve, reserve_per=args.reserve_per,
+                   by=args.by, smt=args.smt, form=args.form)
 
 
 def unrecognized(parser: argparse.ArgumentParser, words: list[str]) -> str:
@@ -483,7 +541,8 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         mempolicy = "local"
     try:
         blocktime = _blocktime(args.blocktime, os.environ if environ is None else environ)
-    except SpecError as e:
+        serving = serving_of(args)
+    except (SpecError, UsageError) as e:
         parser.error(str(e))
     return RunOptions(command=command, spec=spec, threads=args.threads, physcpubind=args.physcpubind,
                       cpunodebind=args.cpunodebind, norespect=args.norespect, mempolicy=mempolicy,
@@ -493,4 +552,4 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
                       instances=args.instances, cores_per_instance=args.cores_per_instance,
                       log_dir=args.log_dir, ranks=args.ranks, verbose=args.verbose,
                       blocktime=blocktime, runtime=args.runtime, dataloader_workers=args.dataloader_workers,
-                      gpu_bind=args.gpu_bind, gpu=args.gpu, reserve_cores=args.reserve_cores)
+                      gpu_bind=args.gpu_bind, gpu=args.gpu, reserve_cores=args.reserve_cores, serving=serving)

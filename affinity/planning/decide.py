@@ -25,6 +25,11 @@ The steps, in order (each a function below):
    than its CPUs, values of the user's that the plan replaces, OpenMP runtimes
    loaded in the process that read the plan otherwise (:func:`meaning_notes`).
 
+A serving engine (``Request.serving``, ``affinity run --for``) takes steps 2-4 from
+its layout instead (:func:`_serve`): the CPUs selected are laid out as the engine's
+ranks or instances, and each process is told the engine's own words, not a plan's
+OpenMP variables.
+
 What this cannot know: the process itself (the faces read it into a
 :class:`Situation`), and what a runtime not yet loaded will be (``runtime="auto"``
 is resolved by the face, from the process or the command's executable).
@@ -33,10 +38,10 @@ is resolved by the face, from the process or the command's executable).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..cpulist import IdList, format_list
-from ..errors import PlanError
+from ..errors import PlanError, UsageError
 from ..machine.cgroup import CpuQuota, default_thread_count
 from ..machine.loaded import Census, LoadedRuntime
 from ..machine.topology import Topology
@@ -50,8 +55,12 @@ from .memory import MemorySpec, check_nodes, membind_spec
 from .partition import (Share, crowded_hint, kinds_note, partition, place_rank, rank_kinds_note,
                         replaced_binding, unranked_warning)
 from .planner import DEFAULT_RUNTIME, Plan, hinted, plan, plan_env, unread
+from .serving import Serving
 from .spec import DEFAULT_SPEC, PLACEMENT_VARIABLES
 from .workers import WorkerLayout, worker_layout
+
+if TYPE_CHECKING:  # the annotation only: a serving engine's launch loads the engines' rules (see _serve)
+    from .engines.serve import ServingPlan
 
 __all__ = ["Decision", "Placement", "Request", "Situation", "decide", "meaning_notes", "team_environ"]
 
@@ -122,6 +131,13 @@ class Request:
     reserve_cores : int
         With a GPU: cores of the rank's set kept for data loading (its DataLoader
         workers go there), the pools sized to the rest.
+    serving : Serving or None
+        Start a serving engine (``affinity run --for``): its layout on the CPUs
+        selected and its own words (:func:`~affinity.planning.engines.serve.plan_serving`)
+        instead of a plan and the OpenMP variables; the engine binds its threads.
+    command : tuple of str
+        The command to start (``affinity run``), read for what a serving engine's
+        own flags already say.
     """
 
     spec: Any = None
@@ -143,6 +159,8 @@ class Request:
     gpu_bind: str | None = None
     gpu: Any = None
     reserve_cores: int = 0
+    serving: Serving | None = None
+    command: tuple[str, ...] = ()
 
 
 @record
@@ -209,6 +227,8 @@ class Placement:
         Where its DataLoader workers go.
     gpu : GpuBinding or None
         Its GPU and why its CPUs are those (``gpu_bind``).
+    flags : tuple of str
+        A serving engine's own flags, to follow the command (llama.cpp's).
     """
 
     index: int
@@ -221,6 +241,7 @@ class Placement:
     share: Share | None = None
     workers: WorkerLayout | None = None
     gpu: GpuBinding | None = None
+    flags: tuple[str, ...] = ()
 
     @property
     def threads(self) -> int:
@@ -251,6 +272,8 @@ class Decision:
         How defaults were chosen (``affinity run -v``; ``Binding.notes``).
     kept : mapping of str to str
         The user's values kept in place of the plan's (``export="keep"``).
+    serving : ServingPlan or None
+        A serving engine's layout and words (``Request.serving``).
     """
 
     placements: tuple[Placement, ...]
@@ -259,6 +282,7 @@ class Decision:
     notices: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     kept: Mapping[str, str] = field(default_factory=dict)
+    serving: ServingPlan | None = None
 
 
 @record(frozen=False)
@@ -296,6 +320,8 @@ def decide(request: Request, situation: Situation) -> Decision:
     """
     said = _Said()
     selected = _select(request, situation, said)
+    if request.serving is not None:
+        return _serve(request, situation, selected, said)
     rank, shares, gpu, cpus = _shares(request, situation, selected, said)
     team_env, dropped = team_environ(situation.environ, rank)
     said.notes.extend(dropped)  # torchrun's OMP_NUM_THREADS=1 is no team size for a share
@@ -646,6 +672,70 @@ def _workers(who: str, p: Plan, request: Request, said: _Said, cpus: frozenset[i
     layout = worker_layout(p, request.dataloader_workers, allowed=cpus)
     said.warnings.extend(_prefixed(who, n) for n in [layout.shared_note()] if n)
     return layout
+
+
+# 4'. a serving engine (affinity run --for)
+
+#: what a serving engine's launch does not take: the engine binds its own threads
+_NOT_WITH_SERVING = (
+    ("SPEC", lambda r: r.spec is not None), ("--threads", lambda r: r.threads is not None),
+    ("--ranks", lambda r: r.ranks is not None), ("--instances", lambda r: r.instances != 1),
+    ("--cores-per-instance", lambda r: r.cores_per_instance is not None),
+    ("--dataloader-workers", lambda r: r.dataloader_workers is not None),
+    ("--pin-threads", lambda r: r.library_binds), ("--gpu-bind/--gpu", lambda r: r.gpu_bind or r.gpu),
+    ("--reserve-cores", lambda r: r.reserve_cores), ("export", lambda r: r.export != "replace"))
+
+
+def _serve(request: Request, situation: Situation, selected: frozenset[int], said: _Said) -> Decision:
+    """A serving engine on the CPUs selected: its layout and words
+    (:func:`~affinity.planning.engines.serve.plan_serving`), one placement per
+    process that starts it (:meth:`~affinity.planning.engines.serve.ServingPlan.processes`):
+    the engine's words exported (or its flags to follow the command), no OpenMP
+    variable (the engine binds its threads itself), memory bound where the engine
+    binds none, and the layout said."""
+    from .engines.llamacpp import command_flags  # lazy: only a serving engine's launch loads the engines' rules
+    from .engines.serve import plan_serving  # lazy: as above
+
+    serving = request.serving
+    other = [name for name, given in _NOT_WITH_SERVING if given(request)]
+    if other:
+        raise UsageError(f"--for {serving.engine}: the engine binds its own threads, one per core of each "
+                         f"{serving.unit}'s share (--tp, --reserve, --smt choose them); it does not go with "
+                         f"{', '.join(other)}")
+    sp = plan_serving(situation.topology.with_allowed(selected), serving)
+    if serving.engine == "llama.cpp":
+        refused, replaced = command_flags(request.command)
+        if refused:
+            raise UsageError(f"--for llama.cpp: the command's own {', '.join(refused)}: llama.cpp ORs every CPU "
+                             f"mask it is given into one, which would widen each instance's; leave them out")
+        said.warnings.extend(replaced)
+    procs = sp.processes()
+    explicit = _explicit_memory(request, situation)
+    placements = []
+    for proc in procs:
+        who = _who(proc.index, len(procs), None)
+        exports = dict(proc.env)
+        said.warnings.extend(_prefixed(who, n) for n in precedence.replaced(exports, situation.environ))
+        if len(procs) > 1:
+            exports.update(AFFINITY_INSTANCE=str(proc.index), AFFINITY_NUM_INSTANCES=str(len(procs)))
+        if request.memory is not None:
+            memory, required = _memory(who, None, request, explicit, proc.plan, situation, said)
+        elif proc.memory:
+            memory, required = MemorySpec(policy="bind", nodes=proc.memory & _allowed_nodes(situation)
+                                          or proc.memory), False
+        else:
+            memory, required = None, False
+        placements.append(Placement(index=proc.index, who=who, cpus=proc.cpus, plan=proc.plan, exports=exports,
+                                    memory=memory, memory_required=required, flags=proc.flags))
+    said.notices.extend(sp.layout.notes)
+    asked = placements[0].memory
+    said.notices.append(sp.memory_text(None if request.memory is None else "local" if asked is None or
+                                       asked.policy == "local" else
+                                       f"--{MEM_OPTION[asked.policy]} {format_list(asked.nodes)}"))
+    said.notes.extend(f"{serving.engine}: {line}" for line in sp.lines())
+    said.notes.extend(f"{serving.engine}: {n}" for n in sp.words.notes)
+    return Decision(placements=tuple(placements), warnings=tuple(said.warnings), notices=tuple(said.notices),
+                    notes=tuple(said.notes), serving=sp)
 
 
 # 5. runtimes already loaded in the process

@@ -1,9 +1,9 @@
 """``affinity plan --for vllm|sglang|llama.cpp``: where a serving engine's ranks or
 instances go on a machine, and the engine's own words for it.
 
-The layout is :func:`affinity.planning.engines.layout.serving_layout`, the words
-:func:`affinity.planning.engines.words_for` (both pure); this face prints them,
-what the engine would do by itself, and draws the shares.
+The layout and the words are :func:`affinity.planning.engines.serve.plan_serving`'s
+(pure), the one ``affinity run --for`` performs; this face prints them, what the
+engine would do by itself, and draws the shares.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 from ..cpulist import format_list
 from ..errors import EngineError, UsageError
 from ..machine.topology import Topology
-from ..planning.engines import ENGINES, words_for
-from ..planning.engines.layout import ServingLayout, serving_layout
+from ..planning.engines.layout import ServingLayout
+from ..planning.engines.serve import plan_serving
 from ..planning.engines.llamacpp import llamacpp_default
 from ..planning.engines.sglang import sglang_default
 from ..planning.engines.vllm import vllm_default
@@ -24,24 +24,11 @@ __all__ = ["add_plan_args", "cmd_plan_for", "engine_default"]
 
 
 def add_plan_args(p: argparse.ArgumentParser) -> None:
-    """``--for`` and its options on ``affinity plan``."""
-    from ..launcher.options import positive  # lazy: a command loads only its own layers
+    """``--for`` and its options on ``affinity plan``: the same as ``affinity run``'s
+    (:func:`affinity.launcher.options.add_engine_args`)."""
+    from ..launcher.options import add_engine_args  # lazy: a command loads only its own layers
 
-    p.add_argument("--for", dest="engine", metavar="ENGINE", default=None, choices=ENGINES,
-                   help="lay out a serving engine (vllm, sglang, llama.cpp): its ranks or instances one per NUMA "
-                        "node, and the engine's own variables or flags for them")
-    p.add_argument("--tp", type=positive, default=None, metavar="N",
-                   help="with --for: tensor-parallel ranks (vllm, sglang) or instances (llama.cpp); default one "
-                        "per NUMA node (per L3 group with --by llc)")
-    p.add_argument("--reserve", type=int, default=0, metavar="K",
-                   help="with --for: cores of each rank (--reserve-per node: of each NUMA node) kept off the "
-                        "engine's threads, for the API server and tokenizer")
-    p.add_argument("--reserve-per", choices=("instance", "node"), default="instance")
-    p.add_argument("--by", choices=("numa", "llc"), default="numa",
-                   help="with --for: one rank per NUMA node (default) or per L3 cache group (AMD's CCX)")
-    p.add_argument("--smt", action="store_true", help="with --for: engine threads on every PU of their cores")
-    p.add_argument("--form", choices=("mask", "range"), default="mask",
-                   help="with --for llama.cpp: the CPUs as --cpu-mask (default) or --cpu-range")
+    add_engine_args(p)
 
 
 def engine_default(engine: str, topology: Topology, count: int) -> list[str]:
@@ -96,22 +83,18 @@ def cmd_plan_for(args: argparse.Namespace, topology: Topology, write_picture: An
     if other:
         raise UsageError(f"--for plans one engine thread per core of each rank's share; it does not go with "
                          f"{', '.join(other)}")
-    if args.reserve < 0:
-        raise UsageError(f"--reserve must be >= 0, got {args.reserve}")
-    unit = "instance" if args.engine == "llama.cpp" else "rank"
-    layout = serving_layout(topology, args.tp, reserve=args.reserve, reserve_per=args.reserve_per, by=args.by,
-                            unit=unit, smt=args.smt)
-    options = {"form": args.form} if args.engine == "llama.cpp" else {}
-    words = words_for(args.engine, layout.plans, **options)
+    from ..launcher.options import serving_of  # lazy: a command loads only its own layers
+
+    sp = plan_serving(topology, serving_of(args))
+    layout, words = sp.layout, sp.words
     defaults = engine_default(args.engine, topology, len(layout.shares))
     if args.json:
-        print(json.dumps({"engine": args.engine, "layout": layout.to_dict(), "words": words.to_dict(),
-                          "engine_default": defaults}, indent=2))
+        print(json.dumps({**sp.to_dict(), "engine_default": defaults}, indent=2))
     else:
         print(_text(args.engine, layout, words, defaults))
     if args.picture:
         sets = [s.cpus for s in layout.shares] + ([layout.reserved] if layout.reserved else [])
         kept = f"; {len(layout.shares)} (the last number) is the CPUs kept for the server" if layout.reserved else ""
         write_picture(args.picture, topology, sets, unit="rank",
-                      title=f"{args.engine}: each number is the engine threads of one {unit}{kept}")
+                      title=f"{args.engine}: each number is the engine threads of one {layout.unit}{kept}")
     return 0

@@ -190,15 +190,15 @@ def _notes(topology: Topology, out: list[EngineShare], shares: list[Share], unit
     notes = []
     where = "NUMA nodes" if by == "numa" else "L3 groups"
     if len(out) > domains:
-        notes.append(f"{len(out)} {unit}s on {domains} {where}: {unit}s share them")
+        notes.append(f"{len(out)} {unit}s on {domains} {where if domains != 1 else where[:-1]}: {unit}s share them")
     for s in out:
         if len(s.memory) > 1:
             notes.append(f"{unit} {s.index} spans NUMA nodes {format_list(s.memory)}: its memory cannot all be local")
     if any(c.efficiency is not None for c in topology.cores) and len({c.efficiency for c in topology.cores}) > 1:
         fast = max(c.efficiency or 0 for c in topology.cores)
         slow_used = [s.index for s in out if any((topology.core_of(c).efficiency or 0) < fast for c in s.cpus)]
-        said = (f"; {unit}s {format_list(slow_used)} also run on slower cores (not enough fast ones)"
-                if slow_used else "")
+        said = (f"; {unit}{'s' if len(slow_used) != 1 else ''} {format_list(slow_used)} also "
+                f"run{'' if len(slow_used) != 1 else 's'} on slower cores (not enough fast ones)" if slow_used else "")
         notes.append("hybrid machine: engine threads on the fastest cores first and the cores kept for the server "
                      "taken from the slowest, since a parallel step waits for its slowest thread and the API "
                      "server and tokenizer do light work" + said)

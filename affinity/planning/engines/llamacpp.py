@@ -33,7 +33,7 @@ from ...errors import EngineError
 from ...machine.topology import Topology
 from .words import EngineWords, check_disjoint, one_cpu_per_thread, rank_memory
 
-__all__ = ["MAX_CPUS", "cpu_mask", "cpu_range", "llamacpp_default", "llamacpp_words"]
+__all__ = ["MAX_CPUS", "command_flags", "cpu_mask", "cpu_range", "llamacpp_default", "llamacpp_words"]
 
 #: ``GGML_MAX_N_THREADS``: the size of llama.cpp's CPU mask (ggml/include/ggml.h)
 MAX_CPUS = 512
@@ -110,3 +110,30 @@ def llamacpp_default(topology: Topology) -> int:
         best = max(c.efficiency or 0 for c in cores)
         return sum(1 for c in cores if (c.efficiency or 0) == best)
     return len(cores)
+
+
+#: flags whose CPUs llama.cpp ORs into the one mask (common.cpp ``parse_cpu_mask`` and
+#: ``parse_cpu_range`` set bits, never clear them): a command's own would widen ours
+_MASK_FLAGS = ("-C", "--cpu-mask", "-Cr", "--cpu-range", "-Cb", "--cpu-mask-batch", "-Crb", "--cpu-range-batch")
+#: flags whose last value wins: the words, which follow the command, replace a command's own
+_LAST_WINS = ("-t", "--threads", "-tb", "--threads-batch", "--cpu-strict", "--cpu-strict-batch")
+
+
+def command_flags(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """What a llama.cpp command line already says about its threads: (the CPU-mask
+    flags, which llama.cpp would OR into the words' masks -- to refuse; the thread
+    counts, strictness and ``--numa``, which the words replace or that re-pins over
+    them -- to say).  A flag is found alone or as ``flag=value``."""
+    refused, said = [], []
+    for i, word in enumerate(argv[1:], 1):
+        flag = word.split("=", 1)[0]
+        value = word.split("=", 1)[1] if "=" in word else (argv[i + 1] if i + 1 < len(argv) else "")
+        if flag in _MASK_FLAGS:
+            refused.append(f"{flag} {value}".strip())
+        elif flag in _LAST_WINS:
+            said.append(f"the command's {flag} {value} is replaced by the layout's (its flags follow the command, "
+                        f"and llama.cpp takes a flag's last value)")
+        elif flag == "--numa":
+            said.append(f"the command's --numa {value} re-pins every thread at each graph, over --cpu-strict's "
+                        f"one CPU per thread: leave it out")
+    return refused, said

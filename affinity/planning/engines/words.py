@@ -9,6 +9,7 @@ from typing import Any
 from ...cpulist import format_list
 from ...errors import EngineError
 from ...record import record
+from ..serving import ENGINES
 
 __all__ = ["ENGINES", "EngineWords", "check_disjoint", "one_cpu_per_thread", "rank_memory"]
 
@@ -80,6 +81,3 @@ def rank_memory(plan: Any, cpus: frozenset[int]) -> frozenset[int]:
     topo = plan.topology
     return frozenset(topo.numa_nodes[topo.pu(c).numa].os_index for c in cpus if topo.pu(c).numa is not None)
 
-
-#: the serving engines whose words :func:`affinity.planning.engines.words_for` writes
-ENGINES = ("vllm", "sglang", "llama.cpp")
