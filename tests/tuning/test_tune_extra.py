@@ -17,7 +17,7 @@ def test_tune_without_optuna_is_one_line_naming_the_extra():
     r = _py("import affinity\n"
             "try:\n"
             "    affinity.tune(lambda c: 1.0, {'threads': [1]}, budget=1)\n"
-            "except affinity.TuneUnavailableError as e:\n"
+            "except affinity.errors.TuneUnavailableError as e:\n"
             "    assert isinstance(e, (ImportError, affinity.AffinityError))\n"
             "    print(e)\n")
     assert r.returncode == 0, r.stderr
