@@ -211,14 +211,14 @@ class IdList:
         if t == "all":
             if relative:
                 raise SpecError(f"'+all' is not a {what} list")
-            return cls(text, what, frozenset(), True, False, inverted)
+            return cls(text=text, what=what, ids=frozenset(), everything=True, relative=False, inverted=inverted)
         try:
             ids = parse_list(t, what)
         except SpecError as e:
             raise SpecError(f"bad {what} list {text!r}: {e}") from None
         if not ids:
             raise SpecError(f"empty {what} list {text!r}")
-        return cls(text, what, ids, False, relative, inverted)
+        return cls(text=text, what=what, ids=ids, everything=False, relative=relative, inverted=inverted)
 
     def resolve(self, allowed: frozenset[int], option: str) -> frozenset[int]:
         """The OS indexes this list means for a process allowed ``allowed``.

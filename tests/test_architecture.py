@@ -264,3 +264,44 @@ def test_value_classes_are_records_not_dataclasses():
             if "dataclasses" in names:
                 users.append(f"{module}:{node.lineno}")
     assert not users, f"dataclasses imported (declare records with affinity.record): {users}"
+
+
+#: the most positional arguments a record (a value class) is built with; more are given by
+#: keyword, so that a reader sees which value is which (issue #36: Outcome, Topology and
+#: Instance were built with 9-13 positional arguments)
+MAX_POSITIONAL = 5
+#: (module, record) calls still positional, in code another issue is reshaping
+POSITIONAL_ALLOWED = {
+    ("affinity.tuning.priors", "Layout"): "#41: the tuner's sampler (merged after)",
+    ("affinity.tuning.search", "TuneResult"): "#41: the tuner's sampler (merged after)",
+    ("affinity.tuning.search", "TrialRecord"): "#41: the tuner's sampler (merged after)",
+    ("affinity.tools.tune_command", "cls"): "#41: the tuner's verdicts (merged after)",
+    ("affinity.tools.tune_command", "_Text"): "#41: the tuner's verdicts (merged after)",
+}
+
+
+def _record_classes() -> set[str]:
+    names = set()
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                    (isinstance(d, ast.Name) and d.id == "record")
+                    or (isinstance(d, ast.Call) and getattr(d.func, "id", None) == "record") for d in node.decorator_list):
+                names.add(node.name)
+    return names
+
+
+def test_records_are_built_by_keyword():
+    records = _record_classes() | {"cls"}  # cls(...) in a record's own classmethods
+    found = set()
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call) or len(node.args) <= MAX_POSITIONAL:
+                continue
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+            if name in records:
+                found.add((module, name, node.lineno))
+    new = sorted(f"{m}:{line} {n}({'...'})" for m, n, line in found if (m, n) not in POSITIONAL_ALLOWED)
+    assert not new, f"records built with more than {MAX_POSITIONAL} positional arguments: {new}"
+    stale = sorted(set(POSITIONAL_ALLOWED) - {(m, n) for m, n, _ in found})
+    assert not stale, f"built by keyword now, remove from POSITIONAL_ALLOWED: {stale}"

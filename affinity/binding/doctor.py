@@ -227,7 +227,7 @@ def _wanted(s0: TaskSample | None, s1: TaskSample | None, elapsed: float, up: fl
         return seen_runnable, None
     tick = os.sysconf("SC_CLK_TCK")
     if s0 is None or s0.start != s1.start:  # born meanwhile: its whole life is inside the interval
-        s0 = TaskSample(s1.tid, s1.name, "S", s1.start, 0, 0, 0)
+        s0 = TaskSample(tid=s1.tid, name=s1.name, state="S", start=s1.start, run_ns=0, wait_ns=0, ticks=0)
         elapsed = max(min(elapsed, up - s1.start / tick), 1 / tick)
     if None in (s0.run_ns, s1.run_ns, s0.wait_ns, s1.wait_ns):  # no schedstat: CPU time only
         wanted, waited = min(1.0, (s1.ticks - s0.ticks) / (elapsed * tick)), None
@@ -247,10 +247,10 @@ def _thread(row: ThreadRow, s0: TaskSample | None, s1: TaskSample | None, elapse
         how = "published"
     else:
         how = "known" if row.role != "other" else "unknown"
-    return ThreadState(row.tid, row.name, row.role, how, row.actual, row.last_cpu,
-                       s1.state if s1 is not None else "S", row.start,
-                       None if wanted is None else round(wanted, 3), None if waited is None else round(waited, 3),
-                       row.index, row.requested)
+    return ThreadState(tid=row.tid, name=row.name, role=row.role, how=how, cpus=row.actual, last_cpu=row.last_cpu,
+                       state=s1.state if s1 is not None else "S", start=row.start,
+                       wanted=None if wanted is None else round(wanted, 3),
+                       waited=None if waited is None else round(waited, 3), index=row.index, requested=row.requested)
 
 
 def _process(bmap: BindMap, before: Any, after: Any, elapsed: float, topo: Topology,
@@ -275,8 +275,10 @@ def _process(bmap: BindMap, before: Any, after: Any, elapsed: float, topo: Topol
         pass
     census = bmap.runtimes
     libs = tuple(LoadedLibrary(r.path, r.kind, r.family, r.bundled_by) for r in census.runtimes) if census else ()
-    return ProcessState(pid, bmap.ppid if bmap.ppid is not None else 0, bmap.name, cmd, threads, allowed,
-                        _start(bmap), quota, throttled, env, libs, memory, pub, bmap.role, tuple(notes))
+    return ProcessState(pid=pid, ppid=bmap.ppid if bmap.ppid is not None else 0, name=bmap.name, cmdline=cmd,
+                        threads=threads, allowed=allowed, start=_start(bmap), quota=quota, throttled=throttled,
+                        environ=env, runtimes=libs, memory=memory, publication=pub, role=bmap.role,
+                        notes=tuple(notes))
 
 
 def _start(bmap: BindMap) -> int:

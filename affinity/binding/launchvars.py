@@ -195,7 +195,9 @@ def slurm_step(environ: Mapping[str, str]) -> SlurmStep | None:
     bind_type = environ.get("SLURM_CPU_BIND_TYPE", "").strip()
     ids = _slurm_bind_list(bind_type, environ.get("SLURM_CPU_BIND_LIST", ""))
     domains = bind_type.startswith(("map_ldom", "mask_ldom"))
-    return SlurmStep(local_id, node, per_node, cpt, bind_type, () if domains else ids, ids if domains else ())
+    return SlurmStep(local_id=local_id, node_id=node, tasks_per_node=per_node, cpus_per_task=cpt,
+                     cpu_bind_type=bind_type, cpu_bind_list=() if domains else ids,
+                     cpu_bind_domains=ids if domains else ())
 
 
 def slurm_allocation(environ: Mapping[str, str]) -> tuple[int, str] | None:

@@ -89,7 +89,8 @@ def current(bindings: list[Any] | None = None) -> Publication | None:
     for b in bindings:  # newest wins, as the bind map
         pins.update(b.pins)
     starts = task_starts(tids=list(pins))
-    out = tuple(PublishedPin(t, starts[t], p.role, frozenset(p.cpus), p.index, getattr(p, "note", None))
+    out = tuple(PublishedPin(tid=t, start=starts[t], role=p.role, cpus=frozenset(p.cpus), index=p.index,
+                             note=getattr(p, "note", None))
                 for t, p in sorted(pins.items()) if t in starts)
     return Publication(me, _start(me) or 0, out, tuple(_plan_of(b) for b in bindings), time.time())
 
@@ -100,8 +101,8 @@ def _plan_of(b: Any) -> PublishedPlan:
         return PublishedPlan(None, (), 1, frozenset(b.cpus), frozenset(b.main_mask))
     mem = getattr(b, "membind", None)
     membind = f"{mem.policy}:{format_list(mem.nodes)}" if mem is not None and mem.nodes else None
-    return PublishedPlan(plan.runtime, tuple(plan.env), plan.threads, frozenset().union(*plan.cpusets),
-                         frozenset(b.main_mask), membind)
+    return PublishedPlan(rules=plan.runtime, settings=tuple(plan.env), threads=plan.threads,
+                         cpus=frozenset().union(*plan.cpusets), main_mask=frozenset(b.main_mask), membind=membind)
 
 
 def _to_json(pub: Publication) -> bytes:
@@ -250,12 +251,16 @@ def _from_json(raw: bytes, pid: int, start: int, path: str) -> Publication:
     if d.get("format") != FORMAT or d.get("pid") != pid or d.get("start") != start:
         raise ValueError(f"format {d.get('format')!r} for pid {d.get('pid')!r} started at {d.get('start')!r}, "
                          f"not format {FORMAT} of pid {pid} started at {start}")
-    pins = tuple(PublishedPin(_int(p["tid"]), _opt_int(p.get("start")), _str(p["role"]), parse_list(p["cpus"]),
-                              _opt_int(p.get("index")), _opt_str(p.get("note"))) for p in d["pins"])
-    plans = tuple(PublishedPlan(_opt_str(p.get("rules")), tuple((_str(k), _str(v)) for k, v in p["settings"]),
-                                _int(p["threads"]), parse_list(p["cpus"]), parse_list(p["main_mask"]),
-                                _opt_str(p.get("membind"))) for p in d["plans"])
-    return Publication(pid, start, pins, plans, float(d.get("written", 0.0)), path)
+    pins = tuple(PublishedPin(tid=_int(p["tid"]), start=_opt_int(p.get("start")), role=_str(p["role"]),
+                              cpus=parse_list(p["cpus"]), index=_opt_int(p.get("index")),
+                              note=_opt_str(p.get("note"))) for p in d["pins"])
+    plans = tuple(PublishedPlan(rules=_opt_str(p.get("rules")),
+                                settings=tuple((_str(k), _str(v)) for k, v in p["settings"]),
+                                threads=_int(p["threads"]), cpus=parse_list(p["cpus"]),
+                                main_mask=parse_list(p["main_mask"]), membind=_opt_str(p.get("membind")))
+                  for p in d["plans"])
+    return Publication(pid=pid, start=start, pins=pins, plans=plans, written=float(d.get("written", 0.0)),
+                       source=path)
 
 
 def _int(v: Any) -> int:

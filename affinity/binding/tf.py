@@ -172,7 +172,8 @@ def start_runtime(intra: int | None, inter: int | None) -> TFState:
     after = task_names()
     new = {t: n for t, n in after.items() if t not in before}
     i, j, o = classify_new_threads(new)
-    return TFState(tuple(i), tuple(j), tuple(o), len(i), len(j), True)
+    return TFState(intra=tuple(i), inter=tuple(j), other=tuple(o), intra_size=len(i), inter_size=len(j),
+                   counts_set=True)
 
 
 def merged(known: TFState | None, new: TFState) -> TFState:
@@ -185,8 +186,8 @@ def merged(known: TFState | None, new: TFState) -> TFState:
         return tuple(sorted(set(a) | set(b)))
 
     intra, inter = both(known.intra, new.intra), both(known.inter, new.inter)
-    return TFState(intra, inter, both(known.other, new.other), len(intra), len(inter),
-                   known.counts_set or new.counts_set)
+    return TFState(intra=intra, inter=inter, other=both(known.other, new.other), intra_size=len(intra),
+                   inter_size=len(inter), counts_set=known.counts_set or new.counts_set)
 
 
 def _env_count(name: str, environ: Mapping[str, str] | None = None) -> int:
@@ -230,7 +231,8 @@ def pools_of(names: Mapping[int, str], pname: str, size: int, skip: Iterable[int
         below = sorted((t for t, n in names.items() if n == pname and t < inter[0] and t not in skip),
                        reverse=True)
         intra = sorted(below[:size])
-    return TFState(tuple(intra), tuple(inter), tuple(other), len(intra), len(inter), False)
+    return TFState(intra=tuple(intra), inter=tuple(inter), other=tuple(other), intra_size=len(intra),
+                   inter_size=len(inter), counts_set=False)
 
 
 def config_proto(intra: int, inter: int, *, per_session: bool = True) -> Any:
@@ -268,7 +270,8 @@ class SessionHook:
                 orig(self_, *a, **k)
                 new = {t: n for t, n in task_names().items() if t not in before}
                 i, j, o = classify_new_threads(new)
-                callback(TFState(tuple(i), tuple(j), tuple(o), len(i), len(j), False))
+                callback(TFState(intra=tuple(i), inter=tuple(j), other=tuple(o), intra_size=len(i), inter_size=len(j),
+                                 counts_set=False))
 
             return __init__
 
@@ -343,7 +346,8 @@ def on_runtime_start(callback: Any) -> _Patch:
             out = orig(self_)
             new = {t: n for t, n in task_names().items() if t not in before}
             i, j, o = classify_new_threads(new)
-            callback(TFState(tuple(i), tuple(j), tuple(o), len(i), len(j), True))
+            callback(TFState(intra=tuple(i), inter=tuple(j), other=tuple(o), intra_size=len(i), inter_size=len(j),
+                             counts_set=True))
             return out
 
         return ensure_initialized

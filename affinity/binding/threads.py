@@ -553,6 +553,6 @@ def task_samples(pid: int | None = None, tids: Iterable[int] | None = None) -> d
             run, wait = int(words[0]), int(words[1])
         except (OSError, ValueError, IndexError):
             pass
-        out[int(tid)] = TaskSample(int(tid), name, rest[0].decode("ascii", "replace"), int(rest[19]), run, wait,
-                                   int(rest[11]) + int(rest[12]))
+        out[int(tid)] = TaskSample(tid=int(tid), name=name, state=rest[0].decode("ascii", "replace"),
+                                   start=int(rest[19]), run_ns=run, wait_ns=wait, ticks=int(rest[11]) + int(rest[12]))
     return out

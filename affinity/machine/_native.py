@@ -261,9 +261,9 @@ class NativeTopology:
         for i in range(n):
             check(m.lib.aff_topo_obj(self.handle, i, o, buf, self.nwords), "aff_topo_obj", i)
             sub = m.ffi.string(o.subtype).decode(errors="replace") or None
-            out.append(NativeObj(OBJ_TYPES[o.type], None if o.os_index < 0 else o.os_index,
-                                 o.logical_index, o.depth, from_words(buf, self.nwords), sub,
-                                 o.cache_level, int(o.size)))
+            out.append(NativeObj(type=OBJ_TYPES[o.type], os_index=None if o.os_index < 0 else o.os_index,
+                                 logical_index=o.logical_index, depth=o.depth, cpuset=from_words(buf, self.nwords),
+                                 subtype=sub, cache_level=o.cache_level, size=int(o.size)))
         return out
 
     def _cpukinds(self) -> list[tuple[frozenset[int], str | None, int | None]]:

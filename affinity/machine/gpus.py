@@ -93,7 +93,8 @@ class Gpu:
 def _numbered(found: Iterable[Gpu]) -> tuple[Gpu, ...]:
     """The GPUs in PCI bus order, each with its position as ``logical_index``."""
     ordered = sorted(found, key=lambda g: g.order_key)
-    return tuple(Gpu(g.bus_id, g.vendor, g.device, g.pci_class, g.numa_node, g.local_cpus, i, g.uuid, g.tiles)
+    return tuple(Gpu(bus_id=g.bus_id, vendor=g.vendor, device=g.device, pci_class=g.pci_class, numa_node=g.numa_node,
+                     local_cpus=g.local_cpus, logical_index=i, uuid=g.uuid, tiles=g.tiles)
                  for i, g in enumerate(ordered))
 
 
@@ -177,7 +178,8 @@ def _sysfs_gpu(root: str, dev: str, bus_id: str, vendor: int, pci_class: int) ->
         raise TopologyError(f"local_cpulist: {e}", os.path.join(dev, "local_cpulist")) from None
     uuid = _nvidia_uuid(root, bus_id) if vendor == 0x10DE else _amd_uuid(dev) if vendor == 0x1002 else None
     tiles = _intel_tiles(dev, pci_class) if vendor == 0x8086 else None
-    return Gpu(bus_id, vendor, device, pci_class, node, cpus, 0, uuid, tiles)
+    return Gpu(bus_id=bus_id, vendor=vendor, device=device, pci_class=pci_class, numa_node=node, local_cpus=cpus,
+               logical_index=0, uuid=uuid, tiles=tiles)
 
 
 def _nvidia_uuid(root: str, bus_id: str) -> str | None:
@@ -306,7 +308,8 @@ def _xml_gpu(obj: Any, ancestors: list[Any], source: str) -> Gpu | None:
     tiles_text = infos.get("LevelZeroSubdevices") if vendor == 0x8086 else None
     tiles = int(tiles_text) if tiles_text and tiles_text.isdigit() and int(tiles_text) > 0 else None
     node = next(iter(nodes)) if len(nodes) == 1 else -1
-    return Gpu(busid.lower(), vendor, device, pci_class, node, cpus, 0, uuid, tiles)
+    return Gpu(bus_id=busid.lower(), vendor=vendor, device=device, pci_class=pci_class, numa_node=node,
+               local_cpus=cpus, logical_index=0, uuid=uuid, tiles=tiles)
 
 
 # ------------------------------------------------------------------ JSON
@@ -341,5 +344,6 @@ def gpus_from_dicts(items: Any, source: str) -> tuple[Gpu, ...]:
         except (KeyError, TypeError, ValueError) as e:
             raise TopologyError(f"gpus[{i}]: not as 'affinity topology --json' writes it "
                                 f"({type(e).__name__}: {e})", source) from None
-        out.append(Gpu(bus, vendor, device, pci_class, node, cpus, 0, uuid, tiles))
+        out.append(Gpu(bus_id=bus, vendor=vendor, device=device, pci_class=pci_class, numa_node=node, local_cpus=cpus,
+                       logical_index=0, uuid=uuid, tiles=tiles))
     return _numbered(out)

@@ -265,9 +265,10 @@ class Topology:
         mask = _fs(cpus) & self.cpuset
         if not mask:
             raise TopologyError(f"mask {format_list(cpus)} selects no PU of this machine", self.source)
-        return Topology(self.pus, self.cores, self.packages, self.numa_nodes, self.caches,
-                        self.groups, mask, self.source, self.is_this_system, self.caches_known,
-                        self.offline_cpus, self.gpus)
+        return Topology(pus=self.pus, cores=self.cores, packages=self.packages, numa_nodes=self.numa_nodes,
+                        caches=self.caches, groups=self.groups, allowed=mask, source=self.source,
+                        is_this_system=self.is_this_system, caches_known=self.caches_known,
+                        offline_cpus=self.offline_cpus, gpus=self.gpus)
 
     # -------------------------------------------------------------- rendering
     def to_dict(self) -> dict[str, Any]:
@@ -383,9 +384,9 @@ class Topology:
         offline = configured - len(t.pus) if configured is not None and configured > len(t.pus) else 0
         gpus = gpus_from_xml(ET.fromstring(data), path)
         if offline or gpus:
-            t = Topology(t.pus, t.cores, t.packages, t.numa_nodes, t.caches, t.groups, t.allowed,
-                         t.source, t.is_this_system, caches_known=t.caches_known,
-                         offline_cpus=offline, gpus=gpus)
+            t = Topology(pus=t.pus, cores=t.cores, packages=t.packages, numa_nodes=t.numa_nodes, caches=t.caches,
+                         groups=t.groups, allowed=t.allowed, source=t.source, is_this_system=t.is_this_system,
+                         caches_known=t.caches_known, offline_cpus=offline, gpus=gpus)
         return t
 
     @staticmethod
@@ -416,9 +417,10 @@ class Topology:
                                 "(give the directory that holds sys/, as HWLOC_FSROOT takes it)", source)
         t = _from_native(_native.load_topology("fsroot", os.path.abspath(root)), source=source)
         configured = sum(1 for n in os.listdir(cpu_dir) if re.fullmatch(r"cpu\d+", n))
-        return Topology(t.pus, t.cores, t.packages, t.numa_nodes, t.caches, t.groups, t.allowed,
-                        t.source, t.is_this_system, caches_known=t.caches_known,
-                        offline_cpus=max(0, configured - len(t.pus)), gpus=read_pci_gpus(root))
+        return Topology(pus=t.pus, cores=t.cores, packages=t.packages, numa_nodes=t.numa_nodes, caches=t.caches,
+                        groups=t.groups, allowed=t.allowed, source=t.source, is_this_system=t.is_this_system,
+                        caches_known=t.caches_known, offline_cpus=max(0, configured - len(t.pus)),
+                        gpus=read_pci_gpus(root))
 
     @staticmethod
     def from_json(path: str | os.PathLike[str]) -> Topology:
@@ -590,7 +592,8 @@ def _assemble(pu_rows: Sequence[tuple[int, int, int, int | None]],
     for ci, key in enumerate(core_order):
         cpus = frozenset(core_cpus[key])
         kind, eff = core_info.get(min(cpus), (None, None)) if core_info else (None, None)
-        cores_l.append(Core(key[1], ci, pkg_logical[key[0]], cpus, kind, eff))
+        cores_l.append(Core(os_index=key[1], logical_index=ci, package=pkg_logical[key[0]], cpuset=cpus, kind=kind,
+                            efficiency=eff))
         for rank, os_i in enumerate(sorted(cpus, key=lambda o: tkey[o])):
             rank_of[os_i] = (ci, rank)
     numa_nodes = tuple(NumaNode(os_i, li, cpus, mem) for li, (os_i, cpus, mem, _) in enumerate(
@@ -601,8 +604,8 @@ def _assemble(pu_rows: Sequence[tuple[int, int, int, int | None]],
     for n in sorted(numa_nodes, key=lambda n: (len(n.cpuset), n.logical_index)):
         for c in n.cpuset:
             node_of.setdefault(c, n.logical_index)
-    pus = tuple(PU(os_i, li, rank_of[os_i][0], cores_l[rank_of[os_i][0]].package,
-                   node_of.get(os_i), rank_of[os_i][1])
+    pus = tuple(PU(os_index=os_i, logical_index=li, core=rank_of[os_i][0], package=cores_l[rank_of[os_i][0]].package,
+                   numa=node_of.get(os_i), thread=rank_of[os_i][1])
                 for li, os_i in enumerate(sorted(position, key=position.__getitem__)))
     cache_vals = []
     for level in sorted({c[0] for c in caches}):
@@ -616,8 +619,9 @@ def _assemble(pu_rows: Sequence[tuple[int, int, int, int | None]],
     allowed_set = every if allowed is None else (allowed & every)
     if not allowed_set:
         raise TopologyError("no PU of this machine is allowed to this process", source)
-    return Topology(pus, tuple(cores_l), packages, numa_nodes, tuple(cache_vals), tuple(group_vals),
-                    allowed_set, source, this_system, caches_known)
+    return Topology(pus=pus, cores=tuple(cores_l), packages=packages, numa_nodes=numa_nodes, caches=tuple(cache_vals),
+                    groups=tuple(group_vals), allowed=allowed_set, source=source, is_this_system=this_system,
+                    caches_known=caches_known)
 
 
 def _hwloc_like_positions(pkg_cpus: Mapping[int, set[int]],
@@ -889,11 +893,13 @@ def _from_dict(d: Any, source: str) -> Topology:
     try:
         where = "pus"
         _check_size(len(d["pus"]), source)
-        pus = tuple(PU(_int(u["os_index"]), _int(u["logical_index"]), _int(u["core"]), _int(u["package"]),
-                       None if u["numa"] is None else _int(u["numa"]), _int(u["thread"])) for u in d["pus"])
+        pus = tuple(PU(os_index=_int(u["os_index"]), logical_index=_int(u["logical_index"]), core=_int(u["core"]),
+                       package=_int(u["package"]), numa=None if u["numa"] is None else _int(u["numa"]),
+                       thread=_int(u["thread"])) for u in d["pus"])
         where = "cores"
-        cores = tuple(Core(_int(c["os_index"]), _int(c["logical_index"]), _int(c["package"]), _cpus(c["cpuset"]),
-                           c.get("kind"), c.get("efficiency")) for c in d["cores"])
+        cores = tuple(Core(os_index=_int(c["os_index"]), logical_index=_int(c["logical_index"]),
+                           package=_int(c["package"]), cpuset=_cpus(c["cpuset"]), kind=c.get("kind"),
+                           efficiency=c.get("efficiency")) for c in d["cores"])
         where = "packages"
         packages = tuple(Package(_int(p["os_index"]), _int(p["logical_index"]), _cpus(p["cpuset"]))
                          for p in d["packages"])
@@ -917,8 +923,9 @@ def _from_dict(d: Any, source: str) -> Topology:
     offline = d.get("offline_cpus", 0)
     if type(offline) is not int or offline < 0:
         raise TopologyError(f"offline_cpus: {offline!r} is not a count of CPUs", source)
-    return Topology(pus, cores, packages, nodes, caches, groups, frozenset(u.os_index for u in pus), source,
-                    caches_known=known, offline_cpus=offline, gpus=gpus_from_dicts(d.get("gpus", []), source))
+    return Topology(pus=pus, cores=cores, packages=packages, numa_nodes=nodes, caches=caches, groups=groups,
+                    allowed=frozenset(u.os_index for u in pus), source=source, caches_known=known,
+                    offline_cpus=offline, gpus=gpus_from_dicts(d.get("gpus", []), source))
 
 
 def _int(v: Any) -> int:
@@ -1095,9 +1102,9 @@ def _system_topology(refresh: bool) -> Topology:
             t = _from_native(_native.system(refresh=refresh), source="system")
             conf = os.sysconf("SC_NPROCESSORS_CONF") if hasattr(os, "sysconf") else -1
             # configured CPUs that are offline (the runtimes count them); the GPUs from sysfs
-            t = Topology(t.pus, t.cores, t.packages, t.numa_nodes, t.caches, t.groups, t.allowed,
-                         t.source, t.is_this_system, caches_known=t.caches_known,
-                         offline_cpus=max(0, conf - len(t.pus)),
+            t = Topology(pus=t.pus, cores=t.cores, packages=t.packages, numa_nodes=t.numa_nodes, caches=t.caches,
+                         groups=t.groups, allowed=t.allowed, source=t.source, is_this_system=t.is_this_system,
+                         caches_known=t.caches_known, offline_cpus=max(0, conf - len(t.pus)),
                          gpus=read_pci_gpus(os.environ.get(GPU_SYSFS_ROOT) or "/"))
             _system_cache = t
         return _system_cache

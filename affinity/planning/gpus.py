@@ -559,8 +559,8 @@ def rank_gpu(vis: Visibility, local_rank: int, *, local_size: int | None = None,
         raise PlanError(f"{_where(vis)}: no {vis.vendor} GPU is visible to this process")
     if gpu is not None:
         ordinal = _explicit(vis, gpu)
-        return GpuChoice(devices[ordinal], ordinal, devices, ordinal, False,
-                         (f"gpu={gpu!r}: device {ordinal} of this process ({devices[ordinal].name})",))
+        return GpuChoice(device=devices[ordinal], ordinal=ordinal, peers=devices, peer_index=ordinal, per_rank=False,
+                         notes=(f"gpu={gpu!r}: device {ordinal} of this process ({devices[ordinal].name})",))
     env = environ or {}
     # the step holds more GPUs than this task sees: Slurm bound tasks to GPUs (srun
     # --gpus-per-task exports SLURM_GPUS_PER_TASK), unless the task sees enough for
@@ -575,7 +575,8 @@ def rank_gpu(vis: Visibility, local_rank: int, *, local_size: int | None = None,
         if peers == devices and (local_size or 1) > 1:
             notes.append("the other ranks' GPUs are not known here: exclusive and core-complex divide the node as "
                          "if this GPU were alone on it (as torchrun, seeing one device, does)")
-        return GpuChoice(device, 0, peers, peers.index(device), True, tuple(notes))
+        return GpuChoice(device=device, ordinal=0, peers=peers, peer_index=peers.index(device), per_rank=True,
+                         notes=tuple(notes))
     if local_size is not None and local_size > len(devices):
         raise PlanError(f"{local_size} ranks on this node but {len(devices)} {vis.vendor} GPU"
                         f"{'s' if len(devices) > 1 else ''} visible ({_where(vis)}): more ranks than GPUs")
@@ -834,8 +835,10 @@ def gpu_binding(topology: Topology, mode: str, *, environ: Mapping[str, str] | N
     policy = None if memory == "none" or not mem_nodes else memory
     variables = vis.variables + ((f"gpu={gpu}",) if gpu is not None else ())
     threads = len({min(topology.core_of(c).cpuset) for c in compute})
-    return GpuBinding(local_rank, choice.device, choice.ordinal, mode, cpus.cpus, compute, loader, threads,
-                      cpus.node, mem_nodes if policy else frozenset(), policy, differs, variables, tuple(notes))
+    return GpuBinding(rank=local_rank, device=choice.device, ordinal=choice.ordinal, mode=mode, cpus=cpus.cpus,
+                      compute_cpus=compute, loader_cpus=loader, threads=threads, node=cpus.node,
+                      mem_nodes=mem_nodes if policy else frozenset(), mempolicy=policy, differs_from_torch=differs,
+                      variables=variables, notes=tuple(notes))
 
 
 def _reserve(topology: Topology, cpus: frozenset[int], count: int, device: GpuDevice) -> tuple[frozenset[int],

@@ -159,6 +159,22 @@ def _hinted(spec: str | None, warnings: Sequence[str]) -> list[str]:
     return hinted(spec, warnings)
 
 
+def _translations(p: Any) -> tuple[dict[str, str | None], dict[str, str]]:
+    """The plan in every runtime's words (``--translate``, ``--json``), and why a form
+    cannot say it (GOMP_CPU_AFFINITY cannot give a thread several CPUs)."""
+    translations: dict[str, str | None] = {}
+    untranslatable: dict[str, str] = {}
+    for name, fn in (("KMP_AFFINITY", p.to_kmp_affinity), ("OMP_PLACES", p.to_omp_places),
+                     ("GOMP_CPU_AFFINITY", p.to_gomp_cpu_affinity), ("taskset", p.to_taskset),
+                     ("numactl", p.to_numactl)):
+        try:
+            translations[name] = fn()
+        except AffinityError as e:
+            translations[name] = None
+            untranslatable[name] = str(e)
+    return translations, untranslatable
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from ..cpulist import parse_list  # lazy: a command loads only its own layers
 
@@ -200,16 +216,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
              initial_mask=mask, runtime=args.runtime)
     if args.compare:
         return _plan_compare(args, p, env, mask, topo)
-    translations: dict[str, str | None] = {}
-    untranslatable: dict[str, str] = {}
-    for name, fn in (("KMP_AFFINITY", p.to_kmp_affinity), ("OMP_PLACES", p.to_omp_places),
-                     ("GOMP_CPU_AFFINITY", p.to_gomp_cpu_affinity), ("taskset", p.to_taskset),
-                     ("numactl", p.to_numactl)):
-        try:
-            translations[name] = fn()
-        except AffinityError as e:  # e.g. GOMP_CPU_AFFINITY cannot give a thread several CPUs
-            translations[name] = None
-            untranslatable[name] = str(e)
+    translations, untranslatable = _translations(p)
     workers = None
     if args.dataloader_workers is not None:
         from ..planning.workers import worker_layout  # lazy: a command loads only its own layers

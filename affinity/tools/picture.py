@@ -565,15 +565,16 @@ class _Node:
 
     def freeze(self, x: int, y: int, pus: list[PUBox]) -> Box:
         kids = tuple(c.freeze(x + dx, y + dy, pus) for dx, dy, c in self.children)
-        labels = tuple(Label(x + lb.x, y + lb.y, lb.text, lb.size, lb.color, lb.anchor, lb.bold, lb.kind)
+        labels = tuple(Label(x=x + lb.x, y=y + lb.y, text=lb.text, size=lb.size, color=lb.color, anchor=lb.anchor,
+                             bold=lb.bold, kind=lb.kind)
                        for lb in self.labels)
         fills = tuple(Fill(Rect(x + f.rect.x, y + f.rect.y, f.rect.w, f.rect.h), f.fill, f.stroke, f.dashed)
                       for f in self.fills)
         rect = Rect(x, y, self.w, self.h)
         if self.pu is not None:
             pus.append(PUBox(rect=rect, **self.pu))
-        return Box(self.kind, self.key, rect, self.fill, self.stroke, self.dashed, labels, fills,
-                   self.tooltip, self.attrs, kids)
+        return Box(kind=self.kind, key=self.key, rect=rect, fill=self.fill, stroke=self.stroke, dashed=self.dashed,
+                   labels=labels, fills=fills, tooltip=self.tooltip, attrs=self.attrs, children=kids)
 
 
 def _flow(items: Sequence[tuple[int, int]], max_w: int, gap: int) -> tuple[list[tuple[int, int]], int, int]:
@@ -618,8 +619,8 @@ def _container(kind: str, key: str, style: _Style, colors: tuple[str, str], name
     w = max(cw, 40, min(_text_w(name, style.size), 320)) + 2 * style.pad
     h = style.band + ch + style.pad
     node = _Node(kind, key, w, h, *colors, tooltip=tooltip or name, attrs=attrs)
-    node.labels.append(Label(style.pad, style.band - 5, _fit(name, w - 2 * style.pad, style.size),
-                             style.size, _INK, "start", style.bold, "name"))
+    node.labels.append(Label(x=style.pad, y=style.band - 5, text=_fit(name, w - 2 * style.pad, style.size),
+                             size=style.size, color=_INK, anchor="start", bold=style.bold, kind="name"))
     node.children = [(style.pad + x, style.band + y, k) for (x, y), k in zip(pos, kids)]
     return node
 
@@ -673,8 +674,9 @@ def _gpu_node(gpu: Gpu, label: str) -> _Node:
               tooltip=f"GPU L#{gpu.logical_index} {gpu.describe()} ({node})" + (f"; {label}" if label else ""),
               attrs=(("data-bus-id", gpu.bus_id), ("data-numa-node", str(gpu.numa_node)),
                      ("data-logical-index", str(gpu.logical_index))))
-    g.labels.append(Label(6, 15, name, 10, _INK, "start", True, "name"))
-    g.labels.append(Label(6, 30, _fit(second, w - 12, 9), 9, _MUTED, "start", False, "name"))
+    g.labels.append(Label(x=6, y=15, text=name, size=10, color=_INK, anchor="start", bold=True, kind="name"))
+    g.labels.append(Label(x=6, y=30, text=_fit(second, w - 12, 9), size=9, color=_MUTED, anchor="start", bold=False,
+                          kind="name"))
     return g
 
 
@@ -685,8 +687,9 @@ def _memory_node(node: NumaNode) -> _Node:
     m = _Node("memory", f"numa-{node.logical_index}", w, 38, *_MEMORY,
               tooltip=f"{label} L#{node.logical_index}, memory only (no PU)",
               attrs=_index_attrs(node.logical_index, node.os_index))
-    m.labels.append(Label(6, 15, label, 10, _INK, "start", False, "name"))
-    m.labels.append(Label(6, 30, "memory only", 9, _MUTED, "start", False, "name"))
+    m.labels.append(Label(x=6, y=15, text=label, size=10, color=_INK, anchor="start", bold=False, kind="name"))
+    m.labels.append(Label(x=6, y=30, text="memory only", size=9, color=_MUTED, anchor="start", bold=False,
+                          kind="name"))
     return m
 
 
@@ -797,13 +800,13 @@ class _Builder:
                  ("data-threads", ",".join(str(t.number) for t in ts)))
         node = _Node("pu", f"pu-{os_index}", w, _PU_H, fill, stroke, dashed=not ok,
                      tooltip=self._pu_tooltip(os_index, ok, ts), attrs=attrs)
-        node.labels.append(Label(w // 2, 12, f"P#{os_index}", _PU_NAME,
-                                 _INK if ok else "#ffffff", "middle", False, "pu"))
+        node.labels.append(Label(x=w // 2, y=12, text=f"P#{os_index}", size=_PU_NAME, color=_INK if ok else "#ffffff",
+                                 anchor="middle", bold=False, kind="pu"))
         area = Rect(2, 15, w - 4, _PU_H - 17)
         if ts:
             node.fills.extend(_thread_fills(area, ts))
-            node.labels.append(Label(w // 2, area.y + area.h // 2 + 4, self.texts[os_index],
-                                     _PU_THREADS, _INK, "middle", True, "threads"))
+            node.labels.append(Label(x=w // 2, y=area.y + area.h // 2 + 4, text=self.texts[os_index],
+                                     size=_PU_THREADS, color=_INK, anchor="middle", bold=True, kind="threads"))
         node.pu = dict(os_index=os_index, logical_index=pu.logical_index, core=pu.core,
                        package=pu.package, allowed=ok, threads=tuple(t.number for t in ts),
                        names=tuple(t.name for t in ts), floating=tuple(t.floating for t in ts),
@@ -818,9 +821,9 @@ class _Builder:
         node = _Node("core", f"core-{core.logical_index}", self.core_w, self.core_h, *_CORE,
                      tooltip=f"{name} L#{core.logical_index}{extra}, cpus {format_list(core.cpuset)}",
                      attrs=_index_attrs(core.logical_index, core.os_index))
-        node.labels.append(Label(_S_CORE.pad, _S_CORE.band - 4,
-                                 _fit(name, self.core_w - 2 * _S_CORE.pad, _S_CORE.size),
-                                 _S_CORE.size, _INK, "start", False, "name"))
+        node.labels.append(Label(x=_S_CORE.pad, y=_S_CORE.band - 4,
+                                 text=_fit(name, self.core_w - 2 * _S_CORE.pad, _S_CORE.size), size=_S_CORE.size,
+                                 color=_INK, anchor="start", bold=False, kind="name"))
         for j, o in enumerate(order):
             r, c = divmod(j, self.pu_cols)
             node.children.append((_S_CORE.pad + c * (self.pu_w + _S_CORE.gap),
@@ -964,11 +967,12 @@ def _canvas(topology: Topology, threads: Sequence[_Thread], on_pu: Mapping[int, 
     y = machine_box.rect.bottom + 12
     legend_box = legend.freeze(margin, y, []) if legend is not None else None
     height = (legend_box.rect.bottom if legend_box else machine_box.rect.bottom) + margin
-    titles = tuple(Label(margin, margin + 16 + 18 * i, line, 14, _INK, "start", True, "title")
+    titles = tuple(Label(x=margin, y=margin + 16 + 18 * i, text=line, size=14, color=_INK, anchor="start", bold=True,
+                         kind="title")
                    for i, line in enumerate(heads))
     pus.sort(key=lambda b: b.logical_index)
-    return Layout(canvas_w, height, head, _description(topology, threads, head, unit),
-                  titles, machine_box, legend_box, tuple(pus))
+    return Layout(width=canvas_w, height=height, title=head, description=_description(topology, threads, head, unit),
+                  labels=titles, machine=machine_box, legend=legend_box, pus=tuple(pus))
 
 
 def _wrapped(text: str, width: int, size: int, lines: int = 3) -> list[str]:
@@ -1127,9 +1131,11 @@ def _legend(topo: Topology, threads: Sequence[_Thread], on_pu: Mapping[int, Sequ
             for f in fills:
                 node.fills.append(Fill(Rect(dx + f.rect.x, f.rect.y, f.rect.w, f.rect.h),
                                        f.fill, f.stroke, f.dashed))
-            node.labels.append(Label(dx + sw_w // 2, 12, _fit(sample, sw_w, 9), 9,
-                                     "#ffffff" if key == "disallowed" else _INK, "middle", True, "legend"))
-        node.labels.append(Label(x_text, 12, text, 10, _INK, "start", False, "legend"))
+            node.labels.append(Label(x=dx + sw_w // 2, y=12, text=_fit(sample, sw_w, 9), size=9,
+                                     color="#ffffff" if key == "disallowed" else _INK, anchor="middle", bold=True,
+                                     kind="legend"))
+        node.labels.append(Label(x=x_text, y=12, text=text, size=10, color=_INK, anchor="start", bold=False,
+                                 kind="legend"))
         out.append(node)
     return out
 

@@ -61,7 +61,8 @@ def measure_row(label: str, workload: Callable[[bool], dict[str, Any]], rounds: 
                          f"{res[key]:.1f}")
     d = tuple(float(x[key]) for x in got[False])
     p = tuple(float(x[key]) for x in got[True])
-    return Row(label, d, p, compare(d, p, "maximize"), got[True][-1], got[False][-1])
+    return Row(label=label, defaults=d, pinned=p, comparison=compare(d, p, "maximize"), last=got[True][-1],
+               last_defaults=got[False][-1])
 
 
 def row_text(row: Row, unit: str = "images/sec") -> list[str]:

@@ -156,8 +156,9 @@ def run(model: str = "small_cnn", *, batch_size: int = 32, num_batches: int = 20
     bmap = binding.report() if binding is not None else report()
 
     pools = binding.tf_state if binding is not None else _tf.find_running_pools()
-    res = BenchResult(model, batch_size, num_batches, forward_only, total, rates,
-                      pools.intra_size, pools.inter_size, pin, bmap.text())
+    res = BenchResult(model=model, batch_size=batch_size, num_batches=num_batches, forward_only=forward_only,
+                      images_per_sec=total, step_images_per_sec=rates, intra_op_threads=pools.intra_size,
+                      inter_op_threads=pools.inter_size, pinned=pin, bind_map=bmap.text())
     if binding is not None:
         binding.restore()
     return res

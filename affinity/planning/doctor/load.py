@@ -100,12 +100,12 @@ def _oversubscribed_finding(snap: Snapshot, cpus: frozenset[int], members: list[
         ev.append(f"{p.label()} {p.name}: {len(mine)} runnable: "
                   + ", ".join(f"{t.label()} on {cpus_text(t.cpus)}" for t in mine[:8])
                   + (f" and {len(mine) - 8} more" if len(mine) > 8 else ""))
-    return Finding("oversubscribed", "error", tuple(p.pid for p in procs),
-                   f"{len(members)} runnable threads on {_worth(cap)} "
-                   f"({cpus_text(cpus)}{', quota ' + format(quota.cpus, 'g') if quota else ''}): "
-                   f"they take turns", tuple(ev), _fewer_threads(procs, cap),
-                   (("cpus", cpus), ("capacity", cap), ("runnable", len(members)), ("demand", round(demand, 2)),
-                    ("tids", tuple(t.tid for _, t in members))))
+    return Finding(kind="oversubscribed", severity="error", pids=tuple(p.pid for p in procs),
+                   summary=f"{len(members)} runnable threads on {_worth(cap)} "
+                       f"({cpus_text(cpus)}{', quota ' + format(quota.cpus, 'g') if quota else ''}): "
+                       f"they take turns", evidence=tuple(ev), fix=_fewer_threads(procs, cap),
+                   facts=(("cpus", cpus), ("capacity", cap), ("runnable", len(members)), ("demand", round(demand, 2)),
+                       ("tids", tuple(t.tid for _, t in members))))
 
 
 def _fewer_threads(procs: list[ProcessState], cap: int) -> str:
@@ -193,12 +193,12 @@ def host_sized_pools(snap: Snapshot) -> list[Finding]:
         ev = tuple(f"{name}: {n} threads ({why}){' = the host' + chr(39) + 's CPUs' if n == host else ''}"
                    for name, n, why in big) + (f"the process may run {limit}",)
         out.append(Finding(
-            "host-sized-pool", "warning", (p.pid,),
-            f"pid {p.pid}: {len(big)} pool{'s' if len(big) != 1 else ''} sized to "
-            f"{max(n for _, n, _ in big)} threads where it may run {cap} at once", ev,
-            f"{run_line(p, f'--threads {cap}')} (sizes every pool to {cap}), or OMP_NUM_THREADS={cap} "
+            kind="host-sized-pool", severity="warning", pids=(p.pid,),
+            summary=f"pid {p.pid}: {len(big)} pool{'s' if len(big) != 1 else ''} sized to "
+            f"{max(n for _, n, _ in big)} threads where it may run {cap} at once", evidence=ev,
+            fix=f"{run_line(p, f'--threads {cap}')} (sizes every pool to {cap}), or OMP_NUM_THREADS={cap} "
             f"(affinity.apply(threads={cap}) in the program)",
-            (("capacity", cap), ("pools", tuple((name, n) for name, n, _ in big)))))
+            facts=(("capacity", cap), ("pools", tuple((name, n) for name, n, _ in big)))))
     return out
 
 
@@ -234,6 +234,8 @@ def _runtimes_finding(procs: list[ProcessState]) -> Finding:
     else:
         fix = "keep one runtime: install the libraries built against the same OpenMP"
     who = f"pid {p.pid}" if len(procs) == 1 else "pids " + ", ".join(str(q.pid) for q in procs)
-    return Finding("two-openmp-runtimes", "error", tuple(q.pid for q in procs),
-                   f"{who}: {len(p.runtimes)} OpenMP runtimes loaded ({', '.join(rt.kind for rt in p.runtimes)}); "
-                   f"each runs a team of its own", tuple(ev), fix, (("paths", tuple(rt.path for rt in p.runtimes)),))
+    return Finding(kind="two-openmp-runtimes", severity="error", pids=tuple(q.pid for q in procs),
+                   summary=f"{who}: {len(p.runtimes)} OpenMP runtimes loaded "
+                           f"({', '.join(rt.kind for rt in p.runtimes)}); each runs a team of its own",
+                   evidence=tuple(ev), fix=fix,
+                   facts=(("paths", tuple(rt.path for rt in p.runtimes)),))

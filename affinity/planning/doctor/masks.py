@@ -121,14 +121,14 @@ def _collapse_finding(snap: Snapshot, p: ProcessState, main: ThreadState, causes
     evidence += [f"child {c.label()} {c.name}: main thread on {cpus_text(c.main.cpus)}" for c in kids[:_SHOWN]
                  if c.main is not None]
     return Finding(
-        "collapsed-mask", "error", (p.pid, *(c.pid for c in kids)),
-        f"pid {p.pid}'s main thread was narrowed to {cpus_text(main.cpus)} of the {len(p.allowed)} CPUs it "
+        kind="collapsed-mask", severity="error", pids=(p.pid, *(c.pid for c in kids)),
+        summary=f"pid {p.pid}'s main thread was narrowed to {cpus_text(main.cpus)} of the {len(p.allowed)} CPUs it "
         f"may use{', and ' + ' and '.join(who) + ' inherited it' if who else ''}: what it starts next "
-        f"inherits it too", tuple(evidence),
-        f"{run_line(p)} (affinity places the threads itself and gives the importing thread its mask back), "
+        f"inherits it too", evidence=tuple(evidence),
+        fix=f"{run_line(p)} (affinity places the threads itself and gives the importing thread its mask back), "
         f"or call affinity.apply() before the import in the program; or unset {', '.join(sorted(names))}",
-        (("main_cpus", main.cpus), ("allowed", p.allowed), ("inherited_tids", tuple(t.tid for t in heirs)),
-         ("inherited_pids", tuple(c.pid for c in kids))))
+        facts=(("main_cpus", main.cpus), ("allowed", p.allowed), ("inherited_tids", tuple(t.tid for t in heirs)),
+        ("inherited_pids", tuple(c.pid for c in kids))))
 
 
 def _descendants(snap: Snapshot, pid: int) -> list[ProcessState]:
@@ -164,13 +164,13 @@ def undone_bindings(snap: Snapshot) -> list[Finding]:
         plans = p.publication.plans
         again = plans[-1].apply_call() if plans else "affinity.apply()"
         out.append(Finding(
-            "binding-undone", "error", (p.pid,),
-            f"pid {p.pid}: {len(moved)} of the {sum(1 for t in p.threads if t.requested is not None)} threads "
-            f"affinity bound are no longer where it put them", tuple(lines),
-            f"{again} again after the call that reset them (after init_process_group for NCCL), or "
+            kind="binding-undone", severity="error", pids=(p.pid,),
+            summary=f"pid {p.pid}: {len(moved)} of the {sum(1 for t in p.threads if t.requested is not None)} threads "
+            f"affinity bound are no longer where it put them", evidence=tuple(lines),
+            fix=f"{again} again after the call that reset them (after init_process_group for NCCL), or "
             f"binding.restore() then {again}",
-            (("tids", tuple(t.tid for t in moved)), ("requested", tuple(t.requested for t in moved)),
-             ("now", tuple(t.cpus for t in moved)))))
+            facts=(("tids", tuple(t.tid for t in moved)), ("requested", tuple(t.requested for t in moved)),
+            ("now", tuple(t.cpus for t in moved)))))
     return out
 
 
@@ -219,11 +219,12 @@ def _overlap_finding(snap: Snapshot, a: ProcessState, b: ProcessState, ca: froze
         half = _halves(snap, a.allowed | b.allowed)
         fix = (f"{run_line(a, '-C ' + format_list(half[0]))}; {run_line(b, '-C ' + format_list(half[1]))} "
                f"(disjoint CPUs)")
-    return Finding("overlap", "error", (a.pid, b.pid),
-                   f"pids {a.pid} and {b.pid} ({what}) share CPUs {cpus_text(common)}", ev + (
+    return Finding(kind="overlap", severity="error", pids=(a.pid, b.pid),
+                   summary=f"pids {a.pid} and {b.pid} ({what}) share CPUs {cpus_text(common)}",
+                   evidence=ev + (
                        f"{len(common)} CPU{'s' if len(common) != 1 else ''} of {cpus_text(a.allowed | b.allowed)} "
-                       f"shared; each is placed (kept to part of what it may use)",), fix,
-                   (("pids", (a.pid, b.pid)), ("shared", common)))
+                       f"shared; each is placed (kept to part of what it may use)",), fix=fix,
+                   facts=(("pids", (a.pid, b.pid)), ("shared", common)))
 
 
 def _halves(snap: Snapshot, cpus: frozenset[int]) -> tuple[frozenset[int], frozenset[int]]:
@@ -264,11 +265,13 @@ def smt_shared(snap: Snapshot) -> list[Finding]:
     fix = (f"{run_line(first, f'--threads {n}')} ({DEFAULT_SPEC}: one thread per core, siblings left free), or "
            f"affinity.apply({DEFAULT_SPEC!r}, threads={n})") if first is not None else \
         f"affinity.apply({DEFAULT_SPEC!r})"
-    return [Finding("smt-shared", "warning", pids,
-                    f"{sum(len(ts) for ts in shared.values())} runnable threads share "
-                    f"{len(shared)} core{'s' if len(shared) != 1 else ''} (SMT siblings) while "
-                    f"{len(idle)} core{'s' if len(idle) != 1 else ''} they may use stay idle", tuple(ev), fix,
-                    (("shared_cores", tuple(sorted(shared))), ("idle_cores", tuple(c.logical_index for c in idle))))]
+    return [Finding(kind="smt-shared", severity="warning", pids=pids,
+                    summary=f"{sum(len(ts) for ts in shared.values())} runnable threads share "
+                        f"{len(shared)} core{'s' if len(shared) != 1 else ''} (SMT siblings) while "
+                        f"{len(idle)} core{'s' if len(idle) != 1 else ''} they may use stay idle", evidence=tuple(ev),
+                    fix=fix,
+                    facts=(("shared_cores", tuple(sorted(shared))),
+                           ("idle_cores", tuple(c.logical_index for c in idle))))]
 
 
 def _runnable_by_core(snap: Snapshot) -> tuple[dict[int, list[tuple[ProcessState, ThreadState]]], set[int],

@@ -70,11 +70,11 @@ def _remote(snap: Snapshot, p: ProcessState) -> Finding | None:
     ev += [f"memory policy {pol}: {b / mem.total:.0%} of it" for pol, b in mem.by_policy[:3]]
     sev = "error" if share > MOSTLY else "warning"
     return Finding(
-        "remote-memory", sev, (p.pid,),
-        f"pid {p.pid}: {share:.0%} of its memory is on node{'s' if len(other) > 1 else ''} {there}, its threads "
-        f"on node{'s' if len(nodes) > 1 else ''} {here}", tuple(ev),
-        f"{run_line(p, f'-N {here} -m {here}')} (threads and memory on node{'s' if len(nodes) > 1 else ''} "
+        kind="remote-memory", severity=sev, pids=(p.pid,),
+        summary=f"pid {p.pid}: {share:.0%} of its memory is on node{'s' if len(other) > 1 else ''} {there}, "
+        f"its threads on node{'s' if len(nodes) > 1 else ''} {here}", evidence=tuple(ev),
+        fix=f"{run_line(p, f'-N {here} -m {here}')} (threads and memory on node{'s' if len(nodes) > 1 else ''} "
         f"{here}), or affinity.apply(membind='auto') before the allocations; the pages already placed: "
         f"migratepages {p.pid} {there} {here}",
-        (("remote_share", round(share, 4)), ("thread_nodes", nodes), ("memory_nodes", frozenset(holding)),
-         ("bytes_by_node", dict(mem.by_node))))
+        facts=(("remote_share", round(share, 4)), ("thread_nodes", nodes), ("memory_nodes", frozenset(holding)),
+        ("bytes_by_node", dict(mem.by_node))))

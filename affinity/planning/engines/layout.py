@@ -182,7 +182,8 @@ def serving_layout(topology: Topology, count: int | None = None, *, reserve: int
         reserved = (s.cpus - _cpus_of(topology, engine)) | _cpus_of(topology, kept)
         out.append(EngineShare(s.index, pus, reserved, s.numa_nodes, p))
     notes += _notes(topology, out, shares, unit, len(domains), by)
-    return ServingLayout(topology, tuple(out), unit, by, reserve, reserve_per, tuple(notes), node_kept)
+    return ServingLayout(topology=topology, shares=tuple(out), unit=unit, by=by, reserve=reserve,
+                         reserve_per=reserve_per, notes=tuple(notes), node_reserved=node_kept)
 
 
 def _notes(topology: Topology, out: list[EngineShare], shares: list[Share], unit: str, domains: int,

@@ -70,7 +70,8 @@ def ov_properties(plan: Any) -> OvProperties:
     elif len(machine_kinds) > 1:
         notes.append("the plan runs P- and E-cores together, where OpenVINO's own default pins nothing: "
                      "ENABLE_CPU_PINNING=YES asked (OpenVINO may still turn it off; read back)")
-    return OvProperties(int(plan.intra_op_threads), 1, True, ht, core_type, cpus, tuple(notes))
+    return OvProperties(inference_num_threads=int(plan.intra_op_threads), num_streams=1, enable_cpu_pinning=True,
+                        enable_hyper_threading=ht, scheduling_core_type=core_type, cpus=cpus, notes=tuple(notes))
 
 
 def ov_default_threads(topology: Topology) -> int:

@@ -45,8 +45,10 @@ class Build:
 
 
 BUILDS: dict[str, Build] = {
-    "gcc12": Build("gcc12", "GCC 12 libgomp (Debian 12 libgomp1 12.2.0)", True, True, True, True, False),
-    "torch": Build("torch", "PyTorch's bundled libgomp (GCC 8.5, AlmaLinux 8)", False, False, False, False, True),
+    "gcc12": Build(name="gcc12", library="GCC 12 libgomp (Debian 12 libgomp1 12.2.0)", abstract_51=True, primary=True,
+                   braceless_places=True, strict_numbers=True, threads_count_overrun=False),
+    "torch": Build(name="torch", library="PyTorch's bundled libgomp (GCC 8.5, AlmaLinux 8)", abstract_51=False,
+                   primary=False, braceless_places=False, strict_numbers=False, threads_count_overrun=True),
 }
 
 #: the build :func:`affinity.plan` follows for ``runtime="gnu"`` when none is named

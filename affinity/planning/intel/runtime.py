@@ -1157,8 +1157,9 @@ def evaluate_settings(st: RuntimeSettings, texts: tuple[str, ...], topology: Any
     bind0 = st.bind[0]
     if st.type == "disabled":
         n, capped = _limited_team(st, nprocs_machine, nprocs_machine)
-        return Outcome(n, (initial,) * n, None, (-1,) * n, texts + st.late_texts + tuple(capped), "disabled",
-                       None, "false", nprocs_machine, None, settings)
+        return Outcome(threads=n, cpusets=(initial,) * n, places=None, place_nums=(-1,) * n,
+                       warnings=texts + st.late_texts + tuple(capped), affinity_type="disabled", granularity=None,
+                       proc_bind="false", num_procs=nprocs_machine, view=None, settings=settings)
     if st.respect:
         full = initial
     else:
@@ -1178,9 +1179,12 @@ def evaluate_settings(st: RuntimeSettings, texts: tuple[str, ...], topology: Any
         cpusets = (initial,) + tuple(cpusets[1:])
     warnings = texts + tuple(ini.msgs) + st.late_texts + tuple(capped)
     if ini.type == "none":
-        return Outcome(n, cpusets, (ini.full,), place_nums, warnings, "none", None, pb, avail, k, settings)
-    return Outcome(n, cpusets, tuple(ini.masks), place_nums, warnings, ini.type,
-                   ini.gran if ini.gran_levels >= 0 else None, pb, avail, k, settings)
+        return Outcome(threads=n, cpusets=cpusets, places=(ini.full,), place_nums=place_nums, warnings=warnings,
+                       affinity_type="none", granularity=None, proc_bind=pb, num_procs=avail, view=k,
+                       settings=settings)
+    return Outcome(threads=n, cpusets=cpusets, places=tuple(ini.masks), place_nums=place_nums, warnings=warnings,
+                   affinity_type=ini.type, granularity=ini.gran if ini.gran_levels >= 0 else None, proc_bind=pb,
+                   num_procs=avail, view=k, settings=settings)
 
 
 def _limited_team(st: RuntimeSettings, avail: int, xproc: int) -> tuple[int, list[str]]:
