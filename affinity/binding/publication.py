@@ -39,7 +39,7 @@ from ..cpulist import format_list, parse_list
 from ..errors import SpecError, UnsafeFile
 from ..machine.procfs import process_owner
 from ..machine.userfiles import open_private, private_dir
-from ..planning.doctor.values import Publication, PublishedPin, PublishedPlan
+from ..planning.doctor.values import Publication, PublishedGpu, PublishedPin, PublishedPlan
 from . import registry
 from .threads import task_starts
 
@@ -100,8 +100,12 @@ def _plan_of(b: Any) -> PublishedPlan:
         return PublishedPlan(None, (), 1, frozenset(b.cpus), frozenset(b.main_mask))
     mem = getattr(b, "membind", None)
     membind = f"{mem.policy}:{format_list(mem.nodes)}" if mem is not None and mem.nodes else None
+    decision = getattr(b, "decision", None)
+    g = decision.placements[0].gpu if decision is not None else None
+    gpu = None if g is None else PublishedGpu(g.device.gpu.bus_id, g.device.tile, g.device.gpu.numa_node,
+                                              g.ordinal, frozenset(g.cpus), g.describe())
     return PublishedPlan(plan.runtime, tuple(plan.env), plan.threads, frozenset().union(*plan.cpusets),
-                         frozenset(b.main_mask), membind)
+                         frozenset(b.main_mask), membind, gpu)
 
 
 def _to_json(pub: Publication) -> bytes:
@@ -110,7 +114,8 @@ def _to_json(pub: Publication) -> bytes:
         "pins": [{"tid": p.tid, "start": p.start, "role": p.role, "index": p.index, "cpus": format_list(p.cpus),
                   "note": p.note} for p in pub.pins],
         "plans": [{"rules": p.rules, "settings": [list(kv) for kv in p.settings], "threads": p.threads,
-                   "cpus": format_list(p.cpus), "main_mask": format_list(p.main_mask), "membind": p.membind}
+                   "cpus": format_list(p.cpus), "main_mask": format_list(p.main_mask), "membind": p.membind,
+                   "gpu": None if p.gpu is None else p.gpu.to_dict()}
                   for p in pub.plans]}).encode()
 
 
@@ -254,8 +259,18 @@ def _from_json(raw: bytes, pid: int, start: int, path: str) -> Publication:
                               _opt_int(p.get("index")), _opt_str(p.get("note"))) for p in d["pins"])
     plans = tuple(PublishedPlan(_opt_str(p.get("rules")), tuple((_str(k), _str(v)) for k, v in p["settings"]),
                                 _int(p["threads"]), parse_list(p["cpus"]), parse_list(p["main_mask"]),
-                                _opt_str(p.get("membind"))) for p in d["plans"])
+                                _opt_str(p.get("membind")), _gpu(p.get("gpu"))) for p in d["plans"])
     return Publication(pid, start, pins, plans, float(d.get("written", 0.0)), path)
+
+
+def _gpu(d: Any) -> PublishedGpu | None:
+    """A published plan's GPU (absent in a file of an affinity without GPUs: None)."""
+    if d is None:
+        return None
+    if not isinstance(d, dict):
+        raise TypeError(f"{d!r:.40} is not a GPU")
+    return PublishedGpu(_str(d["gpu"]), _opt_int(d.get("tile")), _int(d["gpu_numa_node"]), _int(d["ordinal"]),
+                        parse_list(_str(d["cpus"])), _str(d["text"]))
 
 
 def _int(v: Any) -> int:

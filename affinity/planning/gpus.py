@@ -42,8 +42,8 @@ from ..machine.gpus import GPU_VENDORS, Gpu, parse_bus_id
 from ..machine.topology import Topology
 from ..record import record
 
-__all__ = ["GPU_BIND_MODES", "GPU_ENVIRONMENT", "GpuBinding", "GpuChoice", "GpuDevice", "ModeCpus", "Visibility", "gpu_binding",
-           "gpu_bindings", "mode_cpus", "rank_gpu", "visible_devices"]
+__all__ = ["GPU_BIND_MODES", "GPU_ENVIRONMENT", "GpuBinding", "GpuChoice", "GpuDevice", "ModeCpus", "Visibility",
+           "far_from_gpu", "gpu_binding", "gpu_bindings", "mode_cpus", "rank_device", "rank_gpu", "visible_devices"]
 
 #: torchrun's ``--numa-binding`` modes, in its words
 GPU_BIND_MODES = ("node", "socket", "exclusive", "core-complex")
@@ -139,7 +139,7 @@ class GpuBinding:
         mem = f"memory {self.mempolicy} {format_list(self.mem_nodes)}" if self.mempolicy else "memory as it is"
         loader = f", loader cpus {format_list(self.loader_cpus)}" if self.loader_cpus else ""
         return (f"rank {self.rank}: GPU {self.device.name} (device {self.ordinal}), NUMA node {self.node}, "
-                f"cpus {format_list(self.cpus)}{loader}, {self.threads} threads, {mem}")
+                f"cpus {format_list(self.cpus)}{loader}, {self.threads} thread{'s' if self.threads != 1 else ''}, {mem}")
 
     def to_dict(self) -> dict[str, object]:
         g = self.device.gpu
@@ -626,6 +626,34 @@ def rank_gpu(vis: Visibility, local_rank: int, *, local_size: int | None = None,
         raise PlanError(f"local rank {local_rank}: {len(devices)} {vis.vendor} GPU"
                         f"{'s' if len(devices) > 1 else ''} visible ({_where(vis)}): more ranks than GPUs")
     return GpuChoice(devices[local_rank], local_rank, devices, local_rank, False)
+
+
+def rank_device(topology: Topology, environ: Mapping[str, str], local_rank: int,
+                local_size: int | None = None) -> tuple[GpuChoice, Visibility]:
+    """The device a rank uses, from its environment alone: :func:`visible_devices`
+    then :func:`rank_gpu` (what ``affinity show --ranks`` says of a rank of any job:
+    the device its runtime numbers ``cuda:LOCAL_RANK``, or its own where it sees one).
+    What it cannot know: a device the program chose otherwise (``torch.cuda.set_device(3)``).
+    Raises :class:`PlanError` as those two do."""
+    vis = visible_devices(topology, environ)
+    return rank_gpu(vis, local_rank, local_size=local_size, environ=environ), vis
+
+
+def far_from_gpu(topology: Topology, gpu: Gpu, cpus: frozenset[int]) -> str | None:
+    """A sentence when some of ``cpus`` are not next to ``gpu`` -- outside the CPUs
+    of its NUMA node (for a node without CPUs, those hwloc places next to it), or of
+    its ``local_cpulist`` when the firmware names no node -- ``None`` when all are,
+    or when where the GPU is cannot be known."""
+    node = next((n for n in topology.numa_nodes if n.os_index == gpu.numa_node), None)
+    near = node.cpuset if node is not None and node.cpuset else gpu.local_cpus
+    if not near or not cpus:
+        return None
+    far = cpus - near
+    if not far:
+        return None
+    where = f"NUMA node {gpu.numa_node}" if node is not None else "its local CPUs"
+    return (f"cpu{'s' if len(far) > 1 else ''} {format_list(far)} {'are' if len(far) > 1 else 'is'} not next to "
+            f"GPU {gpu.bus_id} ({where}: cpus {format_list(near)})")
 
 
 def _explicit(vis: Visibility, gpu: int | str) -> int:
