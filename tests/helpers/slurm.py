@@ -46,6 +46,8 @@ START_LIMIT = 60.0
 _PR_SET_PDEATHSIG = 1
 #: slurmd run under names of their own besides the real node's (partition ``multi``)
 EMULATED = 3
+#: GPUs of the real node (``gres/gpu``, device files linked to /dev/null)
+GPUS = 2
 
 
 def missing_tools() -> list[str]:
@@ -167,12 +169,13 @@ class Slurm:
 
 def _slurm_conf(root: Path, node: str, line: str, ports: list[int], cgroup: bool,
                 emulated: tuple[str, ...]) -> str:
-    nodes = [f"{line} NodeAddr=127.0.0.1 Port={ports[1]} State=UNKNOWN"]
+    nodes = [f"{line} NodeAddr=127.0.0.1 Port={ports[1]} State=UNKNOWN Gres=gpu:{GPUS}"]
     nodes += [f"{line.replace(f'NodeName={node}', f'NodeName={e}', 1)} NodeAddr=127.0.0.1 Port={port} State=UNKNOWN"
               for e, port in zip(emulated, ports[2:])]
     return "\n".join([
         "# written by tests/helpers/slurm.py: a one-node cluster for the engine tests",
         "ClusterName=affinitytest",
+        "GresTypes=gpu",
         f"SlurmctldHost={node}(127.0.0.1)",
         "SlurmUser=root",
         "SlurmdUser=root",
@@ -210,6 +213,15 @@ def _slurm_conf(root: Path, node: str, line: str, ports: list[int], cgroup: bool
         f"PartitionName=multi Nodes={','.join((node, *emulated))} MaxTime=10 State=UP",
         "",
     ])
+
+
+def _gres_conf(root: Path, node: str) -> str:
+    """The real node's GPUs: device files of its own, each a link to /dev/null."""
+    devices = root / "gpu-devices"
+    devices.mkdir()
+    for i in range(GPUS):
+        (devices / f"nvidia{i}").symlink_to("/dev/null")
+    return f"NodeName={node} Name=gpu File={devices}/nvidia[0-{GPUS - 1}]\n"
 
 
 def _cgroup_conf() -> str:
@@ -272,6 +284,7 @@ def start(root: Path, attempts: int = 3) -> Slurm:
         ports = _free_ports(2 + EMULATED)
         (d / "slurm.conf").write_text(_slurm_conf(d, node, line, ports, cgroup, emulated))
         (d / "cgroup.conf").write_text(_cgroup_conf())
+        (d / "gres.conf").write_text(_gres_conf(d, node))
         s = Slurm(d, node, emulated, cpus, cgroup, why)
         try:
             _start_daemons(s)
