@@ -252,15 +252,15 @@ def test_aurora_style_tiles(tmp_path, omp_lib):
         assert f"GPU 0000:18:00.0 tile {tile} (device 0)" in r.stderr, r.stderr
 
 
-def test_aurora_like_node_before_the_job(tmp_path, capsys, monkeypatch):
+def test_aurora_like_node_before_the_job(ram_path, capsys, monkeypatch):
     """The two previews of the page, on the described node make_gpu_data.py writes."""
     sys.path.insert(0, str(ROOT / "tests" / "data" / "gpu"))
     try:
         from make_gpu_data import AURORA_LIKE  # noqa: PLC0415 - the data script, not a module of the suite
     finally:
         sys.path.remove(str(ROOT / "tests" / "data" / "gpu"))
-    write_tree(AURORA_LIKE, str(tmp_path / "aurora-like"))
-    monkeypatch.chdir(tmp_path)
+    write_tree(AURORA_LIKE, str(ram_path / "aurora-like"))
+    monkeypatch.chdir(ram_path)
     monkeypatch.setenv("ZE_FLAT_DEVICE_HIERARCHY", "FLAT")
     for name in ("ZE_AFFINITY_MASK", "CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
         monkeypatch.delenv(name, raising=False)
