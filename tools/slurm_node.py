@@ -65,6 +65,9 @@ START_LIMIT = 60.0
 _PR_SET_PDEATHSIG = 1
 #: slurmd run under names of their own besides the real node's (partition ``multi``)
 EMULATED = 3
+#: GPUs of the real node (``gres/gpu``, device files linked to /dev/null: Slurm accepts those
+#: as devices, and sets each task's GPU variables as on a GPU node)
+GPUS = 2
 #: the first line of every slurm.conf written here
 MARK = "# written by tools/slurm_node.py"
 
@@ -241,12 +244,13 @@ def _end(root: Path, name: str, pid: int, limit: float = 20.0) -> None:
 
 def _slurm_conf(root: Path, node: str, line: str, ports: list[int], cgroup: bool,
                 emulated: tuple[str, ...]) -> str:
-    nodes = [f"{line} NodeAddr=127.0.0.1 Port={ports[1]} State=UNKNOWN"]
+    nodes = [f"{line} NodeAddr=127.0.0.1 Port={ports[1]} State=UNKNOWN Gres=gpu:{GPUS}"]
     nodes += [f"{line.replace(f'NodeName={node}', f'NodeName={e}', 1)} NodeAddr=127.0.0.1 Port={port} State=UNKNOWN"
               for e, port in zip(emulated, ports[2:])]
     return "\n".join([
         f"{MARK}: a one-node cluster (the engine tests', make slurm's)",
         "ClusterName=affinitytest",
+        "GresTypes=gpu",
         f"SlurmctldHost={node}(127.0.0.1)",
         "SlurmUser=root",
         "SlurmdUser=root",
@@ -284,6 +288,17 @@ def _slurm_conf(root: Path, node: str, line: str, ports: list[int], cgroup: bool
         f"PartitionName=multi Nodes={','.join((node, *emulated))} MaxTime=10 State=UP",
         "",
     ])
+
+
+def _gres_conf(root: Path, node: str) -> str:
+    """The real node's GPUs: device files of its own, each a link to /dev/null."""
+    devices = root / "gpu-devices"
+    devices.mkdir(exist_ok=True)
+    for i in range(GPUS):
+        link = devices / f"nvidia{i}"
+        if not link.is_symlink():
+            link.symlink_to("/dev/null")
+    return f"NodeName={node} Name=gpu File={devices}/nvidia[0-{GPUS - 1}]\n"
 
 
 def _cgroup_conf() -> str:
@@ -350,6 +365,7 @@ def start(root: Path, attempts: int = 3, detach: bool = False) -> Slurm:
         ports = _free_ports(2 + EMULATED)
         (d / "slurm.conf").write_text(_slurm_conf(d, node, line, ports, cgroup, emulated))
         (d / "cgroup.conf").write_text(_cgroup_conf())
+        (d / "gres.conf").write_text(_gres_conf(d, node))
         s = Slurm(d, node, emulated, cpus, cgroup, why)
         try:
             _start_daemons(s, detach)

@@ -175,7 +175,8 @@ class Binding:
     # ----------------------------------------------------------- reapply
     def reapply(self) -> list[int]:
         """Pin again every thread this binding pinned that something has moved since
-        (NCCL 2.30+ puts the launcher's original mask back on its init: call this after
+        (NCCL pins the thread that initialises it to its GPU's NUMA node for the init,
+        and 2.29.2-2.29.7 leave it there, NVIDIA/nccl#2033: call this after
         ``torch.distributed.init_process_group``); return their TIDs.  Threads that
         ended are skipped; the bind map's MISMATCH rows are what this mends."""
         if not self.active:

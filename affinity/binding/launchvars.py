@@ -130,7 +130,8 @@ def _int(environ: Mapping[str, str], var: str) -> int:
     return int(v)
 
 
-#: MVAPICH2, Cray PMI) start a job's local ranks from one proxy: their parent process
+#: the variables that name a rank's job, by launcher; the others (Hydra, MVAPICH2, PALS,
+#: Cray PMI) start a job's local ranks from one proxy: their parent process names the job
 JOB_VARIABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Open MPI", ("OMPI_MCA_ess_base_jobid",)),
     ("torchrun", ("TORCHELASTIC_RUN_ID",)),

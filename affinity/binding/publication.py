@@ -39,7 +39,7 @@ from ..cpulist import format_list, parse_list
 from ..errors import SpecError, UnsafeFile
 from ..machine.procfs import process_owner
 from ..machine.userfiles import open_private, private_dir
-from ..planning.doctor.values import Publication, PublishedPin, PublishedPlan
+from ..planning.doctor.values import Publication, PublishedGpu, PublishedPin, PublishedPlan
 from . import registry
 from .threads import task_starts
 
@@ -101,8 +101,14 @@ def _plan_of(b: Any) -> PublishedPlan:
         return PublishedPlan(None, (), 1, frozenset(b.cpus), frozenset(b.main_mask))
     mem = getattr(b, "membind", None)
     membind = f"{mem.policy}:{format_list(mem.nodes)}" if mem is not None and mem.nodes else None
+    decision = getattr(b, "decision", None)
+    g = decision.placements[0].gpu if decision is not None else None
+    gpu = None if g is None else PublishedGpu(bus_id=g.device.gpu.bus_id, tile=g.device.tile,
+                                              numa_node=g.device.gpu.numa_node, ordinal=g.ordinal,
+                                              cpus=frozenset(g.cpus), text=g.describe())
     return PublishedPlan(rules=plan.runtime, settings=tuple(plan.env), threads=plan.threads,
-                         cpus=frozenset().union(*plan.cpusets), main_mask=frozenset(b.main_mask), membind=membind)
+                         cpus=frozenset().union(*plan.cpusets), main_mask=frozenset(b.main_mask), membind=membind,
+                         gpu=gpu)
 
 
 def _to_json(pub: Publication) -> bytes:
@@ -111,7 +117,8 @@ def _to_json(pub: Publication) -> bytes:
         "pins": [{"tid": p.tid, "start": p.start, "role": p.role, "index": p.index, "cpus": format_list(p.cpus),
                   "note": p.note} for p in pub.pins],
         "plans": [{"rules": p.rules, "settings": [list(kv) for kv in p.settings], "threads": p.threads,
-                   "cpus": format_list(p.cpus), "main_mask": format_list(p.main_mask), "membind": p.membind}
+                   "cpus": format_list(p.cpus), "main_mask": format_list(p.main_mask), "membind": p.membind,
+                   "gpu": None if p.gpu is None else p.gpu.to_dict()}
                   for p in pub.plans]}).encode()
 
 
@@ -251,16 +258,22 @@ def _from_json(raw: bytes, pid: int, start: int, path: str) -> Publication:
     if d.get("format") != FORMAT or d.get("pid") != pid or d.get("start") != start:
         raise ValueError(f"format {d.get('format')!r} for pid {d.get('pid')!r} started at {d.get('start')!r}, "
                          f"not format {FORMAT} of pid {pid} started at {start}")
-    pins = tuple(PublishedPin(tid=_int(p["tid"]), start=_opt_int(p.get("start")), role=_str(p["role"]),
-                              cpus=parse_list(p["cpus"]), index=_opt_int(p.get("index")),
-                              note=_opt_str(p.get("note"))) for p in d["pins"])
-    plans = tuple(PublishedPlan(rules=_opt_str(p.get("rules")),
-                                settings=tuple((_str(k), _str(v)) for k, v in p["settings"]),
-                                threads=_int(p["threads"]), cpus=parse_list(p["cpus"]),
-                                main_mask=parse_list(p["main_mask"]), membind=_opt_str(p.get("membind")))
-                  for p in d["plans"])
-    return Publication(pid=pid, start=start, pins=pins, plans=plans, written=float(d.get("written", 0.0)),
-                       source=path)
+    pins = tuple(PublishedPin(_int(p["tid"]), _opt_int(p.get("start")), _str(p["role"]), parse_list(p["cpus"]),
+                              _opt_int(p.get("index")), _opt_str(p.get("note"))) for p in d["pins"])
+    plans = tuple(PublishedPlan(_opt_str(p.get("rules")), tuple((_str(k), _str(v)) for k, v in p["settings"]),
+                                _int(p["threads"]), parse_list(p["cpus"]), parse_list(p["main_mask"]),
+                                _opt_str(p.get("membind")), _gpu(p.get("gpu"))) for p in d["plans"])
+    return Publication(pid, start, pins, plans, float(d.get("written", 0.0)), path)
+
+
+def _gpu(d: Any) -> PublishedGpu | None:
+    """A published plan's GPU (absent in a file of an affinity without GPUs: None)."""
+    if d is None:
+        return None
+    if not isinstance(d, dict):
+        raise TypeError(f"{d!r:.40} is not a GPU")
+    return PublishedGpu(_str(d["gpu"]), _opt_int(d.get("tile")), _int(d["gpu_numa_node"]), _int(d["ordinal"]),
+                        parse_list(_str(d["cpus"])), _str(d["text"]))
 
 
 def _int(v: Any) -> int:

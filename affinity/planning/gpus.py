@@ -42,8 +42,8 @@ from ..machine.gpus import GPU_VENDORS, Gpu, parse_bus_id
 from ..machine.topology import Topology
 from ..record import record
 
-__all__ = ["GPU_BIND_MODES", "GPU_ENVIRONMENT", "GpuBinding", "GpuChoice", "GpuDevice", "ModeCpus", "Visibility", "gpu_binding",
-           "gpu_bindings", "mode_cpus", "rank_gpu", "visible_devices"]
+__all__ = ["GPU_BIND_MODES", "GPU_ENVIRONMENT", "GpuBinding", "GpuChoice", "GpuDevice", "ModeCpus", "Visibility",
+           "far_from_gpu", "gpu_binding", "gpu_bindings", "mode_cpus", "rank_device", "rank_gpu", "visible_devices"]
 
 #: torchrun's ``--numa-binding`` modes, in its words
 GPU_BIND_MODES = ("node", "socket", "exclusive", "core-complex")
@@ -59,7 +59,7 @@ SLURM_GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
 #: every environment variable the GPU decision reads (what a cache of its answers must key on)
 GPU_ENVIRONMENT = tuple(dict.fromkeys(
     [v for vs in VISIBILITY_VARIABLES.values() for v in vs] + list(SLURM_GPU_VARIABLES)
-    + ["SLURM_GPUS_PER_TASK", "TORCHELASTIC_RUN_ID", "LOCAL_WORLD_SIZE"]))
+    + ["SLURM_GPUS_PER_TASK", "SLURM_GPUS_ON_NODE", "SLURMD_TRES_BIND", "TORCHELASTIC_RUN_ID", "LOCAL_WORLD_SIZE"]))
 
 
 @record
@@ -139,7 +139,7 @@ class GpuBinding:
         mem = f"memory {self.mempolicy} {format_list(self.mem_nodes)}" if self.mempolicy else "memory as it is"
         loader = f", loader cpus {format_list(self.loader_cpus)}" if self.loader_cpus else ""
         return (f"rank {self.rank}: GPU {self.device.name} (device {self.ordinal}), NUMA node {self.node}, "
-                f"cpus {format_list(self.cpus)}{loader}, {self.threads} threads, {mem}")
+                f"cpus {format_list(self.cpus)}{loader}, {self.threads} thread{'s' if self.threads != 1 else ''}, {mem}")
 
     def to_dict(self) -> dict[str, object]:
         g = self.device.gpu
@@ -194,6 +194,9 @@ def visible_devices(topology: Topology, environ: Mapping[str, str], *, vendor: s
     else:
         alloc = _slurm_alloc(environ, base)
         vis = (_nvidia_visible if name == "NVIDIA" else _amd_visible)(base, environ, alloc, devices_constrained)
+        peers, said = _slurm_peers(environ, base, alloc)
+        vis = Visibility(vis.vendor, vis.devices, vis.variables, tuple(GpuDevice(g) for g in peers),
+                         vis.notes + tuple(said))
     return Visibility(vis.vendor, vis.devices, vis.variables, vis.step, tuple(notes) + vis.notes)
 
 
@@ -233,26 +236,60 @@ def _devices_text(devices: Sequence[GpuDevice | Gpu]) -> str:
     return _names([d.name if isinstance(d, GpuDevice) else d.bus_id for d in devices])
 
 
+def _slurm_gpus(var: str, environ: Mapping[str, str], base: Sequence[Gpu]) -> tuple[Gpu, ...] | None:
+    """The GPUs of one of Slurm's lists (global ids on this node), ``None`` unset or empty."""
+    value = environ.get(var)
+    if value is None or not value.strip():
+        return None
+    picked = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item.isdigit():
+            raise PlanError(f"{var}={value}: {item!r} is not a GPU index (Slurm writes the global ids "
+                            f"of the GPUs it allocated, e.g. 0,1)")
+        if int(item) >= len(base):
+            raise PlanError(f"{var}={value}: no GPU {item} on this machine ({len(base)} GPUs: "
+                            f"{_devices_text(base)})")
+        picked.append(base[int(item)])
+    return tuple(picked)
+
+
 def _slurm_alloc(environ: Mapping[str, str], base: Sequence[Gpu]) -> tuple[str, tuple[Gpu, ...]] | None:
     """(``NAME=VALUE``, the GPUs) of Slurm's allocation on this node: the step's
     (``SLURM_STEP_GPUS``) else the job's (``SLURM_JOB_GPUS``), global GPU ids in
     Slurm's order -- NVML's, PCI bus order, when gres.conf auto-detects them."""
     for var in SLURM_GPU_VARIABLES:
-        value = environ.get(var)
-        if value is None or not value.strip():
-            continue
-        picked = []
-        for item in value.split(","):
-            item = item.strip()
-            if not item.isdigit():
-                raise PlanError(f"{var}={value}: {item!r} is not a GPU index (Slurm writes the global ids "
-                                f"of the GPUs it allocated, e.g. 0,1)")
-            if int(item) >= len(base):
-                raise PlanError(f"{var}={value}: no GPU {item} on this machine ({len(base)} GPUs: "
-                                f"{_devices_text(base)})")
-            picked.append(base[int(item)])
-        return f"{var}={value}", tuple(picked)
+        picked = _slurm_gpus(var, environ, base)
+        if picked is not None:
+            return f"{var}={environ[var]}", picked
     return None
+
+
+def _slurm_peers(environ: Mapping[str, str], base: Sequence[Gpu],
+                 alloc: tuple[str, tuple[Gpu, ...]] | None) -> tuple[tuple[Gpu, ...], list[str]]:
+    """The GPUs of the whole step on this node, between which a node's CPUs are
+    divided, and how that was read.  Where Slurm binds each task to GPUs of its own
+    (``--gpus-per-task``: ``SLURMD_TRES_BIND=gpu:per_task:N``), ``SLURM_STEP_GPUS``
+    names the task's GPUs only (Slurm 22.05, measured); the step's are then the job's
+    (``SLURM_JOB_GPUS``, which a batch script passes on to its steps) when
+    ``SLURM_GPUS_ON_NODE`` -- the step's count on this node -- says the step holds
+    all of them.  Otherwise (srun outside a batch script, or a step of some of the
+    job's GPUs) the other tasks' GPUs are not known, and the step's list is taken as
+    it is."""
+    if alloc is None:
+        return (), []
+    if not alloc[0].startswith("SLURM_STEP_GPUS="):
+        return alloc[1], []
+    job = _slurm_gpus("SLURM_JOB_GPUS", environ, base)
+    count = environ.get("SLURM_GPUS_ON_NODE", "").strip()
+    step = alloc[1]
+    if job is None or not count.isdigit() or int(count) != len(job) or not set(step) < set(job):
+        return step, []
+    bind = environ.get("SLURMD_TRES_BIND", "")
+    how = f" ({bind})" if bind else ""
+    return job, [f"{alloc[0]} names this task's own GPU{'s' if len(step) > 1 else ''} (Slurm binds each task "
+                 f"to its GPUs{how}); the step's {count} on this node are SLURM_JOB_GPUS="
+                 f"{environ['SLURM_JOB_GPUS']}, as SLURM_GPUS_ON_NODE={count} says"]
 
 
 def _order_note(base: Sequence[Gpu], environ: Mapping[str, str]) -> list[str]:
@@ -356,21 +393,25 @@ def _first_level(var: str, value: str, base: tuple[Gpu, ...], alloc: tuple[str, 
         return _id_list(var, value, base, base)
     slurm_text, step = alloc
     readings: dict[bool, tuple[tuple[Gpu, ...], list[str]] | PlanError] = {}
+    contradiction = None  # a reading that names a GPU outside Slurm's: said first when none is whole
     for confined in (True, False):
         if constrained is not None and constrained != confined:
             continue
         try:
             got = _id_list(var, value, base, step if confined else base)
-            outside = [g for g in got[0] if g not in step]
-            if outside:
-                raise PlanError(f"{var}={value} names GPU {outside[0].bus_id}, outside {slurm_text} (the GPUs "
-                                f"Slurm gave this step)")
-            readings[confined] = got
         except PlanError as e:
             readings[confined] = e
+            continue
+        outside = [g for g in got[0] if g not in step]
+        if outside:
+            contradiction = readings[confined] = PlanError(
+                f"{var}={value} and {slurm_text} contradict each other: {var} names GPU {outside[0].bus_id}, "
+                f"outside the GPUs Slurm gave this step ({_devices_text(step)})")
+        else:
+            readings[confined] = got
     ok = {k: v for k, v in readings.items() if not isinstance(v, PlanError)}
     if not ok:
-        raise next(iter(readings.values()))  # type: ignore[misc]
+        raise contradiction or next(iter(readings.values()))  # type: ignore[misc]
     if len(ok) == 2 and ok[True][0] != ok[False][0]:
         raise PlanError(f"{var}={value} under {slurm_text}: GPU {_devices_text(ok[True][0])} if Slurm confines "
                         f"the step's devices (ConstrainDevices=yes: indices count from the step's first GPU), "
@@ -539,8 +580,9 @@ def rank_gpu(vis: Visibility, local_rank: int, *, local_size: int | None = None,
       --gpus-per-task=1``, ``--gpu-bind=single:1``, a wrapper that sets
       ``CUDA_VISIBLE_DEVICES``/``ZE_AFFINITY_MASK`` per rank); so is the first of
       several when Slurm's step holds more GPUs than the rank sees and Slurm bound
-      the tasks (``--gpus-per-task=2`` exports ``SLURM_GPUS_PER_TASK``) or the rank
-      sees fewer devices than the node has ranks;
+      the tasks to GPUs (srun ``--gpus-per-task=N`` sets ``SLURMD_TRES_BIND=gpu:per_task:N``
+      in each task; a batch script's ``SLURM_GPUS_PER_TASK`` passes on to its steps) or
+      the rank sees fewer devices than the node has ranks;
     * else device ``local_rank``, as torchrun binds ``cuda:LOCAL_RANK``.
 
     The peers, between which ``exclusive`` and ``core-complex`` divide a node, are
@@ -563,10 +605,11 @@ def rank_gpu(vis: Visibility, local_rank: int, *, local_size: int | None = None,
                          notes=(f"gpu={gpu!r}: device {ordinal} of this process ({devices[ordinal].name})",))
     env = environ or {}
     # the step holds more GPUs than this task sees: Slurm bound tasks to GPUs (srun
-    # --gpus-per-task exports SLURM_GPUS_PER_TASK), unless the task sees enough for
-    # every rank of the node, which is a visibility narrowed for the whole node
+    # --gpus-per-task), unless the task sees enough for every rank of the node, which
+    # is a visibility narrowed for the whole node
+    bound = "SLURM_GPUS_PER_TASK" in env or "per_task" in env.get("SLURMD_TRES_BIND", "")
     own_step = (bool(vis.step) and len(vis.step) > len(devices)
-                and ("SLURM_GPUS_PER_TASK" in env or local_size is None or len(devices) < local_size))
+                and (bound or local_size is None or len(devices) < local_size))
     if (len(devices) == 1 and not _under_torchrun(env)) or own_step:
         device = devices[0]
         peers = vis.step if own_step and device in vis.step else devices
@@ -584,6 +627,34 @@ def rank_gpu(vis: Visibility, local_rank: int, *, local_size: int | None = None,
         raise PlanError(f"local rank {local_rank}: {len(devices)} {vis.vendor} GPU"
                         f"{'s' if len(devices) > 1 else ''} visible ({_where(vis)}): more ranks than GPUs")
     return GpuChoice(devices[local_rank], local_rank, devices, local_rank, False)
+
+
+def rank_device(topology: Topology, environ: Mapping[str, str], local_rank: int,
+                local_size: int | None = None) -> tuple[GpuChoice, Visibility]:
+    """The device a rank uses, from its environment alone: :func:`visible_devices`
+    then :func:`rank_gpu` (what ``affinity show --ranks`` says of a rank of any job:
+    the device its runtime numbers ``cuda:LOCAL_RANK``, or its own where it sees one).
+    What it cannot know: a device the program chose otherwise (``torch.cuda.set_device(3)``).
+    Raises :class:`PlanError` as those two do."""
+    vis = visible_devices(topology, environ)
+    return rank_gpu(vis, local_rank, local_size=local_size, environ=environ), vis
+
+
+def far_from_gpu(topology: Topology, gpu: Gpu, cpus: frozenset[int]) -> str | None:
+    """A sentence when some of ``cpus`` are not next to ``gpu`` -- outside the CPUs
+    of its NUMA node (for a node without CPUs, those hwloc places next to it), or of
+    its ``local_cpulist`` when the firmware names no node -- ``None`` when all are,
+    or when where the GPU is cannot be known."""
+    node = next((n for n in topology.numa_nodes if n.os_index == gpu.numa_node), None)
+    near = node.cpuset if node is not None and node.cpuset else gpu.local_cpus
+    if not near or not cpus:
+        return None
+    far = cpus - near
+    if not far:
+        return None
+    where = f"NUMA node {gpu.numa_node}" if node is not None else "its local CPUs"
+    return (f"cpu{'s' if len(far) > 1 else ''} {format_list(far)} {'are' if len(far) > 1 else 'is'} not next to "
+            f"GPU {gpu.bus_id} ({where}: cpus {format_list(near)})")
 
 
 def _explicit(vis: Visibility, gpu: int | str) -> int:

@@ -12,7 +12,11 @@ does), or from a Slurm allocation (a batch script, an ``salloc`` shell: the rank
 
 ``show --ranks`` finds the processes of a job on this node by their launcher
 variables (:func:`~affinity.binding.launchvars.job_of`) and reads every thread's mask
-and last CPU from the kernel (:func:`~affinity.binding.bindmap.report`).
+and last CPU from the kernel (:func:`~affinity.binding.bindmap.report`); on a machine
+with GPUs, each rank's GPU: the one its binding published (``apply(gpu=...)``), else
+the device its environment gives its local rank (:func:`~affinity.planning.gpus.rank_device`,
+the decision's own rules), and which of its threads are not next to it.  What it
+cannot know: a device the program chose otherwise (``torch.cuda.set_device(3)``).
 """
 
 from __future__ import annotations
@@ -29,14 +33,14 @@ from ..launcher.build import Context, Instance, build_launch
 from ..launcher.options import RunOptions
 from ..machine.topology import Topology
 from ..binding.launchvars import batch_script, job_of, launcher_binding, local_rank, not_a_rank, slurm_allocation
-from ..planning.gpus import GPU_BIND_MODES, GpuBinding
+from ..planning.gpus import GPU_BIND_MODES, GpuBinding, far_from_gpu, rank_device
 from ..planning.launchers import LAUNCHER_VARIABLES, LocalRank
 from ..record import record
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..binding.bindmap import ThreadRow
 
-__all__ = ["RankPlan", "RankThreads", "add_plan_args", "add_show_args", "cmd_plan_ranks", "cmd_show_ranks",
+__all__ = ["RankGpu", "RankPlan", "RankThreads", "add_plan_args", "add_show_args", "cmd_plan_ranks", "cmd_show_ranks",
            "find_jobs", "gpu_plan", "plan_ranks"]
 
 
@@ -61,7 +65,9 @@ def add_show_args(p: argparse.ArgumentParser) -> None:
     """``--ranks`` on ``affinity show``."""
     p.add_argument("--ranks", action="store_true",
                    help="show every rank of the job of PID (default: of every job) on this node: each "
-                        "thread's mask, CPU and node, read from the kernel")
+                        "thread's mask, CPU and node, read from the kernel, and each rank's GPU (the one its "
+                        "binding published, else the one its visibility variables give its local rank) with "
+                        "the threads that are not next to it")
 
 
 # ------------------------------------------------------------------ plan --ranks
@@ -308,10 +314,25 @@ def _gpu_plan(args: argparse.Namespace, topology: Topology, ctx: Context, write_
 # ------------------------------------------------------------------ show --ranks
 
 @record
+class RankGpu:
+    """A rank's GPU as ``show --ranks`` finds it."""
+
+    name: str  #: ``0000:17:00.0`` (``... tile 1``)
+    numa_node: int  #: the GPU's ``numa_node`` (``-1``: not given)
+    how: str  #: where it was read: its published binding, or its visibility variables and local rank
+    far: str | None = None  #: the rank's threads not next to it, said (:func:`~affinity.planning.gpus.far_from_gpu`)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpu": self.name, "gpu_numa_node": self.numa_node, "how": self.how, "far": self.far}
+
+
+@record
 class RankThreads:
     rank: LocalRank
     pid: int
     rows: tuple[ThreadRow, ...]
+    gpu: RankGpu | None = None  #: its GPU (None: the machine has none, or it cannot be told: ``gpu_said``)
+    gpu_said: str | None = None  #: why its GPU is not known
 
     @property
     def cpus(self) -> frozenset[int]:
@@ -331,14 +352,38 @@ def _environ(pid: int) -> dict[str, str] | None:
     return env
 
 
-def find_jobs(pid: int | None = None) -> dict[str, list[RankThreads]]:
+def _gpu_of_rank(topology: Topology, env: dict[str, str], rank: LocalRank, published: Any,
+                 cpus: frozenset[int]) -> tuple[RankGpu | None, str | None]:
+    """(its GPU, why not known): the GPU its binding published (``apply(gpu=...)``),
+    else the device its environment gives its local rank (the one decision's
+    :func:`~affinity.planning.gpus.rank_device`), and whether its threads are next to it."""
+    by_bus = {g.bus_id: g for g in topology.gpus}
+    if published is not None:
+        gpu = by_bus.get(published.bus_id)
+        name = published.bus_id + ("" if published.tile is None else f" tile {published.tile}")
+        far = far_from_gpu(topology, gpu, cpus) if gpu is not None else None
+        return RankGpu(name, published.numa_node, f"its binding (apply(gpu=...), device {published.ordinal})",
+                       far), None
+    try:
+        choice, vis = rank_device(topology, env, rank.rank, rank.size)
+    except PlanError as e:
+        return None, str(e)
+    where = ", ".join(vis.variables) or f"every {vis.vendor} GPU visible"
+    how = f"{where}: device {choice.ordinal} of local rank {rank.rank}"
+    return RankGpu(choice.device.name, choice.device.gpu.numa_node, how,
+                   far_from_gpu(topology, choice.device.gpu, cpus)), None
+
+
+def find_jobs(pid: int | None = None, topology: Topology | None = None) -> dict[str, list[RankThreads]]:
     """The ranks of every job on this node (or of the job of ``pid``), by job, each
-    rank's processes with their threads as the kernel reports them."""
+    rank's processes with their threads as the kernel reports them, and each rank's
+    GPU where the machine (``topology``, default this one) has GPUs."""
     from ..binding.bindmap import report  # lazy: the binding layer only for show --ranks
 
     jobs: dict[str, list[RankThreads]] = {}
     me = os.getpid()
     pids = sorted(int(d) for d in os.listdir("/proc") if d.isdigit())
+    topo: Topology | None = None
     for p in pids:
         env = _environ(p) if p != me else None
         if env is None:
@@ -351,10 +396,15 @@ def find_jobs(pid: int | None = None) -> dict[str, list[RankThreads]]:
             continue
         rank, job = found
         try:
-            rows = report(p).rows
+            bmap = report(p)
         except (FileNotFoundError, ProcessLookupError):
             continue  # exited meanwhile
-        jobs.setdefault(job, []).append(RankThreads(rank, p, rows))
+        ranked = RankThreads(rank, p, bmap.rows)
+        topo = topo or topology or Topology.from_system()
+        if topo.gpus:
+            gpu, said = _gpu_of_rank(topo, env, rank, bmap.gpu, ranked.cpus)
+            ranked = RankThreads(rank, p, bmap.rows, gpu, said)
+        jobs.setdefault(job, []).append(ranked)
     if pid is not None:
         wanted = [job for job, ranks in jobs.items() if any(r.pid == pid for r in ranks)]
         if not wanted:
@@ -385,10 +435,20 @@ def _show_table(job: str, ranks: list[RankThreads]) -> str:
                          f"{format_list(t.actual):<14} {t.last_cpu:>4} {node:>4}")
     for r in ranks:
         lines.append(f"rank {r.rank.rank} (pid {r.pid}): {len(r.rows)} thread{'s' if len(r.rows) != 1 else ''} "
-                     f"on cpus {format_list(r.cpus)}")
+                     f"on cpus {format_list(r.cpus)}{_gpu_words(r)}")
     overlaps = _overlaps(ranks)
     lines += [f"OVERLAP: {o}" for o in overlaps] or ["the ranks' CPUs are disjoint"]
     return "\n".join(lines)
+
+
+def _gpu_words(r: RankThreads) -> str:
+    """``; GPU 0000:17:00.0 on NUMA node 0 (CUDA_VISIBLE_DEVICES=0: device 0 of local rank 0)``,
+    with the threads that are not next to it."""
+    if r.gpu is None:
+        return f"; GPU not known: {r.gpu_said}" if r.gpu_said else ""
+    node = "no NUMA node given" if r.gpu.numa_node < 0 else f"NUMA node {r.gpu.numa_node}"
+    far = f"; NOT NEXT TO IT: {r.gpu.far}" if r.gpu.far else ""
+    return f"; GPU {r.gpu.name} on {node} ({r.gpu.how}){far}"
 
 
 def cmd_show_ranks(args: argparse.Namespace, write_picture: Any) -> int:
@@ -403,7 +463,8 @@ def cmd_show_ranks(args: argparse.Namespace, write_picture: Any) -> int:
         return 1
     if args.json:
         print(json.dumps({job: [{"rank": r.rank.rank, "size": r.rank.size, "pid": r.pid,
-                                 "cpus": format_list(r.cpus), "threads": [t.to_dict() for t in r.rows]}
+                                 "cpus": format_list(r.cpus), "threads": [t.to_dict() for t in r.rows],
+                                 "gpu": None if r.gpu is None else r.gpu.to_dict(), "gpu_not_known": r.gpu_said}
                                 for r in ranks] for job, ranks in jobs.items()}, indent=2))
     else:
         print("\n\n".join(_show_table(job, ranks) for job, ranks in jobs.items()))

@@ -98,7 +98,17 @@ except Exception as e:
 b._get_gpu_count = lambda: 2
 b._get_numa_node_index_for_gpu_index = lambda *, gpu_index: 0
 node = [sorted(b._node_get_logical_cpus_to_bind_to(gpu_index=g)) for g in (0, 1)]
-print("torch-numa:", json.dumps({"torch": torch.__version__, "bare": bare, "node": node}), flush=True)
+import os
+path, os.environ["PATH"] = os.environ["PATH"], ""  # no numactl program on PATH
+try:
+    b._maybe_wrap_command_args_with_numa_binding(("true",), gpu_index=0,
+                                                 numa_options=b.NumaOptions(affinity_mode=b.AffinityMode.NODE))
+    no_numactl = None
+except Exception as e:
+    no_numactl = f"{type(e).__name__}: {e}"
+os.environ["PATH"] = path
+print("torch-numa:", json.dumps({"torch": torch.__version__, "bare": bare, "node": node, "no_numactl": no_numactl}),
+      flush=True)
 if len(sys.argv) > 1:
     from torch.distributed.run import main
     main(sys.argv[1:])
@@ -121,6 +131,8 @@ def test_torchrun_numa_binding_needs_a_gpu_and_overlaps_where_it_runs(tmp_path):
     # what make installs) has no CUDA
     assert got["torch"].endswith("+cpu"), got["torch"]
     assert got["bare"] == "AssertionError: Torch not compiled with CUDA enabled"
+    # it binds through the numactl program: without one on PATH it fails (affinity binds by itself)
+    assert got["no_numactl"] == "RuntimeError: numactl CLI is required for NUMA binding", got["no_numactl"]
     if not one_node:
         pytest.skip("the comparison below is for a one-node machine")
     # where it runs (the GPUs' node given): 'node' gives both ranks every CPU of the node
@@ -130,6 +142,10 @@ def test_torchrun_numa_binding_needs_a_gpu_and_overlaps_where_it_runs(tmp_path):
     check_torch_ranks(reports)
     for rep in reports:  # numactl --physcpubind: every thread on the rank's mask
         assert all(m == rep.cpus for m in rep.threads.values())
+        # ... and nothing else: memory is left to the kernel's default policy (affinity binds it to
+        # the GPU's node: test_gpu_recipes.py), the pool sized by the OMP_NUM_THREADS=1 torchrun sets
+        assert rep.extra["mempolicy"] == ["default", []], rep.extra["mempolicy"]
+        assert rep.env["OMP_NUM_THREADS"] == "1" and rep.extra["torch_threads"] == 1
     # on one node this is affinity's partition
     assert [rep.cpus for rep in reports] == [s.cpus for s in partition(NODE, 2)]
 
@@ -147,7 +163,7 @@ def _gpu_tree(root, cpus: str) -> None:
             (d / name).write_text(text + "\n")
 
 
-@pytest.mark.parametrize("mode", ["exclusive", "node"])
+@pytest.mark.parametrize("mode", ["node"])  # exclusive: docs/gpu.md's torchrun recipe (test_gpu_recipes.py)
 def test_torchrun_ranks_next_to_their_gpus(tmp_path, mode):
 
     tree = tmp_path / "sysfs"
@@ -164,5 +180,3 @@ def test_torchrun_ranks_next_to_their_gpus(tmp_path, mode):
         assert all(m <= want.cpus for m in rep.threads.values()), rep.threads  # main, gloo's, torch's pools
         assert rep.extra["mempolicy"] == ["bind", sorted(want.mem_nodes)]  # memory on the GPU's node
         assert rep.extra["torch_threads"] == want.threads
-    if mode == "exclusive":  # two GPUs on one node of two cores: a core each
-        assert [r.cpus for r in reports] == [frozenset({c}) for c in sorted(NODE.cpuset)[:2]]

@@ -25,14 +25,16 @@ from affinity.cpulist import parse_list
 from .ompprog import SOURCE as OMP_SOURCE
 
 #: the variables a rank's file records (launchers', the plan's, torch's)
-RECORDED = ("OMPI_", "MPI_LOCAL", "PMI_", "HYDRA_", "SLURM_", "LOCAL_", "RANK", "WORLD_SIZE", "OMP_",
+RECORDED = ("OMPI_", "MPI_LOCAL", "PMI_", "HYDRA_", "SLURM_", "LOCAL_", "RANK", "WORLD_SIZE", "OMP_", "CUDA_", "ZE_",
             "GOMP_", "KMP_AFFINITY", "AFFINITY_", "TF_NUM_")
 
 PROBE = r'''
 import ctypes, json, os, sys
 
 out, mode, omp_lib = sys.argv[1], sys.argv[2], sys.argv[3]
-extra = {}
+# the process mask as the launcher (or affinity run) left it, before an OpenMP runtime loads
+# (libgomp pins the initial thread to its first place at load when OMP_PLACES is set)
+extra = {"start_cpus": sorted(os.sched_getaffinity(0))}
 if "apply" in mode:
     import affinity
     b = affinity.apply(rank="auto", tensorflow=False, blas=False)

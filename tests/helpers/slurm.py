@@ -15,10 +15,11 @@ sys.modules.setdefault("slurm_node", _mod)  # (its dataclasses look their module
 _spec.loader.exec_module(_mod)
 
 EMULATED = _mod.EMULATED
+GPUS = _mod.GPUS
 Slurm = _mod.Slurm
 cgroup_v1_cpuset = _mod.cgroup_v1_cpuset
 missing_tools = _mod.missing_tools
 node_line = _mod.node_line
 start = _mod.start
 
-__all__ = ["EMULATED", "Slurm", "cgroup_v1_cpuset", "missing_tools", "node_line", "start"]
+__all__ = ["EMULATED", "GPUS", "Slurm", "cgroup_v1_cpuset", "missing_tools", "node_line", "start"]

@@ -103,10 +103,39 @@ def test_slurm_indices_count_from_the_step_or_the_node_whichever_names_its_gpus(
         visible_devices(t, {"SLURM_STEP_GPUS": "1,2", "CUDA_VISIBLE_DEVICES": "1"})
     assert names(visible_devices(t, {"SLURM_STEP_GPUS": "1,2", "CUDA_VISIBLE_DEVICES": "1"},
                                  devices_constrained=True)) == [BUS[2]]
-    with pytest.raises(PlanError, match=r"CUDA_VISIBLE_DEVICES=5 names GPU 0000:ab:00.0, outside SLURM_STEP_GPUS=2,3"):
+    outside = r"CUDA_VISIBLE_DEVICES=5 and SLURM_STEP_GPUS=2,3 contradict each other: CUDA_VISIBLE_DEVICES names GPU"
+    with pytest.raises(PlanError, match=outside + r" 0000:ab:00.0, outside the GPUs Slurm gave this step"):
         visible_devices(t, {**step, "CUDA_VISIBLE_DEVICES": "5"}, devices_constrained=False)
+    # not known whether confined: the contradiction is said, not the reading that finds no GPU 5 in the step
+    with pytest.raises(PlanError, match=outside):
+        visible_devices(t, {**step, "CUDA_VISIBLE_DEVICES": "5"})
     with pytest.raises(PlanError, match=r"SLURM_JOB_GPUS=8: no GPU 8 on this machine"):
         visible_devices(t, {"SLURM_JOB_GPUS": "8"})
+
+
+#: what srun --gpus-per-task=1 sets in task 2 of 4 inside a batch script of 4 GPUs (Slurm 22.05.8, measured
+#: on the tests' one-node Slurm with 2 GPUs: tests/engines/test_gpu_recipes.py): SLURM_STEP_GPUS names the
+#: task's own GPU only; the job's GPUs pass on from the batch script
+PER_TASK = {"SLURM_STEP_GPUS": "2", "CUDA_VISIBLE_DEVICES": "2", "SLURM_JOB_GPUS": "0,1,2,3", "SLURM_GPUS_ON_NODE": "4",
+            "SLURMD_TRES_BIND": "gpu:per_task:1", "SLURM_GPUS_PER_TASK": "1", "SLURM_LOCALID": "2",
+            "SLURM_STEP_TASKS_PER_NODE": "4"}
+
+
+def test_srun_per_task_binding_the_step_is_the_jobs_gpus_when_slurm_counts_them_all():
+    t = machine()
+    b = gpu_binding(t, "exclusive", environ=PER_TASK, local_rank=2, local_size=4)
+    assert b.device.name == BUS[2] and b.ordinal == 0
+    assert b.cpus == frozenset({8, 9})  # node 0's 6 cores divided between the step's 4 GPUs: 2, 2, 1, 1
+    assert any("SLURM_STEP_GPUS=2 names this task's own GPU (Slurm binds each task to its GPUs (gpu:per_task:1)); "
+               "the step's 4 on this node are SLURM_JOB_GPUS=0,1,2,3" in n for n in b.notes), b.notes
+    # srun outside a batch script: no SLURM_JOB_GPUS, the other tasks' GPUs are not known: the whole node, as torch
+    alone = {k: v for k, v in PER_TASK.items() if k not in ("SLURM_JOB_GPUS", "SLURM_GPUS_PER_TASK")}
+    b = gpu_binding(t, "exclusive", environ=alone, local_rank=2, local_size=4)
+    assert b.device.name == BUS[2] and b.cpus == frozenset(range(12)) and b.differs_from_torch is None
+    assert any("the other ranks' GPUs are not known here" in n for n in b.notes)
+    # a step of some of the job's GPUs (SLURM_GPUS_ON_NODE counts the step's): the job's are not its peers
+    some = {**PER_TASK, "SLURM_GPUS_ON_NODE": "2"}
+    assert gpu_binding(t, "exclusive", environ=some, local_rank=2, local_size=4).cpus == frozenset(range(12))
 
 
 def test_srun_gpus_per_task_gives_each_rank_its_own_and_divides_the_step():

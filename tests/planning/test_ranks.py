@@ -41,6 +41,7 @@ def cpus(*ranges: tuple[int, int]) -> frozenset[int]:
     ({"MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2", "PMI_RANK": "6"}, (0, 2, "MPICH")),
     ({"MV2_COMM_WORLD_LOCAL_RANK": "3", "MV2_COMM_WORLD_LOCAL_SIZE": "8"}, (3, 8, "MVAPICH2")),
     ({"PMI_LOCAL_RANK": "2", "PMI_LOCAL_SIZE": "3"}, (2, 3, "Cray PMI")),
+    ({"PALS_LOCAL_RANKID": "7", "PALS_LOCAL_SIZE": "12", "PALS_RANKID": "19"}, (7, 12, "HPE Cray PALS")),
     ({"LOCAL_RANK": "5", "LOCAL_WORLD_SIZE": "8", "RANK": "13"}, (5, 8, "torchrun")),
     ({"SLURM_LOCALID": "1", "SLURM_NODEID": "2", "SLURM_STEP_TASKS_PER_NODE": "4(x2),3"},
      (1, 3, "Slurm srun")),

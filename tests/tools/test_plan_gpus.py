@@ -10,6 +10,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
+from affinity.cpulist import parse_list
 from affinity.machine.topology import Topology
 from affinity.tools.cli import main
 
@@ -51,18 +52,43 @@ def test_the_table_with_visible_devices_and_reserved_cores(capsys, monkeypatch):
     assert len(lines) == 4  # PCI_BUS_ID: no order assumed, nothing to note
 
 
+def _rect(group) -> tuple[float, float, float, float]:
+    """(x0, y0, x1, y1) of an SVG group's own box (its first rect)."""
+    r = group.find("{http://www.w3.org/2000/svg}rect")
+    x, y, w, h = (float(r.get(k)) for k in ("x", "y", "width", "height"))
+    return x, y, x + w, y + h
+
+
 def test_the_picture_draws_each_gpu_in_its_node_with_its_ranks(tmp_path, capsys):
+    """What the picture is for: rank r's number on exactly its CPUs, and the box of its
+    GPU, labelled with r, drawn inside the same NUMA node, beside the cores (inside the
+    node's box, overlapping no core)."""
     path = tmp_path / "ranks.svg"
-    assert main(["plan", "--ranks", "8", "--gpu-bind", "socket", "--topology", TOPO, "--picture", str(path)]) == 0
+    assert main(["plan", "--ranks", "8", "--gpu-bind", "exclusive", "--topology", TOPO, "--picture", str(path),
+                 "--json"]) == 0
+    ranks = json.loads(capsys.readouterr().out)["ranks"]
     svg = ET.parse(path).getroot()
     ns = "{http://www.w3.org/2000/svg}"
     groups = {g.get("id"): g for g in svg.iter(f"{ns}g")}
-    for i, bus in enumerate(BUS):
-        box = groups[f"gpu-{i}"]
-        assert box.get("data-bus-id") == bus
-        assert any(t.text == f"rank {i}" for t in box.iter(f"{ns}text"))
-        node = groups[f"numa-{i // 4}"]
-        assert box in list(node.iter(f"{ns}g")), f"GPU {bus} is not drawn in its NUMA node"
+    cpus_of = {r["rank"]: parse_list(r["cpus"]) for r in ranks}
+    for node_id in (0, 1):
+        node = groups[f"numa-{node_id}"]
+        inside = {g.get("id") for g in node.iter(f"{ns}g")}
+        nx0, ny0, nx1, ny1 = _rect(node)
+        cores = [_rect(g) for g in node.iter(f"{ns}g") if g.get("class") == "core"]
+        for i, bus in enumerate(BUS):
+            if i // 4 != node_id:
+                continue
+            box = groups[f"gpu-{i}"]
+            assert box.get("data-bus-id") == bus and f"gpu-{i}" in inside, f"GPU {bus} is not drawn in its node"
+            assert any(t.text == f"rank {i}" for t in box.iter(f"{ns}text"))
+            x0, y0, x1, y1 = _rect(box)
+            assert nx0 <= x0 < x1 <= nx1 and ny0 <= y0 < y1 <= ny1
+            assert all(x1 <= cx0 or cx1 <= x0 or y1 <= cy0 or cy1 <= y0 for cx0, cy0, cx1, cy1 in cores)
+            # the rank's number on the PUs of its CPUs, and these PUs in the GPU's node
+            on = {int(g.get("data-os-index")) for g in svg.iter(f"{ns}g")
+                  if g.get("class") == "pu" and g.get("data-threads") == str(i)}
+            assert on == cpus_of[i] and {f"pu-{c}" for c in on} <= inside
 
 
 @pytest.mark.parametrize("argv, message", [

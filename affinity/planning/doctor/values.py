@@ -19,7 +19,8 @@ from ...machine.procfs import NumaMemory
 from ...machine.topology import Topology
 from ...record import field, record
 
-__all__ = ["Diagnosis", "Finding", "LoadedLibrary", "ProcessState", "PublishedPin", "PublishedPlan", "Publication",
+__all__ = ["Diagnosis", "Finding", "LoadedLibrary", "ProcessState", "PublishedGpu", "PublishedPin", "PublishedPlan",
+           "Publication",
            "Snapshot", "ThreadState", "cpus_text"]
 
 #: a thread is runnable when it wanted a CPU (ran or waited for one) this share of the time sampled
@@ -44,6 +45,26 @@ class PublishedPin:
 
 
 @record
+class PublishedGpu:
+    """The GPU a binding placed the process next to (``apply(gpu=...)``), as published:
+    what another process's bind map says of it (``affinity show PID``)."""
+
+    bus_id: str
+    tile: int | None
+    numa_node: int  #: the GPU's ``numa_node`` (``-1``: the firmware gave none)
+    ordinal: int  #: its device ordinal in the process (``cuda:N``)
+    cpus: frozenset[int]  #: the CPUs the binding gave the rank for it
+    text: str  #: the bind map's GPU line (:meth:`affinity.planning.gpus.GpuBinding.describe`)
+
+    def describe(self) -> str:
+        return self.text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpu": self.bus_id, "tile": self.tile, "gpu_numa_node": self.numa_node, "ordinal": self.ordinal,
+                "cpus": format_list(self.cpus), "text": self.text}
+
+
+@record
 class PublishedPlan:
     """One active binding of a process: its plan in words a fix can repeat."""
 
@@ -53,6 +74,7 @@ class PublishedPlan:
     cpus: frozenset[int]  #: every CPU of the plan
     main_mask: frozenset[int]  #: the mask the main thread keeps
     membind: str | None = None  #: the memory policy set, as ``bind:0``
+    gpu: PublishedGpu | None = None  #: the GPU the binding placed the process next to
 
     def apply_call(self) -> str:
         """The ``affinity.apply(...)`` line that makes this binding again (the team

@@ -14,6 +14,13 @@ for the dumps).
   machine the JSON describes (``tests/helpers/sysfs_tree.Server``): the test
   writes that machine's tree again and compares PyTorch's binding over the tree
   with ours over the XML.
+* an Aurora-shaped node, written where asked (``make_gpu_data.py --aurora-like DIR``;
+  the tests write it in a temporary folder, docs/gpu.md shows it): 2 sockets x 12
+  cores x 2 threads (Aurora: 52 cores a socket, CPU ``i`` and ``i + 104`` one core),
+  a NUMA node a socket plus the HBM of each socket as a memory-only node (nodes 2
+  and 3, as ``numactl -H`` shows Aurora's), 3 Intel Data Center GPU Max a socket,
+  2 tiles each (listed as ``xe`` lists them), at the bus numbers ALCF's
+  ``hello_affinity`` prints (18, 42, 6c on each socket; the domains assumed).
 """
 
 from __future__ import annotations
@@ -44,6 +51,10 @@ SERVER_2S8G = Server(2, 1, 6, 2, "split", "package", 6, frozenset(), 0, 0, gpus(
     ("0000:1b:00.0", 0), ("0000:43:00.0", 0), ("0000:52:00.0", 0), ("0000:61:00.0", 0),
     ("0000:9d:00.0", 1), ("0000:c3:00.0", 1), ("0000:d1:00.0", 1), ("0000:df:00.0", 1)]))
 
+AURORA_LIKE = Server(2, 1, 12, 2, "split", "package", 12, frozenset(), 2, 0, tuple(
+    GpuSpec(f"{domain:04x}:{bus:02x}:00.0", PVC[0], PVC[1], PVC[2], node, 2)
+    for node, domain in ((0, 0), (1, 1)) for bus in (0x18, 0x42, 0x6C)))
+
 DUMPS = {
     # sub-NUMA clustering: two nodes a socket, an L3 a node, GPUs on every node
     "snc-2s4n": Server(2, 2, 3, 2, "split", "ccx", 3, frozenset(), 0, 0, gpus(H100, [
@@ -64,6 +75,9 @@ DUMPS = {
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--aurora-like"]:
+        write_tree(AURORA_LIKE, sys.argv[2])
+        return 0
     target = HERE / "server-2s8g"
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir()
