@@ -258,12 +258,16 @@ def _from_json(raw: bytes, pid: int, start: int, path: str) -> Publication:
     if d.get("format") != FORMAT or d.get("pid") != pid or d.get("start") != start:
         raise ValueError(f"format {d.get('format')!r} for pid {d.get('pid')!r} started at {d.get('start')!r}, "
                          f"not format {FORMAT} of pid {pid} started at {start}")
-    pins = tuple(PublishedPin(_int(p["tid"]), _opt_int(p.get("start")), _str(p["role"]), parse_list(p["cpus"]),
-                              _opt_int(p.get("index")), _opt_str(p.get("note"))) for p in d["pins"])
-    plans = tuple(PublishedPlan(_opt_str(p.get("rules")), tuple((_str(k), _str(v)) for k, v in p["settings"]),
-                                _int(p["threads"]), parse_list(p["cpus"]), parse_list(p["main_mask"]),
-                                _opt_str(p.get("membind")), _gpu(p.get("gpu"))) for p in d["plans"])
-    return Publication(pid, start, pins, plans, float(d.get("written", 0.0)), path)
+    pins = tuple(PublishedPin(tid=_int(p["tid"]), start=_opt_int(p.get("start")), role=_str(p["role"]),
+                              cpus=parse_list(p["cpus"]), index=_opt_int(p.get("index")),
+                              note=_opt_str(p.get("note"))) for p in d["pins"])
+    plans = tuple(PublishedPlan(rules=_opt_str(p.get("rules")),
+                                settings=tuple((_str(k), _str(v)) for k, v in p["settings"]),
+                                threads=_int(p["threads"]), cpus=parse_list(p["cpus"]),
+                                main_mask=parse_list(p["main_mask"]), membind=_opt_str(p.get("membind")),
+                                gpu=_gpu(p.get("gpu"))) for p in d["plans"])
+    return Publication(pid=pid, start=start, pins=pins, plans=plans, written=float(d.get("written", 0.0)),
+                       source=path)
 
 
 def _gpu(d: Any) -> PublishedGpu | None:
@@ -272,8 +276,8 @@ def _gpu(d: Any) -> PublishedGpu | None:
         return None
     if not isinstance(d, dict):
         raise TypeError(f"{d!r:.40} is not a GPU")
-    return PublishedGpu(_str(d["gpu"]), _opt_int(d.get("tile")), _int(d["gpu_numa_node"]), _int(d["ordinal"]),
-                        parse_list(_str(d["cpus"])), _str(d["text"]))
+    return PublishedGpu(bus_id=_str(d["gpu"]), tile=_opt_int(d.get("tile")), numa_node=_int(d["gpu_numa_node"]),
+                        ordinal=_int(d["ordinal"]), cpus=parse_list(_str(d["cpus"])), text=_str(d["text"]))
 
 
 def _int(v: Any) -> int:
