@@ -26,6 +26,7 @@ from ..errors import (AffinityError, PictureError, SeedMismatch, Signalled, Tria
 from ..machine.topology import Topology
 from ..planning.ranks import partition
 from ..record import field, record
+from ..tuning import forms
 from ..tuning.config import Config
 from ..tuning.search import Search, TrialRecord, TuneResult, check_budget, machine_id
 from ..tuning.space import ENV_PREFIX, KNOWN, Space, default_space, describe, parse_param
@@ -33,7 +34,7 @@ from ..tuning.storage import check_storage, default_storage
 from ..tuning.verdict import MIN_ROUNDS, Verdict, more_rounds
 from ..tuning.warm import MACHINE_ATTR, WarmStart
 from . import tune_report as report
-from .tune_key import SHARE_VAR, StudyKey, reads_instance_share, unkeyed_modules
+from .tune_key import SHARE_VAR, StudyKey, command_sources, reads_instance_share, unkeyed_modules
 from .tune_metric import compile_metric
 from .tune_report import Progress, fmt
 from .tune_runner import CommandRunner, Measurement, remove_stale_folders
@@ -87,6 +88,7 @@ class _Setup:
     storage: str | None
     split: bool
     notes: list[str] = field(default_factory=list)
+    frameworks: frozenset[str] = frozenset()  #: what CMD's files import (:func:`~affinity.tuning.forms.frameworks_in`)
     warm_from: str = ""
     resumed: dict[str, Any] | None = None
 
@@ -127,11 +129,14 @@ class _Setup:
         if "instances" in params and not split:
             notes.append("instances are copies of CMD, each doing the whole work: measured per copy "
                          "(give --split if the work splits between them)")
-        space = Space.of(params) if params else default_space(topology, instances=split)
+        frameworks = forms.frameworks_in(command_sources(words))
+        # a PyTorch program reads no TF_NUM_INTEROP_THREADS: no TensorFlow pool in its space
+        tensorflow = "tensorflow" in frameworks or "torch" not in frameworks
+        space = Space.of(params) if params else default_space(topology, instances=split, tensorflow=tensorflow)
         _check_instances(params.get("instances", []), topology)
         storage = None if (args.storage or "").lower() == "none" else args.storage or default_storage()
         check_storage(storage)  # a file that is not a study: said before anything runs
-        return cls(args, words, space, topology, storage, split, notes)
+        return cls(args, words, space, topology, storage, split, notes, frameworks)
 
     # ------------------------------------------------------------------ run
     def run(self) -> int:
@@ -319,14 +324,17 @@ class _Setup:
                  "trial_seconds": round(_trial_seconds(result.trials), 3),
                  "exhausted": search.exhausted, "split": self.split,
                  "pruned": sum(t.state == "pruned" for t in result.trials)}
+        exp = forms.exports(result.best, self.topology, self.frameworks) if result.best is not None else None
         if args.json:
             out = {**result.to_dict(), **facts, "verdict": cmp.text if cmp else None,
+                   "environment": exp.env if exp else {}, "environment_notes": list(exp.notes) if exp else [],
+                   "frameworks": sorted(self.frameworks),
                    "round_ratios": list(cmp.ratios) if cmp else None,
                    "remeasured": [{"label": r.label, "config": r.config, "values": r.values, "rounds": r.rounds,
                                    "per_instance": r.per_instance} for r in rows]}
             print(json.dumps(out, indent=2, default=str))
             return 0
-        print(_Text(self, result, rows, cmp, search, facts).render())
+        print(_Text(self, result, rows, cmp, search, facts, exp).render())
         return 0
 
 
@@ -361,6 +369,7 @@ class _Text:
     cmp: Verdict | None
     search: Search
     facts: dict[str, Any]
+    exports: forms.Exports | None = None  #: the environment block (:func:`~affinity.tuning.forms.exports`)
 
     def render(self) -> str:
         s, result = self.setup, self.result
@@ -390,7 +399,8 @@ class _Text:
             lines.append(_per_round(self.rows, self.cmp))
         lines += self._infeasible()
         lines += ["", "best as an affinity run line:", f"  {result.run_line}", "", "environment:"]
-        lines += [f"  {line}" for line in result.env_block.splitlines()]
+        block = forms.export_lines(self.exports, int(Config.of(result.best).instances)) if self.exports else ""
+        lines += [f"  {line}" for line in block.splitlines()]
         lines += ["", "in Python:"] + [f"  {line}" for line in result.apply_call.splitlines()]
         if s.args.plot:
             lines += ["", f"plot: {s.args.plot}"]
