@@ -76,7 +76,7 @@ class Verdict:
         The interval of the ratio at the level of this look (see the module
         docstring); None below :data:`MIN_ROUNDS` rounds, or unmeasured.
     rounds : int
-        Rounds compared (paired), or the smaller sample (unpaired).
+        Rounds compared (paired), or the size of the smaller sample (unpaired).
     word : {"faster", "slower", "no significant difference", "no verdict", "not measured"}
         What may be said.
     ratios : tuple of float
@@ -113,7 +113,7 @@ class Verdict:
         if self.word == "not measured":
             return "not measured side by side"
         n = f"{self.rounds} round{'s' if self.rounds != 1 else ''}" if self.paired else \
-            f"{self.rounds} runs each, not interleaved"
+            f"{self.rounds} or more runs each, not interleaved"
         if self.interval is None:
             return f"{self.ratio:.2f}x ({n}: a verdict needs {MIN_ROUNDS})"
         lo, hi = self.interval
@@ -136,16 +136,17 @@ def geomean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
-def look_alpha(max_rounds: int = MAX_ROUNDS, family: int = 1) -> float:
+def look_alpha(max_rounds: int | None = MAX_ROUNDS, family: int = 1) -> float:
     """The two-sided level one look spends: :data:`ALPHA` shared by the looks a
-    maximum of ``max_rounds`` allows (one after each round from :data:`MIN_ROUNDS`)
-    and by ``family`` candidates compared with the same reference."""
-    looks = max(1, int(max_rounds) - MIN_ROUNDS + 1)
+    maximum of ``max_rounds`` allows (one after each round from :data:`MIN_ROUNDS`;
+    None: the rounds were fixed beforehand, one look) and by ``family`` candidates
+    compared with the same reference."""
+    looks = 1 if max_rounds is None else max(1, int(max_rounds) - MIN_ROUNDS + 1)
     return ALPHA / (looks * max(1, int(family)))
 
 
 def paired(reference: Sequence[float | None], candidate: Sequence[float | None], direction: str = "maximize", *,
-           max_rounds: int = MAX_ROUNDS, family: int = 1) -> Verdict:
+           max_rounds: int | None = MAX_ROUNDS, family: int = 1) -> Verdict:
     """Compare ``candidate`` with ``reference`` round by round.
 
     Parameters
@@ -156,9 +157,11 @@ def paired(reference: Sequence[float | None], candidate: Sequence[float | None],
         shorter list: a run that failed) is left out.
     direction : {"maximize", "minimize"}
         Whether larger values are better (a throughput) or smaller (a time).
-    max_rounds, family : int
-        The maximum of rounds the face allows and how many candidates it compares
-        with the same reference (:func:`look_alpha`).
+    max_rounds : int or None
+        The maximum of rounds the face allows (:func:`more_rounds` after each); None:
+        the number of rounds was fixed beforehand (a benchmark), one look.
+    family : int
+        How many candidates the face compares with the same reference (:func:`look_alpha`).
 
     Returns
     -------
@@ -203,7 +206,7 @@ def unpaired(reference: Sequence[float], candidate: Sequence[float], direction: 
     if se2 == 0:
         return _said(mean, 0.0, n, (), False)
     df = se2 ** 2 / ((va ** 2 / (len(a) - 1) if va else 0.0) + (vb ** 2 / (len(b) - 1) if vb else 0.0))
-    half = t_quantile(1 - look_alpha(MIN_ROUNDS, family) / 2, df) * math.sqrt(se2)
+    half = t_quantile(1 - look_alpha(None, family) / 2, df) * math.sqrt(se2)
     return _said(mean, half, n, (), False)
 
 
