@@ -281,6 +281,8 @@ class _Setup:
         rows = [_Row("defaults (CMD as it is)", None)] + [_Row(f"#{i + 1} {describe(c)}", c) for i, c in enumerate(top)]
         most = self.args.repeats
         for rnd in range(most):
+            if rnd == MIN_ROUNDS:  # the leader, chosen once: the rounds go on for it alone
+                self._leader(rows).carried = True
             active = rows if rnd < MIN_ROUNDS else [rows[0], self._leader(rows)]
             if rnd >= MIN_ROUNDS and not more_rounds(self._verdict(rows, active[1]), most):
                 break
@@ -294,7 +296,11 @@ class _Setup:
         return rows
 
     def _leader(self, rows: list[_Row]) -> _Row:
-        """The configuration with the best figure (the geometric mean of its rounds)."""
+        """The configuration the rounds went on for (:attr:`_Row.carried`), else the one
+        with the best figure (the geometric mean of its rounds)."""
+        carried = [r for r in rows[1:] if r.carried]
+        if carried:
+            return carried[0]
         sign = 1 if self.direction == "maximize" else -1
         measured = [r for r in rows[1:] if r.values] or rows[1:]
         return max(measured, key=lambda r: sign * report.summarize(r.values)[0] if r.values else -math.inf)
@@ -346,6 +352,7 @@ class _Row:
     config: dict[str, Any] | None
     rounds: list[float | None] = field(default_factory=list)  #: one value per round; None: not run, or failed
     per_instance: list[list[float]] = field(default_factory=list)
+    carried: bool = False  #: the leader after the first rounds, measured on until its verdict is settled
 
     @property
     def values(self) -> list[float]:

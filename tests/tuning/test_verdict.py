@@ -172,6 +172,9 @@ def test_the_tuners_verdict_on_reruns_of_a_noisy_workload(rates, true_best):
         best = setup._leader(rows)
         verdicts.append(setup._verdict(rows, best))
         runs.append(runner.runs)
+        # after three rounds only the leader goes on, and the verdict is the leader's
+        assert all(r.rounds[MIN_ROUNDS:] == [None] * (len(r.rounds) - MIN_ROUNDS) for r in rows[1:] if r is not best)
+        assert None not in best.rounds and len(best.rounds) == len(rows[0].rounds)
     said = _words(verdicts)
     if true_best == 1.0:
         assert said.get("faster", 0) + said.get("slower", 0) <= 0.05 * 400, said
