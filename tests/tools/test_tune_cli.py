@@ -522,13 +522,13 @@ def test_a_resume_reports_the_speed_up_within_the_first_runs_interval(tmp_path, 
     """The defaults and the finalists are measured again, side by side, on every run: a
     resumed study's speed-up falls within the interval the first run gave (the issue saw
     3.82x, then 7.63x on a resume)."""
-    args = ["--budget", "4", "--repeats", "2", "--top", "1", "--json", "--storage", f"sqlite:///{tmp_path / 'r.db'}",
+    args = ["--budget", "4", "--repeats", "3", "--top", "1", "--json", "--storage", f"sqlite:///{tmp_path / 'r.db'}",
             "--param", "threads=1,2", "--param", "blocktime=0,1", "--"] + fake_cmd()
     first = json.loads(tune(args, tmp_path).stdout)
     second = json.loads(tune(args, tmp_path).stdout)
     assert second["study_name"] == first["study_name"] and len(second["trials"]) == 4  # resumed, nothing new
     lo, hi = first["speedup_interval"]
-    assert lo <= second["speedup"] <= hi and second["best"] == first["best"]
+    assert lo - 1e-9 <= second["speedup"] <= hi + 1e-9 and second["best"] == first["best"]
     assert [row["values"] != [] for row in second["remeasured"]] == [True, True]  # measured again, not stored
 
 
