@@ -11,9 +11,11 @@ environment would never hit.  Two measurements:
 
 * :func:`interleaved` (``python bench/bench_launch.py --rounds 30`` prints the table
   of bench/RESULTS.md's launcher section): every variant once per round, in a
-  rotating order, each round with its own value of the changing variable; medians,
-  the middle half of the rounds, and each variant's ratio to ``python -c pass``
-  taken round by round (the two ran seconds apart, under the same load);
+  rotating order, each round with its own value of the changing variable; each
+  variant's figure (the geometric mean of its rounds), the middle half of the rounds,
+  and its time against ``python -c pass`` taken round by round (the two ran seconds
+  apart, under the same load), said as every face of the package says a speed-up
+  (:mod:`affinity.tuning.verdict`);
 * ``test_startup`` (pytest-benchmark, group ``startup: launch /bin/true``): the same
   variants one after another, for ``make bench``'s report.
 
@@ -40,6 +42,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,19 +91,21 @@ def _once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def _summary(values: list[float], ref: list[float]) -> dict[str, float]:
-    """Median and quartiles of ``values``, and of their round-by-round ratio to ``ref``."""
-    ratios = [v / p for v, p in zip(values, ref)]
-    q, rq = statistics.quantiles(values, n=4), statistics.quantiles(ratios, n=4)
-    return {"median": statistics.median(values), "q1": q[0], "q3": q[2],
-            "ratio": statistics.median(ratios), "ratio_q1": rq[0], "ratio_q3": rq[2]}
+def _summary(values: list[float], ref: list[float], family: int) -> dict[str, Any]:
+    """The figure of ``values`` (their geometric mean) and quartiles, its time against
+    ``ref`` round by round (the ratio of the two figures, >1 slower) and the verdict
+    as every face of the package says it (:func:`affinity.tuning.verdict.paired`)."""
+    from affinity.tuning.verdict import geomean, paired
+
+    q = statistics.quantiles(values, n=4)
+    v = paired(ref, values, "minimize", max_rounds=None, family=family)
+    return {"figure": geomean(values), "q1": q[0], "q3": q[2], "ratio": 1 / v.ratio, "verdict": v.text}
 
 
 def interleaved(rounds: int) -> dict[str, dict[str, float]]:
     """Every variant once per round (rotating order; the changing variable takes the
-    round's number); per variant: median, quartiles, and the median and quartiles of
-    its per-round ratio to ``python -c pass``, in wall time and (``cpu_`` keys) in
-    CPU time."""
+    round's number); per variant (:func:`_summary`): its figure, quartiles, time ratio
+    to ``python -c pass`` and verdict, in wall time and (``cpu_`` keys) in CPU time."""
     variants = _available()
     names = list(variants)
     wall: dict[str, list[float]] = {n: [] for n in names}
@@ -114,25 +119,25 @@ def interleaved(rounds: int) -> dict[str, dict[str, float]]:
             if r:
                 wall[n].append(w)
                 cpu[n].append(c)
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for n in names:
-        out[n] = _summary(wall[n], wall[REFERENCE])
-        out[n].update({f"cpu_{k}": v for k, v in _summary(cpu[n], cpu[REFERENCE]).items()})
+        out[n] = _summary(wall[n], wall[REFERENCE], len(names) - 1)
+        out[n].update({f"cpu_{k}": v for k, v in _summary(cpu[n], cpu[REFERENCE], len(names) - 1).items()})
     return out
 
 
 def table(stats: dict[str, dict[str, float]], rounds: int) -> str:
     """The markdown table of bench/RESULTS.md's launcher section."""
     ms = lambda s: f"{s * 1e3:.1f} ms"  # noqa: E731
-    lines = [f"| launch `true` ({rounds} interleaved rounds, `{CHANGING}` changing) | wall: median "
-             "(middle half) | wall ratio to ◆ (middle half) | CPU: median (middle half) | CPU ratio to ◆ "
-             "(middle half) |", "|---|---:|---:|---:|---:|"]
-    for n, s in sorted(stats.items(), key=lambda kv: kv[1]["median"]):
-        mark = " ◆" if n == REFERENCE else ""
-        lines.append(f"| `{n}`{mark} | {ms(s['median'])} ({ms(s['q1'])} – {ms(s['q3'])}) | "
-                     f"{s['ratio']:.2f} ({s['ratio_q1']:.2f} – {s['ratio_q3']:.2f}) | "
-                     f"{ms(s['cpu_median'])} ({ms(s['cpu_q1'])} – {ms(s['cpu_q3'])}) | "
-                     f"{s['cpu_ratio']:.2f} ({s['cpu_ratio_q1']:.2f} – {s['cpu_ratio_q3']:.2f}) |")
+    lines = [f"| launch `true` ({rounds} interleaved rounds, `{CHANGING}` changing) | wall: geometric mean "
+             "(middle half) | wall against ◆, round by round | CPU: geometric mean (middle half) | CPU against ◆ |",
+             "|---|---:|---|---:|---|"]
+    for n, s in sorted(stats.items(), key=lambda kv: kv[1]["figure"]):
+        ref = n == REFERENCE
+        lines.append(f"| `{n}`{' ◆' if ref else ''} | {ms(s['figure'])} ({ms(s['q1'])} – {ms(s['q3'])}) | "
+                     f"{'◆' if ref else s['verdict']} | "
+                     f"{ms(s['cpu_figure'])} ({ms(s['cpu_q1'])} – {ms(s['cpu_q3'])}) | "
+                     f"{'◆' if ref else s['cpu_verdict']} |")
     return "\n".join(lines)
 
 

@@ -31,7 +31,6 @@ import datetime
 import json
 import os
 import platform
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -93,29 +92,30 @@ def measure(rounds: int) -> dict[str, Any]:
             "rows": [{"label": k, "values": v} for k, v in values.items()]}
 
 
-def _row(label: str, v: list[float], ref: float) -> str:
-    m = statistics.median(v)
-    return f"| `{label}` | {m:.1f} | {min(v):.1f} – {max(v):.1f} | {m / ref:.3f} | {len(v)} |"
+def _versus(rows: list[dict[str, Any]], label: str, ref_label: str) -> Any:
+    """Row ``label`` against the reference, round by round (the variants of a round ran
+    one after another: paired), as every face of the package says a speed-up
+    (:func:`affinity.tuning.verdict.paired`; the rows after the reference share the level)."""
+    from affinity.tuning.verdict import paired
+
+    by = {r["label"]: r["values"] for r in rows}
+    return paired(by[ref_label], by[label], "maximize", max_rounds=None, family=max(1, len(rows) - 1))
 
 
 def _table(rows: list[dict[str, Any]], ref_label: str) -> list[str]:
-    ref = statistics.median(next(r["values"] for r in rows if r["label"] == ref_label))
-    out = ["| variant | median images/s | spread (min – max) | ratio | rounds |", "|---|---:|---:|---:|---:|"]
-    out += [_row(r["label"] + (" ◆" if r["label"] == ref_label else ""), r["values"], ref) for r in rows]
+    from affinity.tuning.verdict import geomean
+
+    out = ["| variant | images/s (geometric mean) | spread (min – max) | against ◆ | rounds |", "|---|---:|---:|---|---:|"]
+    for r in rows:
+        v, ref = r["values"], r["label"] == ref_label
+        said = "◆" if ref else _versus(rows, r["label"], ref_label).text
+        out.append(f"| `{r['label']}`{' ◆' if ref else ''} | {geomean(v):.1f} | {min(v):.1f} – {max(v):.1f} | "
+                   f"{said} | {len(v)} |")
     return out
 
 
-def _overlap(a: list[float], b: list[float]) -> bool:
-    return min(a) <= max(b) and min(b) <= max(a)
-
-
 def _sentence(rows: list[dict[str, Any]], ours: str, ref_label: str) -> str:
-    by = {r["label"]: r["values"] for r in rows}
-    a, b = by[ours], by[ref_label]
-    ratio = statistics.median(a) / statistics.median(b)
-    verdict = ("the spreads overlap: no difference beyond the noise" if _overlap(a, b)
-               else "the spreads do not overlap")
-    return f"`{ours}` against `{ref_label}`: {ratio:.3f}x; {verdict}."
+    return f"`{ours}` against `{ref_label}`: {_versus(rows, ours, ref_label).text}."
 
 
 def section(doc: dict[str, Any] | None = None) -> list[str]:
@@ -134,8 +134,10 @@ def section(doc: dict[str, Any] | None = None) -> list[str]:
                "and pinned threads cannot move away from CPUs others keep busy)" if "load" in m else "")
             + "; plan "
             f"`{doc['spec']}` with {doc['threads']} threads; {doc['rounds']} rounds, variants interleaved (order "
-            "rotated each round), each run a fresh process (`bench/bench_torch.py`). Higher is better; the ratio "
-            "is the median over the reference's (◆).", "",
+            "rotated each round), each run a fresh process (`bench/bench_torch.py`). Higher is better; a figure is "
+            "the geometric mean of the rounds, and a speed-up the ratio of two figures with its interval, said "
+            "faster or slower only when the interval excludes 1 (`affinity/tuning/verdict.py`, as the demo and "
+            "`affinity tune` say it).", "",
             "### Inference, small CNN (batch 32, 64x64)", "", *_table(infer, "torch defaults"), "",
             _sentence(infer, "affinity apply()", "torch defaults") + " " +
             _sentence(infer, "affinity apply()", "OMP_PROC_BIND/OMP_PLACES by hand"), "",

@@ -31,6 +31,8 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from affinity.tuning.verdict import geomean, paired, unpaired  # noqa: E402  (bench/ is no package)
+
 # group prefix -> substring of the reference row's name ("" = no reference: no ratio)
 BASELINES = {
     "pin+restore": "-os-loop]",
@@ -157,7 +159,22 @@ def _find(rows: list[dict[str, Any]], part: str) -> dict[str, Any] | None:
 
 
 def _med(b: dict[str, Any] | None) -> float:
-    return b["stats"]["median"] if b else float("nan")
+    """A row's figure: the geometric mean of its rounds (pytest-benchmark's ``data``), as
+    every face of the package figures a side (:mod:`affinity.tuning.verdict`); the
+    median where the file holds no rounds."""
+    if not b:
+        return float("nan")
+    data = b["stats"].get("data")
+    return geomean(data) if data else b["stats"]["median"]
+
+
+def _versus(b: dict[str, Any], ref: dict[str, Any], family: int) -> str:
+    """Row ``b`` against the reference as every face says a speed-up (times: lower is
+    better; rounds of different rows are not paired), or the ratio of the figures
+    where the file holds no rounds."""
+    if b["stats"].get("data") and ref["stats"].get("data"):
+        return unpaired(ref["stats"]["data"], b["stats"]["data"], "minimize", family=family).text
+    return f"{_fmt_ratio(_med(b) / _med(ref))} of ◆'s time"
 
 
 def _conclude_pin(rows: list[dict], ref: dict) -> str:
@@ -202,8 +219,8 @@ def _conclude_pthread(rows: list[dict], ref: dict) -> str:
 
 def _conclude_topology(rows: list[dict], ref: dict) -> str:
     c, lscpu = _find(rows, "cached"), _find(rows, "lscpu")
-    return (f"hwloc reads this machine in {_fmt_time(_med(ref))}, {_med(lscpu) / _med(ref):.1f}x faster than "
-            f"running lscpu; later calls get the cached value ({_fmt_time(_med(c))}).")
+    return (f"hwloc reads this machine in {_fmt_time(_med(ref))}; against it, running lscpu is "
+            f"{_versus(lscpu, ref, len(rows) - 1)}; later calls get the cached value ({_fmt_time(_med(c))}).")
 
 
 def _conclude_tf(rows: list[dict], ref: dict) -> str:
@@ -242,7 +259,8 @@ def _group_table(name: str, rows: list[dict[str, Any]], said: set[str]) -> list[
     if any("images_per_sec" in b.get("extra_info", {}) for b in rows):
         ref = ref or rows[0]
         base = ref["extra_info"].get("images_per_sec") or 1.0
-        out += ["| run | images/sec | throughput ratio | wall time (spread) | intra/inter threads |",
+        out += ["| run | images/sec | throughput ratio (single runs: no verdict) | wall time (spread) | "
+                "intra/inter threads |",
                 "|---|---:|---:|---:|---|"]
         for b in rows:
             e = b["extra_info"]
@@ -251,11 +269,11 @@ def _group_table(name: str, rows: list[dict[str, Any]], said: set[str]) -> list[
                        f"({_spread(b)}) | {e.get('intra_op_threads')}/{e.get('inter_op_threads')} |")
     else:
         ratio = ref is not None
-        out += ["| benchmark | median | spread (middle half) |" + (" ratio |" if ratio else "") + " rounds |",
-                "|---|---:|---:|" + ("---:|" if ratio else "") + "---:|"]
+        out += ["| benchmark | time (geometric mean) | spread (middle half) |" + (" against ◆ |" if ratio else "")
+                + " rounds |", "|---|---:|---:|" + ("---|" if ratio else "") + "---:|"]
         for b in rows:
-            r = f" {_fmt_ratio(b['stats']['median'] / ref['stats']['median'])} |" if ratio else ""
-            out.append(f"| `{_label(b)}`{' ◆' if b is ref else ''} | {_fmt_time(b['stats']['median'])} | "
+            r = (" ◆ |" if b is ref else f" {_versus(b, ref, len(rows) - 1)} |") if ratio else ""
+            out.append(f"| `{_label(b)}`{' ◆' if b is ref else ''} | {_fmt_time(_med(b))} | "
                        f"{_spread(b)} |{r} {b['stats']['rounds']} |")
     conclude = _key(name, CONCLUDE)
     if conclude is not None:
@@ -303,9 +321,12 @@ def render(data: dict) -> str:
            "compares rows of this one run on the machine below; nothing is compared across machines.", "",
            "## Machine", "", *_machine(), "",
            "## Reading the tables", "",
-           "- *median*: the median of the benchmark's rounds; *spread*: the middle half of the rounds (first to "
-           "third quartile). A difference smaller than the spreads is noise, not a result.",
-           "- *ratio*: the row's median divided by the reference row's (◆); below 1 is faster.",
+           "- *time*: the geometric mean of the benchmark's rounds; *spread*: the middle half of the rounds (first "
+           "to third quartile).",
+           "- *against ◆*: the row against the reference row (◆), as the demo, `affinity tune` and the pytest "
+           "plugin say a speed-up (`affinity/tuning/verdict.py`): the ratio of the two times shown, its interval, "
+           "and *faster*/*slower* only when the interval excludes 1 (rows run one after another, not "
+           "interleaved: a change of the machine's load between them reads as a difference).",
            "- Under each table, one sentence says what it shows, computed from the numbers above it.", ""]
     out += _goals(groups)
     said: set[str] = set()
@@ -373,24 +394,23 @@ def _load(path: Path) -> dict[str, Any] | None:
 
 def _mi_table(doc: dict[str, Any]) -> list[str]:
     unit = doc.get("unit") or doc["rows"][0].get("unit", "")
-    out = [f"| variant | median {unit} | spread (min – max) | rounds | start skew (median) |",
+    out = [f"| variant | {unit} (geometric mean) | spread (min – max) | rounds | start skew (median) |",
            "|---|---:|---:|---:|---:|"]
     for r in doc["rows"]:
         v = r["values"]
         if v:
             skew = statistics.median(r["skew_s"]) if r.get("skew_s") else float("nan")
-            out.append(f"| `{r['label']}` | {statistics.median(v):.2f} | {min(v):.2f} – {max(v):.2f} | {len(v)} | "
+            out.append(f"| `{r['label']}` | {geomean(v):.2f} | {min(v):.2f} – {max(v):.2f} | {len(v)} | "
                        f"{skew:.2f} s |")
     ours = [r for r in doc["rows"] if r["label"].startswith("affinity") and r["values"]]
     theirs = [r for r in doc["rows"] if not r["label"].startswith(("affinity", "defaults")) and r["values"]]
     if ours and theirs:
-        a = max(ours, key=lambda r: statistics.median(r["values"]))
-        b = max(theirs, key=lambda r: statistics.median(r["values"]))
-        ma, mb = statistics.median(a["values"]), statistics.median(b["values"])
-        overlap = min(a["values"]) <= max(b["values"]) and min(b["values"]) <= max(a["values"])
-        out += ["", f"Best affinity variant `{a['label']}` {ma:.2f} against the best other `{b['label']}` {mb:.2f}: "
-                    f"{ma / mb:.3f}x" + ("; the spreads overlap, so this is no difference beyond the noise."
-                                         if overlap else "; the spreads do not overlap.")]
+        a = max(ours, key=lambda r: geomean(r["values"]))
+        b = max(theirs, key=lambda r: geomean(r["values"]))
+        v = paired(b["values"], a["values"], "maximize", max_rounds=None, family=len(ours) * len(theirs))
+        out += ["", f"Best affinity variant `{a['label']}` {geomean(a['values']):.2f} against the best other "
+                    f"`{b['label']}` {geomean(b['values']):.2f} (geometric means, variants interleaved round by "
+                    f"round): {v.text}."]
     return out
 
 
@@ -417,7 +437,7 @@ def multi_instance_section() -> list[str]:
     return out
 
 
-def _launcher_effects() -> list[str]:
+def _launcher_effects(doc: dict[str, Any] | None = None) -> list[str]:
     out = ["### What `affinity run --instances` changes in an instance", "",
            "The per-thread placement is the one `numactl -C` plus libgomp's `OMP_PROC_BIND=close` with one place "
            "per CPU gives (`bench/multi_instance.py --explain` prints each variant's masks, memory policy and "
@@ -431,19 +451,26 @@ def _launcher_effects() -> list[str]:
            "- memory bound to the share's node (`MPOL_BIND`): on a one-node machine no page moves; the kernel's "
            "allocation path differs. Measured below with page faults (map, touch, unmap 256 MiB), the cost CPU "
            "tensor libraries pay for large activations:", ""]
-    doc = _load(HERE / "multi_instance.membind.json")
+    doc = doc if doc is not None else _load(HERE / "multi_instance.membind.json")
     if doc:
         m = doc["machine"]
         mb = doc["membind_check"]
         out += [f"Measured on {m['cpus']} CPUs ({m['model']}), {m['numa_nodes']} NUMA node(s), {m['date']}, "
                 "variants interleaved:", "",
-                f"| memory policy | median {mb['unit']} | spread (min – max) | rounds |", "|---|---:|---:|---:|"]
-        for r in mb["rows"]:
+                f"| memory policy | {mb['unit']} (geometric mean) | spread (min – max) | against the default "
+                "policy | rounds |", "|---|---:|---:|---|---:|"]
+        ref = mb["rows"][0]["values"]
+        said = {}
+        for k, r in enumerate(mb["rows"]):
             v = r["values"]
-            out.append(f"| `{r['label']}` | {statistics.median(v):.2f} | {min(v):.2f} – {max(v):.2f} | {len(v)} |")
-        meds = [statistics.median(r["values"]) for r in mb["rows"]]
-        out += ["", f"The medians differ by {100 * (max(meds) / min(meds) - 1):.0f}% at most, inside the spreads: "
-                    "binding memory to the only node costs nothing measurable."]
+            said[r["label"]] = None if k == 0 else paired(ref, v, "maximize", max_rounds=None,
+                                                          family=len(mb["rows"]) - 1)
+            out.append(f"| `{r['label']}` | {geomean(v):.2f} | {min(v):.2f} – {max(v):.2f} | "
+                       f"{said[r['label']].text if said[r['label']] else '◆'} | {len(v)} |")
+        differ = [f"`{k}` {v.text}" for k, v in said.items() if v is not None and v.significant]
+        out += ["", "Against the default policy: " + ("; ".join(differ) if differ else
+                    "no policy differs beyond its interval -- binding memory to the only node costs nothing "
+                    "measurable here") + "."]
     out += ["", "The issue's own numbers (affinity 59.2–73.3 images/s, median 62.9; `numactl -C` by hand "
                 "67.9–71.6) overlap: no difference beyond the spread has been shown yet.", ""]
     return out

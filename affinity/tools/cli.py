@@ -322,8 +322,8 @@ def _with_children(bmap: Any) -> list[Any]:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run  # lazy: a command loads only its own layers
 
-    return run(sys.stdout, model=args.model, batch_size=args.batch_size, num_batches=args.num_batches,
-               rounds=args.rounds)
+    more = {} if args.rounds is None else {"rounds": args.rounds}
+    return run(sys.stdout, model=args.model, batch_size=args.batch_size, num_batches=args.num_batches, **more)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -487,8 +487,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--model", choices=["resnet50", "small_cnn", "matmul"], default="resnet50")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--num-batches", type=int, default=10)
-    p.add_argument("--rounds", type=int, default=3,
-                   help="runs of each side, defaults and pinned interleaved (default 3: a spread for each)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="the most rounds of a row, defaults and pinned interleaved; a row stops once its "
+                        "interval excludes 1, after at least 3 (default: affinity.tools.rows.DEMO_ROUNDS, 6)")
     p.set_defaults(func=cmd_demo)
 
     from ..launcher.run import add_run_parser  # lazy: a command loads only its own layers

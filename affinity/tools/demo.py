@@ -5,11 +5,12 @@
 3. a bind + read-back of the calling thread on every allowed CPU;
 4. the tf_cnn_benchmarks-style workload, each run in a fresh process (TensorFlow
    configures its pools once per process), with TensorFlow's defaults and under the
-   recommended plan, **interleaved** over several rounds (defaults and pinned
-   alternate, so both see the same load); the medians, the spread of each side,
-   the ratio and the tuner's verdict -- "no significant difference" unless every round
-   agrees (the per-round ratios of affinity.tools.tune_report.compare); then the
-   thread counts and the last pinned run's bind map;
+   recommended plan, **interleaved** round by round (defaults and pinned
+   alternate, so both see the same load) until the interval of pinned/defaults
+   excludes 1 or ``rounds`` are done; each side's figure (the geometric mean of its
+   runs) and spread, the ratio of the figures and the verdict -- the statistic
+   every face shares, :mod:`affinity.tuning.verdict`; then the thread counts and
+   the last pinned run's bind map;
 5. PyTorch's row beside it (:func:`~affinity.tools.workload_torch.demo_rows`).
 
 Each row of that comparison is :func:`affinity.tools.rows.measure_row` (any
@@ -31,7 +32,7 @@ from ..binding.threads import get_affinity, set_affinity
 from ..cpulist import format_list
 from ..machine.topology import Topology
 from ..planning.planner import plan
-from .rows import Row, measure_row, row_text
+from .rows import DEMO_ROUNDS, measure_row, row_text
 from .workload import recommend
 from .workload_ort import demo_rows as ort_rows
 from .workload_torch import demo_rows
@@ -65,7 +66,7 @@ def _require_tensorflow() -> None:
 
 
 def run(out: TextIO, *, model: str = "resnet50", batch_size: int = 16, num_batches: int = 10,
-        rounds: int = 3) -> int:
+        rounds: int = DEMO_ROUNDS) -> int:
     _require_tensorflow()
 
     def say(text: str = "") -> None:
@@ -111,7 +112,8 @@ def run(out: TextIO, *, model: str = "resnet50", batch_size: int = 16, num_batch
     common = ["--model", model, "--batch-size", str(batch_size), "--num-batches", str(num_batches),
               "--forward-only"]
     say(f"== Workload: {model}, batch {batch_size}, {num_batches} batches, forward only, "
-        f"synthetic data; defaults and pinned interleaved, {rounds} run{'s' if rounds != 1 else ''} each ==")
+        f"synthetic data; defaults and pinned interleaved, until the verdict is settled (at most {rounds} "
+        f"round{'s' if rounds != 1 else ''}) ==")
     pin = ["--pin", spec, "--threads", str(n)]
     row = measure_row(f"TensorFlow {model}", lambda pinned: _bench([*common, *pin] if pinned else common),
                       rounds, progress=say)

@@ -17,7 +17,13 @@ the marker nor the fixture runs as if it were not there.
 * with pytest-benchmark, each case is its own benchmark named after its spec
   (``test_step[scatter]``), grouped by test (``--benchmark-group-by=group``, the
   default) so that the bindings of one test sit side by side, with the plan and the
-  machine's topology in ``extra_info["affinity"]``.
+  machine's topology in ``extra_info["affinity"]``; at the end of the session a
+  summary says each binding against the test's first, with the statistic every
+  face of the package prints a speed-up with (:mod:`affinity.tuning.verdict`: the
+  ratio of the geometric means of the rounds, its interval, and "faster"/"slower"
+  only when the interval excludes 1).  pytest-benchmark runs one case's rounds
+  before the next case's, so the samples are unpaired and a change of the
+  machine's load between two cases reads as a difference: the summary says so.
 
 * the fixture ``affinity_doctor`` checks placement (:func:`affinity.doctor`):
   ``affinity_doctor()`` returns the :class:`~affinity.planning.doctor.values.Diagnosis`
@@ -51,6 +57,7 @@ DOCTOR_FIXTURE = "affinity_doctor"
 SECTION = "affinity bind map"
 
 _BINDING = pytest.StashKey[Any]()  # the active Binding of an item, while its case runs
+_MEASURED = pytest.StashKey[list]()  # (group, spec, benchmark fixture) of each case that benchmarked
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -217,6 +224,7 @@ def _describe_benchmark(request: pytest.FixtureRequest, spec: Any, keywords: dic
         return
     if getattr(bench, "group", None) is None:  # an explicit @pytest.mark.benchmark(group=) wins
         bench.group = group_name(request.node)
+    request.config.stash.setdefault(_MEASURED, []).append((bench.group, str(spec), bench))
     bench.extra_info["affinity"] = {
         "spec": str(spec),
         "keywords": {k: v if isinstance(v, (bool, int, float, str, type(None))) else repr(v)
@@ -250,3 +258,49 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     spec = item.callspec.params.get(FIXTURE) if hasattr(item, "callspec") else None
     report.sections.append((f"{SECTION} ({spec})" if spec is not None else SECTION,
                             f"{binding!r}\n{text}"))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Each benchmarked binding against the first binding of its test (:func:`summary_lines`)."""
+    measured = config.stash.get(_MEASURED, [])
+    groups: dict[str, list[tuple[str, list[float]]]] = {}
+    for group, spec, bench in measured:
+        data = list(getattr(getattr(getattr(bench, "stats", None), "stats", None), "data", None) or [])
+        if data:
+            groups.setdefault(group, []).append((spec, data))
+    lines = summary_lines(groups)
+    if lines:
+        terminalreporter.write_sep("-", "affinity: bindings side by side")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
+def summary_lines(groups: dict[str, list[tuple[str, list[float]]]]) -> list[str]:
+    """The summary of the bindings of each test (``group -> [(spec, round times)]``, in
+    the order the cases ran): each binding's figure (the geometric mean of its rounds'
+    times) and its verdict against the first binding
+    (:func:`affinity.tuning.verdict.unpaired`; the bindings after the first share the
+    level).  Tests with one binding are left out."""
+    from ..tuning.verdict import geomean, unpaired  # lazy: only a session that benchmarked bindings
+
+    out: list[str] = []
+    for group, cases in groups.items():
+        if len(cases) < 2:
+            continue
+        ref_spec, ref = cases[0]
+        scale, unit = _time_unit(geomean(ref))
+        out.append(f"{group}: time per round, lower is better; figures are geometric means of the rounds; each "
+                   f"binding against {ref_spec} (cases run one after another, not interleaved: a change of load "
+                   f"between them reads as a difference)")
+        width = max(len(spec) for spec, _ in cases)
+        for k, (spec, data) in enumerate(cases):
+            said = "reference" if k == 0 else unpaired(ref, data, "minimize", family=len(cases) - 1).text
+            out.append(f"  {spec.ljust(width)}  {geomean(data) * scale:10.3f} {unit}  {said}")
+    return out
+
+
+def _time_unit(seconds: float) -> tuple[float, str]:
+    for scale, unit in ((1e6, "us"), (1e3, "ms")):
+        if seconds * scale < 1000:
+            return scale, unit
+    return 1.0, "s"

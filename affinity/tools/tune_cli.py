@@ -11,10 +11,13 @@
    command and its files' content, the environment, the metric, the machine and the
    space): the same command resumes it and says so; Ctrl-C, SIGTERM and SIGHUP keep
    every finished trial and stop the running one with its processes.
-3. The defaults and the best few configurations are re-measured ``--repeats``
-   times, round by round (A B C A B C ...); the speed-up is the median of the
-   rounds' speed-ups, with the lowest and highest: not the same in every round is
-   "no significant difference".
+3. The defaults and the best few configurations are re-measured round by round
+   (A B C A B C ...), three rounds each, then the defaults and the leader alone
+   until the leader's interval against the defaults excludes 1 or ``--repeats``
+   rounds are done.  Each row's figure is the geometric mean of its rounds; the
+   speed-up is the ratio of two figures (the geometric mean of the per-round
+   ratios), with its interval, said "faster"/"slower" only when the interval
+   excludes 1 (:mod:`affinity.tuning.verdict`, the statistic every face shares).
 4. A table, the best as an ``affinity run`` line, an environment block and an
    ``affinity.apply`` call (``--json``: all of it as JSON), and ``--plot FILE``.
 
@@ -91,9 +94,11 @@ def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--minimize", action="store_true",
                    help="lower is better: minimize the --metric value (a latency, seconds per step); the "
                         "default maximizes it; --time implies it")
-    p.add_argument("--repeats", type=int, default=3, metavar="R",
-                   help="re-measure the defaults and the best configurations R times each at the end "
-                        "(default 3)")
+    p.add_argument("--repeats", type=int, default=10, metavar="R",
+                   help="re-measure the defaults and the best configurations at the end, round by round, at "
+                        "most R rounds (default 10): every row 3 rounds, then the defaults and the leader until "
+                        "the leader's interval against the defaults excludes 1; fewer than 3 rounds give no "
+                        "verdict")
     p.add_argument("--top", type=int, default=3, metavar="K", help="how many of the best to re-measure (default 3)")
     p.add_argument("--storage", metavar="URL", default=None,
                    help="keep the study in sqlite:///FILE (default sqlite:///$XDG_CACHE_HOME/affinity/tune.db, "

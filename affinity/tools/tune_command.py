@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import math
 import os
 import signal
 import sys
@@ -25,13 +26,15 @@ from ..errors import (AffinityError, PictureError, SeedMismatch, Signalled, Tria
 from ..machine.topology import Topology
 from ..planning.partition import partition
 from ..record import field, record
+from ..tuning import forms
 from ..tuning.config import Config
 from ..tuning.search import Search, TrialRecord, TuneResult, check_budget, machine_id
 from ..tuning.space import ENV_PREFIX, KNOWN, Space, default_space, describe, parse_param
 from ..tuning.storage import check_storage, default_storage
+from ..tuning.verdict import MIN_ROUNDS, Verdict, more_rounds
 from ..tuning.warm import MACHINE_ATTR, WarmStart
 from . import tune_report as report
-from .tune_key import SHARE_VAR, StudyKey, reads_instance_share, unkeyed_modules
+from .tune_key import SHARE_VAR, StudyKey, command_sources, reads_instance_share, unkeyed_modules
 from .tune_metric import compile_metric
 from .tune_report import Progress, fmt
 from .tune_runner import CommandRunner, Measurement, remove_stale_folders
@@ -85,6 +88,7 @@ class _Setup:
     storage: str | None
     split: bool
     notes: list[str] = field(default_factory=list)
+    frameworks: frozenset[str] = frozenset()  #: what CMD's files import (:func:`~affinity.tuning.forms.frameworks_in`)
     warm_from: str = ""
     resumed: dict[str, Any] | None = None
 
@@ -125,11 +129,14 @@ class _Setup:
         if "instances" in params and not split:
             notes.append("instances are copies of CMD, each doing the whole work: measured per copy "
                          "(give --split if the work splits between them)")
-        space = Space.of(params) if params else default_space(topology, instances=split)
+        frameworks = forms.frameworks_in(command_sources(words))
+        # a PyTorch program reads no TF_NUM_INTEROP_THREADS: no TensorFlow pool in its space
+        tensorflow = "tensorflow" in frameworks or "torch" not in frameworks
+        space = Space.of(params) if params else default_space(topology, instances=split, tensorflow=tensorflow)
         _check_instances(params.get("instances", []), topology)
         storage = None if (args.storage or "").lower() == "none" else args.storage or default_storage()
         check_storage(storage)  # a file that is not a study: said before anything runs
-        return cls(args, words, space, topology, storage, split, notes)
+        return cls(args, words, space, topology, storage, split, notes, frameworks)
 
     # ------------------------------------------------------------------ run
     def run(self) -> int:
@@ -257,8 +264,12 @@ class _Setup:
             print(f"best so far: {describe(best.config)} = {fmt(best.value)}", file=sys.stderr)
 
     def _remeasure(self, runner: CommandRunner, search: Search) -> list[_Row]:
-        """The defaults and the best ``--top`` configurations, ``--repeats`` rounds,
-        interleaved (A B C A B C ...): each round compares them under the same load."""
+        """The defaults and the best ``--top`` configurations, interleaved round by round
+        (A B C A B C ...: each round compares them under the same load): every row for
+        :data:`~affinity.tuning.verdict.MIN_ROUNDS` rounds, then the defaults and the
+        leader (the best figure) alone, until the leader's interval against the
+        defaults excludes 1 or ``--repeats`` rounds are done
+        (:func:`~affinity.tuning.verdict.more_rounds`)."""
         sign = 1 if self.direction == "maximize" else -1
         done = sorted((r for r in search.records() if r.state == "complete"), key=lambda r: -sign * r.value)
         top: list[dict[str, Any]] = []
@@ -268,22 +279,44 @@ class _Setup:
             if len(top) >= self.args.top:
                 break
         rows = [_Row("defaults (CMD as it is)", None)] + [_Row(f"#{i + 1} {describe(c)}", c) for i, c in enumerate(top)]
-        for rnd in range(self.args.repeats):
+        most = self.args.repeats
+        for rnd in range(most):
+            if rnd == MIN_ROUNDS:  # the leader, chosen once: the rounds go on for it alone
+                self._leader(rows).carried = True
+            active = rows if rnd < MIN_ROUNDS else [rows[0], self._leader(rows)]
+            if rnd >= MIN_ROUNDS and not more_rounds(self._verdict(rows, active[1]), most):
+                break
             if not self.quiet:
-                print(f"affinity tune: re-measuring, round {rnd + 1} of {self.args.repeats}", file=sys.stderr)
+                print(f"affinity tune: re-measuring, round {rnd + 1} (at most {most})"
+                      + ("" if len(active) == len(rows) else f": the defaults and {active[1].label.split()[0]}"),
+                      file=sys.stderr)
             for row in rows:
-                row.add(runner.defaults(self._plain()) if row.config is None else runner.trial(row.config))
+                row.add(runner.defaults(self._plain()) if row.config is None and row in active else
+                        runner.trial(row.config) if row in active else None)
         return rows
+
+    def _leader(self, rows: list[_Row]) -> _Row:
+        """The configuration the rounds went on for (:attr:`_Row.carried`), else the one
+        with the best figure (the geometric mean of its rounds)."""
+        carried = [r for r in rows[1:] if r.carried]
+        if carried:
+            return carried[0]
+        sign = 1 if self.direction == "maximize" else -1
+        measured = [r for r in rows[1:] if r.values] or rows[1:]
+        return max(measured, key=lambda r: sign * report.summarize(r.values)[0] if r.values else -math.inf)
+
+    def _verdict(self, rows: list[_Row], row: _Row) -> Verdict:
+        """``row`` against the defaults, as the table says it (:func:`~affinity.tuning.verdict.paired`)."""
+        return report.compare(rows[0].rounds, row.rounds, self.direction, max_rounds=self.args.repeats,
+                              family=max(1, len(rows) - 1))
 
     def _finish(self, search: Search, rows: list[_Row], runner: CommandRunner, searched: float) -> int:
         args = self.args
-        sign = 1 if self.direction == "maximize" else -1
-        measured = [r for r in rows[1:] if r.values]
         base = rows[0].values
-        if not measured:
+        if not any(r.values for r in rows[1:]):
             raise TuneError("the best configurations failed when re-measured; see the trials")
-        best = max(measured, key=lambda r: sign * report.summarize(r.values)[0])
-        cmp = report.compare(base, best.values, self.direction) if base else None
+        best = self._leader(rows)
+        cmp = self._verdict(rows, best) if base else None
         spread = (_rel(base), _rel(best.values)) if len(base) > 1 and len(best.values) > 1 else None
         result = search.result(baseline=report.summarize(base)[0] if base else None, command=self.command,
                                best=(best.config, report.summarize(best.values)[0]), spread=spread,
@@ -291,18 +324,23 @@ class _Setup:
                                speedup_interval=cmp.interval if cmp else None, notes=self.notes)
         if args.plot:
             report.save_plot(args.plot, result.trials, baseline=result.baseline, direction=self.direction,
-                             unit=self.unit, title=f"affinity tune: {' '.join(self.command)[:70]}")
+                             unit=self.unit, title=f"affinity tune: {' '.join(self.command)[:70]}",
+                             remeasured=[(r.label, r.rounds) for r in rows])
         facts = {"warm_start": self.warm_from or None, "resumed": self.resumed, "search_seconds": round(searched, 3),
                  "trial_seconds": round(_trial_seconds(result.trials), 3),
                  "exhausted": search.exhausted, "split": self.split,
                  "pruned": sum(t.state == "pruned" for t in result.trials)}
+        exp = forms.exports(result.best, self.topology, self.frameworks) if result.best is not None else None
         if args.json:
-            out = {**result.to_dict(), **facts, "verdict": cmp.verdict if cmp else None,
-                   "remeasured": [{"label": r.label, "config": r.config, "values": r.values,
+            out = {**result.to_dict(), **facts, "verdict": cmp.text if cmp else None,
+                   "environment": exp.env if exp else {}, "environment_notes": list(exp.notes) if exp else [],
+                   "frameworks": sorted(self.frameworks),
+                   "round_ratios": list(cmp.ratios) if cmp else None,
+                   "remeasured": [{"label": r.label, "config": r.config, "values": r.values, "rounds": r.rounds,
                                    "per_instance": r.per_instance} for r in rows]}
             print(json.dumps(out, indent=2, default=str))
             return 0
-        print(_Text(self, result, rows, cmp, search, facts).render())
+        print(_Text(self, result, rows, cmp, search, facts, exp).render())
         return 0
 
 
@@ -312,12 +350,19 @@ class _Row:
 
     label: str
     config: dict[str, Any] | None
-    values: list[float] = field(default_factory=list)
+    rounds: list[float | None] = field(default_factory=list)  #: one value per round; None: not run, or failed
     per_instance: list[list[float]] = field(default_factory=list)
+    carried: bool = False  #: the leader after the first rounds, measured on until its verdict is settled
 
-    def add(self, m: Measurement) -> None:
-        if m.value is not None:
-            self.values.append(m.value)
+    @property
+    def values(self) -> list[float]:
+        """The values of the rounds that measured one."""
+        return [v for v in self.rounds if v is not None]
+
+    def add(self, m: Measurement | None) -> None:
+        """The row's value in the next round (``m`` None: not run in it)."""
+        self.rounds.append(m.value if m is not None else None)
+        if m is not None and m.value is not None:
             self.per_instance.append(list(m.per_instance))
 
 
@@ -328,9 +373,10 @@ class _Text:
     setup: _Setup
     result: TuneResult
     rows: list[_Row]
-    cmp: report.Comparison | None
+    cmp: Verdict | None
     search: Search
     facts: dict[str, Any]
+    exports: forms.Exports | None = None  #: the environment block (:func:`~affinity.tuning.forms.exports`)
 
     def render(self) -> str:
         s, result = self.setup, self.result
@@ -352,13 +398,16 @@ class _Text:
         lines += [f"note: {note}" for note in result.notes]
         if s.warm_from:
             lines.append(s.warm_from)
-        table = report.table([(self._label(r), r.values) for r in self.rows], unit=s.unit, direction=s.direction)
+        table = report.table([(self._label(r), r.rounds) for r in self.rows], unit=s.unit, direction=s.direction,
+                             max_rounds=s.args.repeats)
         lines += ["", table, ""]
         if self.cmp is not None:
-            lines.append(f"best vs defaults: {self.cmp.verdict}")
+            lines.append(f"best vs defaults: {self.cmp.text}")
+            lines.append(_per_round(self.rows, self.cmp))
         lines += self._infeasible()
         lines += ["", "best as an affinity run line:", f"  {result.run_line}", "", "environment:"]
-        lines += [f"  {line}" for line in result.env_block.splitlines()]
+        block = forms.export_lines(self.exports, int(Config.of(result.best).instances)) if self.exports else ""
+        lines += [f"  {line}" for line in block.splitlines()]
         lines += ["", "in Python:"] + [f"  {line}" for line in result.apply_call.splitlines()]
         if s.args.plot:
             lines += ["", f"plot: {s.args.plot}"]
@@ -479,8 +528,19 @@ def _duration(secs: float) -> str:
 
 
 def _rel(vals: Sequence[float]) -> float:
-    med, lo, hi = report.summarize(vals)
-    return (hi - lo) / med if med else 0.0
+    fig, lo, hi = report.summarize(vals)
+    return (hi - lo) / fig if fig else 0.0
+
+
+def _per_round(rows: Sequence[_Row], cmp: Verdict) -> str:
+    """What the verdict's ratio is made of: the per-round ratios (their geometric
+    mean is the ratio of the two figures of the table), and why it stopped."""
+    said = " ".join(f"{r:.2f}" for r in cmp.ratios) or "-"
+    done = len(rows[0].rounds)
+    why = "its interval excludes 1" if cmp.decided else f"--repeats {done} reached" if cmp.rounds >= MIN_ROUNDS \
+        else f"a verdict needs {MIN_ROUNDS} rounds"
+    return (f"  (the geometric mean of the per-round ratios {said}, which is the ratio of the two figures; "
+            f"stopped after {done} round{'s' if done != 1 else ''}: {why})")
 
 
 def _objective(runner: CommandRunner, search: Search, pruning: bool) -> Any:

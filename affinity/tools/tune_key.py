@@ -22,7 +22,7 @@ from typing import Any
 
 from ..record import record
 
-__all__ = ["SHARE_VAR", "StudyKey", "command_files", "reads_instance_share", "unkeyed_modules"]
+__all__ = ["SHARE_VAR", "StudyKey", "command_files", "command_sources", "reads_instance_share", "unkeyed_modules"]
 
 _SESSION_PREFIXES = ("SSH_", "XDG_", "DBUS_", "GPG_", "KRB5", "VTE_", "WSL", "PYTEST_", "SUDO_", "SYSTEMD_",
                      "HIST", "TMUX", "TERM", "LESS", "MOTD_", "COLORTERM")
@@ -97,6 +97,25 @@ def _file_key(path: str) -> str:
         return f"size {st.st_size} mtime {st.st_mtime_ns}"
     with open(path, "rb") as fh:
         return _digest(fh.read())
+
+
+def command_sources(command: Sequence[str]) -> list[str]:
+    """The text of each file :func:`command_files` names (up to 64 MiB each, unreadable
+    ones left out), and the code of ``python -c CODE``: what
+    :func:`affinity.tuning.forms.frameworks_in` reads to tell the framework."""
+    texts = []
+    for i, w in enumerate(command[:-1]):
+        if _PYTHON.match(os.path.basename(w)) and command[i + 1] == "-c" and i + 2 < len(command):
+            texts.append(command[i + 2])
+    for path in command_files(command):
+        try:
+            if os.path.getsize(path) > _MAX_FILE:
+                continue
+            with open(path, "rb") as fh:
+                texts.append(fh.read().decode(errors="replace"))
+        except OSError:
+            continue
+    return texts
 
 
 def reads_instance_share(command: Sequence[str]) -> str | None:

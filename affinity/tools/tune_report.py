@@ -2,10 +2,10 @@
 
 * :class:`Progress`: one line per trial (rewritten in place on a terminal) with a
   bar, the best so far and the last trial;
-* :func:`summarize`, :func:`compare`: medians and spreads of repeated
-  measurements, and the speed-up of each round that measured the defaults and a
-  configuration side by side: its median, lowest and highest (a difference that
-  not every round shows is "no significant difference", never a win);
+* :func:`summarize`, :func:`compare`: the figure (geometric mean) and spread of
+  repeated measurements, and the speed-up of a configuration measured round by
+  round beside the defaults, with its interval and verdict -- the statistic every
+  face shares, :mod:`affinity.tuning.verdict`;
 * :func:`fmt`: values as people read them (``15,210``, not ``1.521e+04``);
 * :func:`reason`: the line of a failed run's output that says why;
 * :func:`table`: defaults vs the re-measured best configurations;
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
@@ -25,8 +24,9 @@ from typing import Any, TextIO
 from ..errors import TuneError, TuneUsageError
 from ..record import record
 from ..tuning.space import describe
+from ..tuning.verdict import MAX_ROUNDS, Verdict, geomean, paired
 
-__all__ = ["Comparison", "Progress", "compare", "fmt", "reason", "save_plot", "summarize", "table"]
+__all__ = ["Progress", "compare", "fmt", "reason", "save_plot", "summarize", "table"]
 
 
 #: significant digits of a value that is not a whole number below 1,000
@@ -128,105 +128,61 @@ class Progress:
 
 # ------------------------------------------------------------------ statistics
 
-def summarize(values: Sequence[float]) -> tuple[float, float, float]:
-    """(median, min, max) of repeated measurements."""
-    vals = [float(v) for v in values]
-    return statistics.median(vals), min(vals), max(vals)
+def summarize(values: Sequence[float | None]) -> tuple[float, float, float]:
+    """(figure, min, max) of repeated measurements (None: a round that failed, left
+    out): the figure is their geometric mean (:func:`affinity.tuning.verdict.geomean`),
+    whose ratio is the speed-up every face prints."""
+    vals = [float(v) for v in values if v is not None]
+    return geomean(vals), min(vals), max(vals)
 
 
-@record
-class Comparison:
-    """A configuration's repeats against the defaults' repeats, measured in the same rounds.
-
-    Parameters
-    ----------
-    ratio : float
-        Median speed-up (> 1 better, whatever the direction).
-    interval : tuple of (float, float) or None
-        The lowest and highest speed-up of a round (the defaults and the
-        configuration measured side by side); None with one round.
-    significant : bool or None
-        The whole interval is on one side of 1 (None: one round, no spread).
-    verdict : str
-        ``"1.52x faster (1.31x - 1.70x in 3 rounds)"``, ``"no significant difference
-        (...)"``, ``"1.2x slower (...)"``.
-    """
-
-    ratio: float
-    interval: tuple[float, float] | None
-    significant: bool | None
-    verdict: str
+def compare(defaults: Sequence[float | None], other: Sequence[float | None], direction: str, *,
+            max_rounds: int = MAX_ROUNDS, family: int = 1) -> Verdict:
+    """A configuration against the defaults, round by round: :func:`affinity.tuning.verdict.paired`
+    (``defaults[i]`` and ``other[i]`` measured in round ``i``; None: that run failed)."""
+    return paired(defaults, other, direction, max_rounds=max_rounds, family=family)
 
 
-#: a difference smaller than this in some round is no difference worth reporting (2 %)
-MIN_GAIN = 0.02
-
-
-def compare(defaults: Sequence[float], other: Sequence[float], direction: str) -> Comparison:
-    """Compare a configuration with the defaults round by round.
-
-    Parameters
-    ----------
-    defaults, other : sequence of float
-        Repeated measurements; ``defaults[i]`` and ``other[i]`` were taken in the same
-        round (interleaved: A B A B ...).  Unequal lengths (a run that failed): the
-        rounds where both were measured.
-    direction : {"maximize", "minimize"}
-        Which values are better.
-
-    Returns
-    -------
-    Comparison
-        The median of the per-round speed-ups, their lowest and highest; significant
-        only when every round says the same, by more than :data:`MIN_GAIN` (all
-        faster, or all slower).
-    """
-    pairs = [(d, o) for d, o in zip(defaults, other) if d and o]
-    if not pairs:
-        return Comparison(math.nan, None, None, "not measured side by side")
-    ratios = sorted((o / d) if direction == "maximize" else (d / o) for d, o in pairs)
-    ratio = statistics.median(ratios)
-    if len(ratios) < 2:
-        return Comparison(ratio, None, None, f"{ratio:.2f}x (one round: spread unknown)")
-    lo, hi = ratios[0], ratios[-1]
-    where = f"{lo:.2f}x - {hi:.2f}x in {len(ratios)} rounds"
-    if lo > 1 + MIN_GAIN:
-        return Comparison(ratio, (lo, hi), True, f"{ratio:.2f}x faster ({where})")
-    if hi < 1 / (1 + MIN_GAIN):
-        return Comparison(ratio, (lo, hi), True,
-                          f"{1 / ratio:.2f}x slower ({1 / hi:.2f}x - {1 / lo:.2f}x in {len(ratios)} rounds)")
-    return Comparison(ratio, (lo, hi), False, f"no significant difference ({ratio:.2f}x; {where})")
-
-
-def table(rows: Sequence[tuple[str, Sequence[float]]], *, unit: str, direction: str) -> str:
+def table(rows: Sequence[tuple[str, Sequence[float | None]]], *, unit: str, direction: str,
+          max_rounds: int = MAX_ROUNDS, family: int | None = None) -> str:
     """Defaults vs re-measured configurations.
 
     Parameters
     ----------
-    rows : sequence of (label, repeats)
-        The defaults first.
+    rows : sequence of (label, rounds)
+        The defaults first; each row's value in each round (None: not run or failed
+        in that round), rounds aligned across rows.
     unit : str
         What the values are (``images/sec``, ``seconds``).
     direction : {"maximize", "minimize"}
         Which values are better.
+    max_rounds, family : int
+        The most rounds the re-measure allows, and how many configurations are
+        compared with the defaults (default: the rows after the first):
+        :func:`affinity.tuning.verdict.paired`.
 
     Returns
     -------
     str
-        One line per row: median, spread (min-max), and the comparison with the defaults.
+        One line per row: its figure (the geometric mean of its rounds), spread
+        (min-max), and the verdict against the defaults, whose ratio is the ratio
+        of the two figures.
     """
     better = "lower" if direction == "minimize" else "higher"
-    head = ("", f"{unit} (median, {better} is better)", "spread", "vs defaults")
+    head = ("", f"{unit} (geometric mean, {better} is better)", "spread", "vs defaults")
     lines = [head]
-    base = rows[0][1] if rows else []
+    base = list(rows[0][1]) if rows else []
+    k = family if family is not None else max(1, len(rows) - 1)
     for i, (label, vals) in enumerate(rows):
-        if not vals:
+        n = sum(v is not None for v in vals)
+        if not n:
             lines.append((label, "failed", "-", "-"))
             continue
-        med, lo, hi = summarize(vals)
-        spread = f"{fmt(lo)} - {fmt(hi)}" if len(vals) > 1 else "(1 run)"
-        verdict = "1.00" if i == 0 else compare(base, vals, direction).verdict if base else "-"
-        lines.append((label, fmt(med), spread, verdict))
+        fig, lo, hi = summarize(vals)
+        spread = f"{fmt(lo)} - {fmt(hi)}" if n > 1 else "(1 run)"
+        verdict = "1.00" if i == 0 else compare(base, vals, direction, max_rounds=max_rounds, family=k).text \
+            if any(v is not None for v in base) else "-"
+        lines.append((label, fmt(fig), spread, verdict))
     widths = [max(len(row[j]) for row in lines) for j in range(4)]
     return "\n".join("  ".join(c.ljust(w) if j in (0, 3) else c.rjust(w) for j, (c, w) in
                                enumerate(zip(row, widths))).rstrip() for row in lines)
@@ -262,43 +218,75 @@ def _improvements(ok: Sequence[Any], sign: int) -> list[Any]:
     return out
 
 
-def _legend(y: float, baseline: float | None, failed: bool) -> list[tuple[Any, ...]]:
-    """One row: what each mark of the plot is."""
+def _legend(y: float, baseline: float | None, failed: bool, remeasured: bool) -> tuple[list[tuple[Any, ...]], float]:
+    """What each mark of the plot is, in rows that fit the width; and the last row's y."""
     out: list[tuple[Any, ...]] = []
     x = _L
     items: list[tuple[str, str]] = [("dot", "trial"), ("best", "best so far")]
     if baseline is not None:
-        items.append(("defaults", "defaults (as they are)"))
+        items.append(("defaults", "defaults (the table's figure)" if remeasured else "defaults (as they are)"))
     if failed:
         items.append(("cross", "failed trial (no value)"))
+    if remeasured:
+        items.append(("bar", "re-measured: rounds and figure"))
     for kind, text in items:
+        width = 24 + round(6.5 * len(text)) + 22
+        if x > _L and x + width - 22 > _W - _R:
+            x, y = _L, y + 17
         if kind == "dot":
             out.append(("dot", x + 8, y - 4, 4, _DOT))
         elif kind == "cross":
             out.append(("cross", x + 8, y - 4, 4, _FAILED))
+        elif kind == "bar":
+            out += [("dot", x + 9, y - 4, 3, _BEST), ("line", x, y - 4, x + 18, y - 4, _BEST, 2.5, False)]
         else:
-            color, width, dashed = (_BEST, 2, False) if kind == "best" else (_DEFAULTS, 1.5, True)
-            out.append(("line", x, y - 4, x + 18, y - 4, color, width, dashed))
+            color, lw, dashed = (_BEST, 2, False) if kind == "best" else (_DEFAULTS, 1.5, True)
+            out.append(("line", x, y - 4, x + 18, y - 4, color, lw, dashed))
         out.append(("text", x + 24, y, text, 11, "start", "#222"))
-        x += 24 + round(6.5 * len(text)) + 22
+        x += width
+    return out, y
+
+
+#: the width of the panel of re-measured rows, right of the trials
+_PANEL = 150
+
+
+def _panel(rows: Sequence[tuple[str, Sequence[float | None]]], left: float, py: Any) -> list[tuple[Any, ...]]:
+    """The re-measured rows, as the table has them: one column each (the defaults
+    first), a dot per round and a bar at the row's figure (geometric mean)."""
+    out: list[tuple[Any, ...]] = [("line", left, _T, left, _H - _B, "#bbb", 1, True),
+                                  ("text", left + (_W - _R - left) / 2, _T - 6, "re-measured", 11, "middle", "#222")]
+    step = (_W - _R - left) / max(1, len(rows))
+    for k, (label, vals) in enumerate(rows):
+        x = left + step * (k + 0.5)
+        color = _DEFAULTS if k == 0 else _BEST if k == 1 else _DOT
+        got = [v for v in vals if v is not None]
+        out += [("dot", x, py(v), 3, color) for v in got]
+        if got:
+            fig = summarize(got)[0]
+            out.append(("line", x - 11, py(fig), x + 11, py(fig), color, 2.5, False))
+        out.append(("text", x, _H - _B + 16, "defaults" if k == 0 else label.split(" ", 1)[0], 10, "middle", "#444"))
     return out
 
 
-def _shapes(records: Sequence[Any], baseline: float | None, direction: str, unit: str,
-            title: str) -> tuple[list[tuple[Any, ...]], int]:
+def _shapes(records: Sequence[Any], baseline: float | None, direction: str, unit: str, title: str,
+            remeasured: Sequence[tuple[str, Sequence[float | None]]] = ()) -> tuple[list[tuple[Any, ...]], int]:
     """The plot as primitives, and its height: ("line", x1, y1, x2, y2, color, width,
     dashed), ("dot", x, y, r, color), ("cross", x, y, r, color), ("text", x, y, text,
-    size, anchor, color).  Under the axes: a legend, and the configurations of the
-    last trials that raised the best so far (marked #N on the plot)."""
+    size, anchor, color).  Under the axes: a legend, the configurations of the last
+    trials that raised the best so far (marked tN on the plot: trial N), and the
+    re-measured rows with their figures -- the table's."""
     ok = [r for r in records if r.state == "complete"]
-    vals = [r.value for r in ok] + ([baseline] if baseline is not None else [])
+    again = [v for _, vals in remeasured for v in vals if v is not None]
+    vals = [r.value for r in ok] + ([baseline] if baseline is not None else []) + again
     lo, hi = (min(vals), max(vals)) if vals else (0.0, 1.0)
     if hi == lo:
         lo, hi = lo - 1, hi + 1
     pad = (hi - lo) * 0.08
     lo, hi = lo - pad, hi + pad
+    right = _W - _R - (_PANEL if remeasured else 0)
     n = max((r.number for r in records), default=0) + 1
-    px = (lambda i: _L + (_W - _L - _R) * (i + 0.5) / n)
+    px = (lambda i: _L + (right - _L) * (i + 0.5) / n)
     py = (lambda v: _T + (_H - _T - _B) * (1 - (v - lo) / (hi - lo)))
     out: list[tuple[Any, ...]] = [("text", _W / 2, 22, title, 14, "middle", "#222")]
     out += [("line", _L, _H - _B, _W - _R, _H - _B, "#444", 1, False), ("line", _L, _T, _L, _H - _B, "#444", 1, False)]
@@ -309,12 +297,33 @@ def _shapes(records: Sequence[Any], baseline: float | None, direction: str, unit
     step = max(1, n // 10)
     for i in range(0, n, step):
         out.append(("text", px(i), _H - _B + 16, str(i + 1), 11, "middle", "#444"))
-    out.append(("text", (_L + _W - _R) / 2, _H - _B + 34, "trial", 12, "middle", "#222"))
+    out.append(("text", (_L + right) / 2, _H - _B + 34, "trial", 12, "middle", "#222"))
     out.append(("text", 14, _T - 10, unit, 12, "start", "#222"))
     if baseline is not None:
         out.append(("line", _L, py(baseline), _W - _R, py(baseline), _DEFAULTS, 1.5, True))
-    sign = 1 if direction == "maximize" else -1
-    better = _improvements(ok, sign)
+    named = _trial_marks(records, _improvements(ok, 1 if direction == "maximize" else -1), px, py, n, out)
+    if remeasured:
+        out += _panel(remeasured, right + 8, py)
+    legend, y = _legend(_H + 4, baseline, any(r.state == "infeasible" for r in records), bool(remeasured))
+    out += legend
+    for r in reversed(named):  # the best first
+        y += 17
+        out.append(("text", _L, y, f"trial {r.number + 1}  {fmt(r.value)}  {describe(r.config)}", 11, "start",
+                    "#222"))
+    if remeasured:
+        y += 8
+        for label, rounds in remeasured:
+            got = [v for v in rounds if v is not None]
+            y += 17
+            out.append(("text", _L, y, f"re-measured {label}: {fmt(summarize(got)[0]) if got else 'failed'}"
+                                       f" ({len(got)} round{'s' if len(got) != 1 else ''})", 11, "start", "#222"))
+    return out, y + 14
+
+
+def _trial_marks(records: Sequence[Any], better: list[Any], px: Any, py: Any, n: int,
+                 out: list[tuple[Any, ...]]) -> list[Any]:
+    """The trials onto ``out``: the best-so-far steps, a dot per trial, a cross per
+    failed one, ``tN`` over the last that raised the best; returns those."""
     prev = None
     for r in better:
         pt = (px(r.number), py(r.value))
@@ -331,13 +340,8 @@ def _shapes(records: Sequence[Any], baseline: float | None, direction: str, unit
             out.append(("cross", px(r.number), _H - _B - 8, 4, _FAILED))
     named = better[-_LABELLED:]
     for r in named:
-        out.append(("text", px(r.number), py(r.value) - 8, f"#{r.number + 1}", 10, "middle", _BEST))
-    y = _H + 4
-    out += _legend(y, baseline, any(r.state == "infeasible" for r in records))
-    for r in reversed(named):  # the best first
-        y += 17
-        out.append(("text", _L, y, f"#{r.number + 1}  {fmt(r.value)}  {describe(r.config)}", 11, "start", "#222"))
-    return out, y + 14
+        out.append(("text", px(r.number), py(r.value) - 8, f"t{r.number + 1}", 10, "middle", _BEST))
+    return named
 
 
 def _svg(shapes: list[tuple[Any, ...]], height: int) -> bytes:
@@ -402,11 +406,20 @@ def _png(shapes: list[tuple[Any, ...]], height: int) -> bytes:
 
 
 def save_plot(path: str, records: Sequence[Any], *, baseline: float | None = None, direction: str = "maximize",
-              unit: str = "value", title: str = "affinity tune") -> None:
+              unit: str = "value", title: str = "affinity tune",
+              remeasured: Sequence[tuple[str, Sequence[float | None]]] = ()) -> None:
     """Draw the trials (dots; infeasible ones as red crosses at the bottom), the best so
     far (green steps) and the defaults (dashed) to ``path``, with round ticks, a
     legend of those marks, and the configurations of the last trials that raised the
-    best (``#N`` on the plot, named under it).
+    best (``tN`` on the plot: trial N, named under it); with ``remeasured``, the
+    table's rows beside the trials (a dot per round, a bar at the row's figure) and
+    their figures under it.
+
+    A trial is one run, during the search; the table's rows are runs taken again
+    afterwards, round by round.  Under a changing load or mere noise the two
+    disagree (the audit saw the re-measured defaults above every trial while the
+    table found #1 faster): the plot therefore shows the table's own figures
+    beside the trials, and its defaults line is the table's defaults figure.
 
     Parameters
     ----------
@@ -415,13 +428,16 @@ def save_plot(path: str, records: Sequence[Any], *, baseline: float | None = Non
     records : sequence of TrialRecord
         The trials.
     baseline : float, optional
-        The defaults' value.
+        The defaults' value; default, with ``remeasured``, the table's defaults
+        figure (the geometric mean of its rounds).
     direction : {"maximize", "minimize"}
         Which values are better.
     unit : str
         The y axis.
     title : str
         Above the plot.
+    remeasured : sequence of (label, rounds)
+        The table's rows (:func:`table`'s ``rows``: the defaults first).
 
     Raises
     ------
@@ -433,7 +449,9 @@ def save_plot(path: str, records: Sequence[Any], *, baseline: float | None = Non
     ext = os.path.splitext(path)[1].lower()
     if ext not in (".svg", ".png"):
         raise TuneUsageError(f"plot {path!r}: write .svg or .png")
-    shapes, height = _shapes(records, baseline, direction, unit, title)
+    if baseline is None and remeasured and any(v is not None for v in remeasured[0][1]):
+        baseline = summarize(remeasured[0][1])[0]
+    shapes, height = _shapes(records, baseline, direction, unit, title, remeasured)
     data = _svg(shapes, height) if ext == ".svg" else _png(shapes, height)
     try:
         with open(path, "wb") as fh:

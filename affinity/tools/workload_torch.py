@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .rows import hold_running, measure_row, row_text
+from .rows import DEMO_ROUNDS, hold_running, measure_row, row_text
 
 __all__ = ["demo_rows", "main", "run_workload"]
 
@@ -156,9 +156,9 @@ def run_fresh(cmd: Sequence[str], env: dict[str, str] | None = None) -> dict[str
 
 
 def demo_rows(say: Callable[[str], None], spec: str, threads: int, *, batches: int = 20,
-              rounds: int = 1) -> dict[str, Any] | None:
+              rounds: int = DEMO_ROUNDS) -> dict[str, Any] | None:
     """``make demo``'s PyTorch row: inference with PyTorch's defaults against
-    ``affinity.apply(spec)`` before ``import torch``, interleaved over ``rounds``
+    ``affinity.apply(spec)`` before ``import torch``, interleaved over at most ``rounds``
     (:func:`affinity.tools.rows.measure_row`, the TensorFlow row's function); returns
     the last pinned run.  Says so and returns ``None`` when PyTorch is not installed."""
     if importlib.util.find_spec("torch") is None:

@@ -1,11 +1,12 @@
-"""The demo's comparison: defaults and pinned interleaved over rounds, medians and
-spreads, and the tuner's verdict ("no significant difference" within the spread)."""
+"""The demo's comparison: defaults and pinned interleaved round by round until the
+verdict is settled, each side's figure and spread, and the verdict whose ratio is the
+ratio of the two figures (:mod:`affinity.tuning.verdict`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from affinity.tools.rows import measure_row, row_text
+from affinity.tools.rows import DEMO_ROUNDS, measure_row, row_text
 
 
 def _workload(defaults: list[float], pinned: list[float]):
@@ -19,35 +20,37 @@ def _workload(defaults: list[float], pinned: list[float]):
     return run, calls
 
 
-def test_rounds_are_interleaved_and_overlapping_spreads_are_no_difference():
+def test_rounds_are_interleaved_and_go_on_while_the_interval_holds_one():
     # the issue's numbers: one 10-batch run said "0.670"; interleaved runs overlap
-    run, calls = _workload([361, 367, 290], [272, 246, 297])
-    row = measure_row("TensorFlow resnet50", run, 3)
-    assert calls == [False, True, True, False, False, True]  # alternating order, round by round
-    assert row.defaults == (361, 367, 290) and row.pinned == (272, 246, 297)
-    assert row.comparison.significant is False
+    run, calls = _workload([361, 367, 290, 300, 350, 340], [272, 246, 297, 310, 330, 335])
+    row = measure_row("TensorFlow resnet50", run)
+    assert calls == [False, True, True, False] * 3  # alternating order, round by round, to the maximum
+    assert len(row.defaults) == DEMO_ROUNDS and row.comparison.significant is False
     text = row_text(row)
     assert text[0] == "TensorFlow resnet50:"
-    assert text[1] == "  defaults:             361.0 images/sec (spread 290.0-367.0 over 3 runs)"
-    assert text[2] == "  pinned:               272.0 images/sec (spread 246.0-297.0 over 3 runs)"
-    # the tuner's verdict on the rounds' paired ratios (0.75, 0.67, 1.02: no agreement)
-    assert text[3] == "  pinned / defaults: no significant difference (0.75x; 0.67x - 1.02x in 3 rounds)"
-    assert row.last == {"images_per_sec": 297, "side": True}
+    assert text[1] == "  defaults:             333.3 images/sec (spread 290.0-367.0 over 6 runs)"
+    assert text[2] == "  pinned:               296.6 images/sec (spread 246.0-335.0 over 6 runs)"
+    # the verdict's ratio is the ratio of the two figures shown above it
+    assert text[3].startswith("  pinned / defaults: no significant difference (0.89x; interval ")
+    assert f"{296.6 / 333.3:.2f}x" == "0.89x" and text[3].endswith(", 6 rounds)")
+    assert text[4].startswith("  (figures: geometric means of the runs; the ratio is theirs, the geometric mean "
+                              "of the per-round ratios 0.75 0.67 1.02 1.03 0.94 0.99)")
+    assert row.last == {"images_per_sec": 335, "side": True}
 
 
 @pytest.mark.parametrize("defaults,pinned,verdict", [
-    ([100, 105, 102], [150, 155, 152], "1.49x faster (1.48x - 1.50x in 3 rounds)"),
-    ([150, 155, 152], [100, 105, 102], "1.49x slower (1.48x - 1.50x in 3 rounds)"),
+    ([100, 105, 102], [150, 155, 152], "1.49x faster (interval 1.43x-1.55x, 3 rounds)"),
+    ([150, 155, 152], [100, 105, 102], "1.49x slower (interval 1.43x-1.55x, 3 rounds)"),
 ])
-def test_separated_spreads_are_a_result(defaults, pinned, verdict):
-    run, _ = _workload(defaults, pinned)
-    row = measure_row("x", run, 3)
-    assert row.comparison.significant is True and row_text(row)[3].endswith(verdict)
+def test_a_settled_difference_stops_at_the_third_round(defaults, pinned, verdict):
+    run, calls = _workload(defaults, pinned)
+    row = measure_row("x", run)
+    assert len(calls) == 6 and row.comparison.significant is True and row_text(row)[3].endswith(verdict)
 
 
 def test_one_round_says_its_spread_is_unknown():
     run, _ = _workload([100], [120])
     text = row_text(measure_row("x", run, 1))
-    assert text[1].endswith("(one run: spread unknown)") and "spread unknown" in text[3]
+    assert text[1].endswith("(one run: spread unknown)") and text[3].endswith("1.20x (1 round: a verdict needs 3)")
     with pytest.raises(ValueError, match="rounds must be >= 1"):
         measure_row("x", run, 0)

@@ -155,6 +155,56 @@ def test_marker_fixture_and_option_with_pytest_benchmark(tmp_path: Path):
         assert info["plan"]["cpusets"] == [sorted(s) for s in want_plan.cpusets]
         assert info["topology"]["summary"] == info["plan"]["topology"] == machine.describe()
         assert len(info["topology"]["pus"]) == len(machine.pus)
+    # the summary: each test's bindings against its first, with the verdict every face says
+    summary = r.stdout.split("affinity: bindings side by side", 1)[1]
+    assert "test_user.py::test_marked: time per round" in summary and "test_user.py::test_option" in summary
+    assert f"  {MARKED[0]}  " in summary and "reference" in summary
+
+
+SLOW_BINDING = r'''
+import time
+import pytest
+
+@pytest.mark.affinity("compact", "scatter", threads=1)
+def test_step(benchmark, affinity_binding, request):
+    pause = 0.008 if request.node.callspec.params["affinity_binding"] == "scatter" else 0.002
+    benchmark(time.sleep, pause)
+'''
+
+
+def test_the_summary_says_each_binding_with_the_shared_statistic(tmp_path: Path):
+    """A test whose ``scatter`` case sleeps four times as long: the summary's figures are
+    the geometric means of the rounds pytest-benchmark recorded, and its verdict is
+    :func:`affinity.tuning.verdict.unpaired` of those rounds (not asserted to be
+    "slower": the rounds are real sleeps on a shared machine)."""
+    from affinity.tuning.verdict import geomean, unpaired
+
+    (tmp_path / "test_two.py").write_text(SLOW_BINDING)
+    r = _pytest(tmp_path, "-q", "--benchmark-min-rounds=10", "--benchmark-max-time=0.05", "--benchmark-warmup=off",
+                "--benchmark-json=b.json")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    data = {b["param"]: b["stats"]["data"] for b in json.loads((tmp_path / "b.json").read_text())["benchmarks"]}
+    lines = r.stdout.split("affinity: bindings side by side", 1)[1].splitlines()
+    ref = next(ln for ln in lines if ln.startswith("  compact "))
+    other = next(ln for ln in lines if ln.startswith("  scatter "))
+    assert ref.split()[1:] == [f"{geomean(data['compact']) * 1e3:.3f}", "ms", "reference"]
+    assert other.split()[1:3] == [f"{geomean(data['scatter']) * 1e3:.3f}", "ms"]
+    assert other.endswith(unpaired(data["compact"], data["scatter"], "minimize").text)
+    assert "not interleaved" in other
+
+
+def test_summary_lines_compare_each_binding_with_the_first():
+    from affinity.tools.pytest_plugin import summary_lines
+
+    same = [0.0010, 0.0011, 0.0009, 0.0010, 0.0012]
+    lines = summary_lines({"t.py::test_a": [("none", same), ("compact", list(reversed(same))),
+                                              ("scatter", [v * 3 for v in same])],
+                           "t.py::test_alone": [("none", same)]})
+    assert len(lines) == 4 and lines[0].startswith("t.py::test_a: time per round") and "against none" in lines[0]
+    from affinity.tuning.verdict import geomean
+
+    assert lines[1].split() == ["none", f"{geomean(same) * 1e3:.3f}", "ms", "reference"]
+    assert "no significant difference (1.00x" in lines[2] and "3.00x slower" in lines[3]
 
 
 def test_no_effect_unless_used(tmp_path: Path):

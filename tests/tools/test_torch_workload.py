@@ -31,11 +31,12 @@ def test_defaults_are_left_alone():
 
 def test_demo_rows():
     buf = io.StringIO()
-    demo_rows(lambda s: print(s, file=buf), "granularity=fine,compact,1,0", 2, batches=2)
+    demo_rows(lambda s: print(s, file=buf), "granularity=fine,compact,1,0", 2, batches=2, rounds=1)
     lines = buf.getvalue().splitlines()
-    # the TensorFlow row's format (affinity.tools.rows): medians, spreads, the verdict
+    # the TensorFlow row's format (affinity.tools.rows): figures, spreads, the verdict
     assert lines[0] == "PyTorch small CNN:"
     assert re.fullmatch(r"  defaults: +\d+\.\d images/sec \(one run: spread unknown\)", lines[1]), lines[1]
     assert re.fullmatch(r"  pinned: +\d+\.\d images/sec \(one run: spread unknown\)", lines[2]), lines[2]
-    assert lines[3].startswith("  pinned / defaults: ") and "spread unknown" in lines[3]
-    assert "(not pinned)" in lines[4] and "granularity=fine,compact,1,0" in lines[4]
+    assert lines[3].startswith("  pinned / defaults: ") and lines[3].endswith("(1 round: a verdict needs 3)")
+    assert lines[4].startswith("  (figures: geometric means of the runs")
+    assert "(not pinned)" in lines[5] and "granularity=fine,compact,1,0" in lines[5]

@@ -63,7 +63,7 @@ def test_the_whole_flow_on_a_fake_workload(tmp_path, fake_cmd):
                   "affinity run ", "environment:", "export OMP_NUM_THREADS=", "in Python:", "affinity.apply(",
                   f"plot: {plot}"):
         assert words in out, (words, out)
-    assert "4/4" in r.stderr and "re-measuring, round 2 of 2" in r.stderr
+    assert "4/4" in r.stderr and "re-measuring, round 2 (at most 2)" in r.stderr
     assert plot.read_text().startswith("<svg") and "<circle" in plot.read_text()
     assert (tmp_path / "cache" / "affinity" / "tune.db").exists()  # the default storage
 
@@ -131,7 +131,7 @@ def test_minimize_a_printed_metric_where_lower_is_better(tmp_path):
     lat = tmp_path / "lat.py"
     lat.write_text('import os; print("latency: %s ms" % ("50.0" if os.environ.get("OMP_NUM_THREADS") == "1" '
                    'else "10.0"))\n')
-    base = ["--storage", "none", "--metric", r"latency: ([\d.]+) ms", "--param", "threads=1,2", "--repeats", "2",
+    base = ["--storage", "none", "--metric", r"latency: ([\d.]+) ms", "--param", "threads=1,2", "--repeats", "3",
             "-q", "--minimize", "--", sys.executable, str(lat)]
     r = tune(base, tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -522,13 +522,13 @@ def test_a_resume_reports_the_speed_up_within_the_first_runs_interval(tmp_path, 
     """The defaults and the finalists are measured again, side by side, on every run: a
     resumed study's speed-up falls within the interval the first run gave (the issue saw
     3.82x, then 7.63x on a resume)."""
-    args = ["--budget", "4", "--repeats", "2", "--top", "1", "--json", "--storage", f"sqlite:///{tmp_path / 'r.db'}",
+    args = ["--budget", "4", "--repeats", "3", "--top", "1", "--json", "--storage", f"sqlite:///{tmp_path / 'r.db'}",
             "--param", "threads=1,2", "--param", "blocktime=0,1", "--"] + fake_cmd()
     first = json.loads(tune(args, tmp_path).stdout)
     second = json.loads(tune(args, tmp_path).stdout)
     assert second["study_name"] == first["study_name"] and len(second["trials"]) == 4  # resumed, nothing new
     lo, hi = first["speedup_interval"]
-    assert lo <= second["speedup"] <= hi and second["best"] == first["best"]
+    assert lo - 1e-9 <= second["speedup"] <= hi + 1e-9 and second["best"] == first["best"]
     assert [row["values"] != [] for row in second["remeasured"]] == [True, True]  # measured again, not stored
 
 

@@ -5,27 +5,28 @@ from __future__ import annotations
 
 import pytest
 
-from affinity.tools.tune_report import compare, fmt, reason, table
+from affinity.tools.tune_report import compare, fmt, reason, summarize, table
 
 
-def test_the_speed_up_is_the_median_of_the_rounds_with_their_interval():
+def test_the_speed_up_is_the_ratio_of_the_figures_with_its_interval():
     c = compare([100, 110, 90], [150, 160, 140], "maximize")
-    assert c.ratio == pytest.approx(1.5) and c.interval == (pytest.approx(1.4545, rel=1e-3), pytest.approx(1.5556, rel=1e-3))
-    assert c.significant and c.verdict.startswith("1.50x faster (1.45x - 1.56x in 3 rounds)")
+    assert c.ratio == pytest.approx(summarize([150, 160, 140])[0] / summarize([100, 110, 90])[0])
+    assert c.ratios == pytest.approx((1.5, 160 / 110, 140 / 90)) and c.significant
+    assert c.text.startswith(f"{c.ratio:.2f}x faster (interval ") and c.text.endswith(", 3 rounds)")
 
 
 def test_a_round_that_disagrees_is_no_significant_difference():
-    # medians differ by 1.4x, but in round 2 the defaults were as fast: not every round says faster
+    # the figures differ by 1.2x, but in round 2 the defaults were as fast
     c = compare([100, 150, 100], [140, 140, 145], "maximize")
-    assert c.significant is False and c.verdict.startswith("no significant difference")
+    assert c.significant is False and c.text.startswith("no significant difference")
 
 
 def test_minimize_slower_and_tiny_differences():
-    c = compare([1.0, 1.0], [2.0, 2.1], "minimize")
-    assert c.significant and c.verdict.startswith("2.05x slower (2.00x - 2.10x in 2 rounds)")
-    c = compare([1.0, 1.0], [0.995, 0.996], "minimize")  # 0.5 % in every round: not worth a word
+    c = compare([1.0, 1.0, 1.0], [2.0, 2.1, 2.0], "minimize")
+    assert c.significant and c.text.startswith("2.03x slower (interval ")
+    c = compare([1.0, 1.0, 1.0], [0.995, 0.996, 0.995], "minimize")  # 0.5 % in every round: not worth a word
     assert c.significant is False
-    assert compare([1.0], [0.5], "minimize").verdict == "2.00x (one round: spread unknown)"
+    assert compare([1.0], [0.5], "minimize").text == "2.00x (1 round: a verdict needs 3)"
 
 
 def test_values_read_as_people_write_them():
@@ -42,10 +43,13 @@ def test_values_and_the_ends_of_a_spread_keep_the_same_significant_digits():
 
 
 def test_the_table_compares_each_row_round_by_round():
-    text = table([("defaults", [100, 110]), ("#1 a", [150, 160]), ("#2 b", [])], unit="images/sec",
-                 direction="maximize")
+    text = table([("defaults", [100, 110, 105]), ("#1 a", [150, 165, None]), ("#2 b", [None, None, None])],
+                 unit="images/sec", direction="maximize")
     lines = text.splitlines()
-    assert "1.48x faster (1.45x - 1.50x in 2 rounds)" in lines[2] and lines[3].split()[-3:] == ["failed", "-", "-"]
+    assert "geometric mean, higher is better" in lines[0]
+    # the figure of #1 is its two runs' geometric mean; its verdict is the pairs' (2 rounds: none)
+    assert lines[2].split()[2] == "157.3" and lines[2].endswith("1.50x (2 rounds: a verdict needs 3)")
+    assert lines[3].split()[-3:] == ["failed", "-", "-"]
 
 
 def test_the_reason_of_a_failed_run_is_its_last_meaningful_line():
