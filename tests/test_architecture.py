@@ -271,13 +271,7 @@ def test_value_classes_are_records_not_dataclasses():
 #: Instance were built with 9-13 positional arguments)
 MAX_POSITIONAL = 5
 #: (module, record) calls still positional, in code another issue is reshaping
-POSITIONAL_ALLOWED = {
-    ("affinity.tuning.priors", "Layout"): "#41: the tuner's sampler (merged after)",
-    ("affinity.tuning.search", "TuneResult"): "#41: the tuner's sampler (merged after)",
-    ("affinity.tuning.search", "TrialRecord"): "#41: the tuner's sampler (merged after)",
-    ("affinity.tools.tune_command", "cls"): "#41: the tuner's verdicts (merged after)",
-    ("affinity.tools.tune_command", "_Text"): "#41: the tuner's verdicts (merged after)",
-}
+POSITIONAL_ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _record_classes() -> set[str]:

@@ -136,7 +136,8 @@ class _Setup:
         _check_instances(params.get("instances", []), topology)
         storage = None if (args.storage or "").lower() == "none" else args.storage or default_storage()
         check_storage(storage)  # a file that is not a study: said before anything runs
-        return cls(args, words, space, topology, storage, split, notes, frameworks)
+        return cls(args=args, command=words, space=space, topology=topology, storage=storage, split=split, notes=notes,
+                   frameworks=frameworks)
 
     # ------------------------------------------------------------------ run
     def run(self) -> int:
@@ -340,7 +341,7 @@ class _Setup:
                                    "per_instance": r.per_instance} for r in rows]}
             print(json.dumps(out, indent=2, default=str))
             return 0
-        print(_Text(self, result, rows, cmp, search, facts, exp).render())
+        print(_Text(setup=self, result=result, rows=rows, cmp=cmp, search=search, facts=facts, exports=exp).render())
         return 0
 
 

@@ -173,10 +173,11 @@ class Priors:
         pkgs_default = _packages(topo, sets) if sets is not None else 1
         mem = str(cfg.get("membind", "none"))
         mem = "interleave" if mem == "interleave" and self.machine.nodes > 1 else "local"
-        return Layout(k, cores, pus, pkgs, nodes, team, int(cfg.get("omp", team)),
-                      int(cfg.get("intra", cfg.get("threads") or cfg.get("omp") or intra_default)),
-                      int(cfg.get("inter", pkgs_default)), spec, cfg.get("blocktime", 1), mem, sets, bound,
-                      intra_default if sets is not None else 0)
+        return Layout(instances=k, share_cores=cores, share_pus=pus, share_packages=pkgs, share_nodes=nodes,
+                      team=team, omp=int(cfg.get("omp", team)),
+                      intra=int(cfg.get("intra", cfg.get("threads") or cfg.get("omp") or intra_default)),
+                      inter=int(cfg.get("inter", pkgs_default)), spec=spec, blocktime=cfg.get("blocktime", 1),
+                      membind=mem, cpusets=sets, bound=bound, used_cores=intra_default if sets is not None else 0)
 
     def _plan(self, k: int, topo: Topology, spec: str, team: int) -> tuple[frozenset[int], ...] | None:
         key = (k, spec, team)

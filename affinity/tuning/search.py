@@ -624,9 +624,11 @@ class Search:
         rec = self.best()
         cfg, val = best if best is not None else ((rec.config, rec.value) if rec else (None, None))
         storage = self.storage if isinstance(self.storage, str) or self.storage is None else repr(self.storage)
-        return TuneResult(cfg, val, tuple(self.records()), baseline, self.direction, self.space.to_dict(),
-                          self.seed, self.study_name, storage, self.topology,
-                          tuple(command) if command else None, tuple(notes), spread, significant, speedup_interval)
+        return TuneResult(best=cfg, best_value=val, trials=tuple(self.records()), baseline=baseline,
+                          direction=self.direction, space=self.space.to_dict(), seed=self.seed,
+                          study_name=self.study_name, storage=storage, topology=self.topology,
+                          command=tuple(command) if command else None, notes=tuple(notes), spread=spread,
+                          significant=significant, speedup_interval=speedup_interval)
 
 
 def _study_name(name: str | None, topology: Topology, space: Space, direction: str, key: str) -> str:
@@ -752,11 +754,13 @@ def _record(t: FrozenTrial, space: Space) -> TrialRecord | None:
     if t.state == TrialState.COMPLETE:
         return TrialRecord(t.number, cfg, float(t.value), secs, "complete")
     if t.state == TrialState.PRUNED:
-        return TrialRecord(t.number, cfg, None, secs, "pruned", str(t.user_attrs.get("pruned", "pruned")))
+        return TrialRecord(number=t.number, config=cfg, value=None, seconds=secs, state="pruned",
+                           error=str(t.user_attrs.get("pruned", "pruned")))
     if t.user_attrs.get(SURPLUS):
         return None
     if "error" in t.user_attrs:
-        return TrialRecord(t.number, cfg, None, secs, "infeasible", str(t.user_attrs["error"]))
+        return TrialRecord(number=t.number, config=cfg, value=None, seconds=secs, state="infeasible",
+                           error=str(t.user_attrs["error"]))
     return TrialRecord(t.number, cfg, None, secs, "interrupted")
 
 

@@ -170,13 +170,13 @@ def paired(reference: Sequence[float | None], candidate: Sequence[float | None],
     _check_direction(direction)
     pairs = [(float(r), float(c)) for r, c in zip(reference, candidate) if r and c and r > 0 and c > 0]
     if not pairs:
-        return Verdict(math.nan, None, 0, "not measured", (), True)
+        return Verdict(ratio=math.nan, interval=None, rounds=0, word="not measured", ratios=(), paired=True)
     logs = [math.log(c / r) if direction == "maximize" else math.log(r / c) for r, c in pairs]
     ratios = tuple(math.exp(x) for x in logs)
     n = len(logs)
     mean = sum(logs) / n
     if n < MIN_ROUNDS:
-        return Verdict(math.exp(mean), None, n, "no verdict", ratios, True)
+        return Verdict(ratio=math.exp(mean), interval=None, rounds=n, word="no verdict", ratios=ratios, paired=True)
     var = sum((x - mean) ** 2 for x in logs) / (n - 1)
     half = t_quantile(1 - look_alpha(max_rounds, family) / 2, n - 1) * math.sqrt(var / n)
     return _said(mean, half, n, ratios, True)
@@ -194,12 +194,12 @@ def unpaired(reference: Sequence[float], candidate: Sequence[float], direction: 
     a = [math.log(float(v)) for v in reference if v and v > 0]
     b = [math.log(float(v)) for v in candidate if v and v > 0]
     if not a or not b:
-        return Verdict(math.nan, None, 0, "not measured", (), False)
+        return Verdict(ratio=math.nan, interval=None, rounds=0, word="not measured", ratios=(), paired=False)
     sign = 1 if direction == "maximize" else -1
     mean = sign * (sum(b) / len(b) - sum(a) / len(a))
     n = min(len(a), len(b))
     if n < MIN_ROUNDS:
-        return Verdict(math.exp(mean), None, n, "no verdict", (), False)
+        return Verdict(ratio=math.exp(mean), interval=None, rounds=n, word="no verdict", ratios=(), paired=False)
     va = sum((x - sum(a) / len(a)) ** 2 for x in a) / (len(a) - 1) / len(a)
     vb = sum((x - sum(b) / len(b)) ** 2 for x in b) / (len(b) - 1) / len(b)
     se2 = va + vb
@@ -229,7 +229,7 @@ def _said(mean: float, half: float, n: int, ratios: tuple[float, ...], is_paired
         word = "slower"
     else:
         word = "no significant difference"
-    return Verdict(ratio, (lo, hi), n, word, ratios, is_paired)
+    return Verdict(ratio=ratio, interval=(lo, hi), rounds=n, word=word, ratios=ratios, paired=is_paired)
 
 
 def _check_direction(direction: str) -> None:
