@@ -14,12 +14,16 @@
 #endif
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <hwloc.h>
@@ -82,6 +86,72 @@ unsigned aff_api_version_header(void) { return HWLOC_API_VERSION; }
 unsigned aff_api_version_runtime(void) { return hwloc_get_api_version(); }
 
 int aff_gettid(void) { return (int)syscall(SYS_gettid); }
+
+/* The child's side of aff_spawn: only async-signal-safe calls between fork and exec
+ * (the parent is a multi-threaded Python).  Any failure is reported through report
+ * (close-on-exec: it closes at a successful exec) as an errno. */
+static void spawn_child(const char *path, char *const argv[], char *const envp[], int out_fd,
+                        int deathsig, pid_t parent, int report)
+{
+    sigset_t none;
+    int err, in;
+
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);  /* Python ignores them; a command expects the defaults */
+    signal(SIGXFSZ, SIG_DFL);
+    if (setsid() < 0)
+        goto fail;
+    if (deathsig && (prctl(PR_SET_PDEATHSIG, deathsig, 0, 0, 0) != 0 || getppid() != parent))
+        goto fail_dead;
+    in = open("/dev/null", O_RDONLY);
+    if (in < 0 || dup2(in, 0) < 0)
+        goto fail;
+    if (in != 0)
+        close(in);
+    if (out_fd >= 0 && (dup2(out_fd, 1) < 0 || dup2(out_fd, 2) < 0))
+        goto fail;
+    execve(path, argv, envp);
+fail:
+    err = errno;
+    (void)!write(report, &err, sizeof err);
+    _exit(127);
+fail_dead:  /* the launcher died before the signal was armed: end as if it had been sent */
+    err = ESRCH;
+    (void)!write(report, &err, sizeof err);
+    _exit(128 + deathsig);
+}
+
+int aff_spawn(const char *path, char *const argv[], char *const envp[], int out_fd, int deathsig)
+{
+    int fds[2], err = 0;
+    ssize_t n;
+    pid_t parent = getpid(), pid;
+
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return -1;
+    pid = fork();
+    if (pid == 0)
+        spawn_child(path, argv, envp, out_fd, deathsig, parent, fds[1]);
+    err = errno;
+    close(fds[1]);
+    if (pid < 0) {
+        close(fds[0]);
+        errno = err;
+        return -1;
+    }
+    do
+        n = read(fds[0], &err, sizeof err);
+    while (n < 0 && errno == EINTR);
+    close(fds[0]);
+    if (n == (ssize_t)sizeof err) {  /* the child failed before exec: reap it, say why */
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        errno = err;
+        return -1;
+    }
+    return (int)pid;
+}
 
 /* Which of tids[0..n) are not threads of this process now: tgkill(getpid(), tid, 0)
  * sends no signal and fails with ESRCH unless tid is a live thread of this thread

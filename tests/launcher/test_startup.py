@@ -26,9 +26,11 @@ import pytest
 #: modules ``affinity run`` starts without (what each would cost is measured in bench/bench_import.py
 #: and bench/bench_launch.py): the frameworks and the tuner, pictures, JSON output, and the
 #: standard modules that pull in a lot (asyncio, email/http, multiprocessing, inspect/dataclasses:
-#: ``affinity.record`` makes the value classes without them, 26-34 ms measured)
+#: ``affinity.record`` makes the value classes without them, 26-34 ms measured; subprocess and
+#: ctypes: the instances are started by the compiled core, 27 ms a launch of two instances before)
 HEAVY = ("numpy", "torch", "tensorflow", "optuna", "PIL", "threadpoolctl", "psutil", "sqlite3", "asyncio",
          "multiprocessing", "concurrent", "email", "http", "xml", "inspect", "dataclasses", "json", "tomllib",
+         "subprocess", "ctypes",
          "affinity.tuning", "affinity.tools.picture", "affinity.tools.tune_command", "affinity.binding.apply",
          "affinity.binding.tf", "affinity.binding.torch")
 
