@@ -102,6 +102,21 @@ def _summary(values: list[float], ref: list[float], family: int) -> dict[str, An
     return {"figure": geomean(values), "q1": q[0], "q3": q[2], "ratio": 1 / v.ratio, "verdict": v.text}
 
 
+def _environment() -> dict[str, str]:
+    """The launches' environment: this one with the package's bytecode compiled and
+    ``PYTHONDONTWRITEBYTECODE`` dropped.  Without bytecode every launch compiles each
+    module it imports: a launch then costs 5-6x ``python -c pass`` where it costs 1.9-2.1x
+    (2026-11-28, 5 runs each; the "regression from 1.87x to 5.1x" issue #36 reported was
+    measured so), and what a user's launch costs is the compiled one (pip compiles
+    on install)."""
+    import compileall
+
+    import affinity
+
+    compileall.compile_dir(os.path.dirname(affinity.__file__), quiet=1)
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def interleaved(rounds: int) -> dict[str, dict[str, float]]:
     """Every variant once per round (rotating order; the changing variable takes the
     round's number); per variant (:func:`_summary`): its figure, quartiles, time ratio
@@ -110,7 +125,7 @@ def interleaved(rounds: int) -> dict[str, dict[str, float]]:
     names = list(variants)
     wall: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}
-    base = dict(os.environ)
+    base = _environment()
     for r in range(rounds + 1):  # round 0 warms the system's caches
         order = names[r % len(names):] + names[:r % len(names)]
         for n in order:
@@ -159,7 +174,7 @@ def test_startup(benchmark, how):
     if how not in _available():
         pytest.skip(f"{STARTUP[how][0][0]} is not installed")
     argv, extra = STARTUP[how]
-    env = {**os.environ, **extra}
+    env = {**_environment(), **extra}
     rounds = iter(range(10**6))
 
     def once() -> None:
