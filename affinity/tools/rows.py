@@ -22,7 +22,7 @@ from ..tuning.verdict import Verdict, geomean, more_rounds, paired
 
 __all__ = ["DEMO_ROUNDS", "Row", "hold_running", "measure_row", "row_text"]
 
-#: the demo's most rounds of one row: the looks it allows share the 5 % (fewer
+#: the demo's most rounds of one row: the looks it allows share the 1 % (fewer
 #: looks than the tuner's 10 leave each a wider share; a row stops early once settled)
 DEMO_ROUNDS = 6
 

@@ -39,8 +39,8 @@ def test_rounds_are_interleaved_and_go_on_while_the_interval_holds_one():
 
 
 @pytest.mark.parametrize("defaults,pinned,verdict", [
-    ([100, 105, 102], [150, 155, 152], "1.49x faster (interval 1.43x-1.55x, 3 rounds)"),
-    ([150, 155, 152], [100, 105, 102], "1.49x slower (interval 1.43x-1.55x, 3 rounds)"),
+    ([100, 101, 100], [150, 151, 150], "1.50x faster (interval 1.47x-1.53x, 3 rounds)"),
+    ([150, 151, 150], [100, 101, 100], "1.50x slower (interval 1.47x-1.53x, 3 rounds)"),
 ])
 def test_a_settled_difference_stops_at_the_third_round(defaults, pinned, verdict):
     run, calls = _workload(defaults, pinned)

@@ -93,7 +93,7 @@ def test_the_plot_shows_the_tables_figures_beside_the_trials(tmp_path):
     above the line when the table says faster."""
     trials = [TrialRecord(i, {"affinity": a}, v, 1.0, "complete", None)
               for i, (a, v) in enumerate([("none", 951.0), ("compact", 968.0), ("none", 940.0)])]
-    rows = [("defaults (CMD as it is)", [1010.0, 990.0, 1005.0]), ("#1 affinity=compact", [1160.0, 1150.0, 1170.0]),
+    rows = [("defaults (CMD as it is)", [1000.0, 1001.0, 999.0]), ("#1 affinity=compact", [1160.0, 1161.0, 1159.0]),
             ("#2 affinity=none", [1000.0, None, 1012.0])]
     assert all(t.value < tune_report.summarize(rows[0][1])[0] for t in trials)  # the audit's picture
     text = tune_report.table(rows, unit="images/sec", direction="maximize")
