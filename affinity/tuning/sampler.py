@@ -50,13 +50,19 @@ generic optimizer as a hedge: the priors steer, they do not decide.
    trial far below the best as less precise (:data:`_FAR`), so that it fits where the
    choice is made.  Nothing outside the space is ever proposed, and no configuration
    twice.
-6. **The hedge**: a share of the trials is optuna TPE's proposal (random ones until
+6. **A good first candidate is exploited**: while the best so far is what the prior
+   expected (:meth:`TopologySampler._incumbent`), every second trial is the one-parameter
+   move from it the model predicts highest, the trials between are the model's choice
+   over the whole space (keeping the whole prior, without the hedge); a trial that beats
+   the first candidate by more than the prior expected (:data:`_NEAR_PRIOR`), or
+   :data:`_LOCAL_TRIES` moves in a row without a gain, send the search wide for good.
+7. **The hedge**: a share of the trials is optuna TPE's proposal (random ones until
    TPE has ten trials to learn from), at a rate that starts at 5 % and grows by 5 % for
    every trial since the best last improved by 1 %, plus up to 30 % as the model
    explains less of the measurements (its leave-one-out R²), at most one in two: where
    the priors and the model stop finding better configurations, or explain nothing, a
    generic optimizer gets more of the budget.
-7. **Large spaces** (more than :data:`ENUMERATE` configurations) are not listed:
+8. **Large spaces** (more than :data:`ENUMERATE` configurations) are not listed:
    candidates are one-parameter moves from the best trials and random configurations.
 
 Every choice is a function of the trials in the study, the seed and the number of
@@ -116,6 +122,10 @@ _FAIL_EM = 30  # expectation-maximisation steps of the failure causes
 #: trial's error is ``"<exception type>: <message>"``; ``affinity tune -- CMD`` raises it for a
 #: command killed by the out-of-memory killer or saying it ran out of memory)
 MEMORY_ERROR = "MemoryError"
+_LOCAL_TRIES = 6  # one-parameter moves in a row that do not improve the best before the search goes wide
+_PROBE_EVERY = 2  # while exploiting, every second trial (the 2nd, 4th, ...) is the model's choice over the whole space
+_NEAR_PRIOR = 0.3  # a gain over the first candidate beyond what the prior expected (log units) that ends exploiting
+_SURPRISE_FROM = 2  # ... counted from the third trial on: the second is the model's first choice, a second start
 _NEEDS_MORE = 0.95  # the chance to fail of a configuration that needs at least the memory of one that ran out
 
 
@@ -217,12 +227,19 @@ class TopologySampler(optuna.samplers.BaseSampler):
             return self.space.config(best)
         memory = self._out_of_memory(trials)
         near = self._neighbourhood(pool, obs, bool(obs) and obs[0][1] is None and obs[0][0] in memory)
-        post = self._posterior(obs, bounds)
+        exploit = near is None and self._incumbent(obs) is not None
+        local = None
+        if exploit and not self._probe(len(obs)):  # a one-parameter move from the incumbent
+            near = local = self._local(pool, obs)
+            exploit = local is not None  # none left: the model's choice, as when not exploiting
+        elif exploit:  # a probe: the model's choice over the whole space, without the hedge
+            near = np.ones(pool.keys.shape[0], dtype=bool)
+        post = self._posterior(obs, bounds, trust=exploit)
         if rng.uniform() < self.hedge_rate(obs, post[3] if post else 1.0) and near is None:
             risky = self._fail_chance(pool, obs, memory) > _HEDGE_RISK
             safe = pool.take(~risky) if not risky.all() else pool
             return self._hedge(safe, seen | {tuple(int(i) for i in k) for k in pool.keys[risky]}, rng, study, trial)
-        acq = self._acquisition(pool, obs, post, memory)
+        acq = self._acquisition(pool, obs, post, memory, greedy=local is not None)
         if near is not None:
             acq = np.where(near, acq, -np.inf)
         acq = acq + rng.uniform(0, 1e-12, size=acq.shape)
@@ -379,7 +396,8 @@ class TopologySampler(optuna.samplers.BaseSampler):
             self._scale = (f.mean(axis=0), np.where(sd > 1e-9, sd, 1.0))
         return self._scale
 
-    def _posterior(self, obs: Obs, bounds: Obs = ()) -> tuple[np.ndarray, np.ndarray, float, float] | None:
+    def _posterior(self, obs: Obs, bounds: Obs = (),
+                   trust: bool = False) -> tuple[np.ndarray, np.ndarray, float, float] | None:
         """(mean, covariance of the weights, best y, leave-one-out R² of the fit) given the
         trials that ran; None before any.
 
@@ -392,7 +410,8 @@ class TopologySampler(optuna.samplers.BaseSampler):
         How much to believe the prior, and how far the topology features may reach, are
         chosen by the evidence (the marginal likelihood of the measurements) among
         :data:`_BELIEF` x :data:`_REACH`: a prior the measurements contradict loses its
-        weight as soon as the data say so."""
+        weight as soon as the data say so.  With ``trust`` (while the search exploits the
+        first candidate, :meth:`_incumbent`) the whole prior is kept."""
         ran = [(k, v) for k, v in obs if v is not None]
         if not ran:
             return None
@@ -400,7 +419,7 @@ class TopologySampler(optuna.samplers.BaseSampler):
         phi = self._design(np.array([k for k, _ in ran], dtype=int))
         best_m0, best_s0, best_ev = self._prior_weights(1.0, 1.0, 1.0) + (-math.inf,)
         if len(ran) >= _EVIDENCE_AFTER:
-            for belief in _BELIEF:
+            for belief in ((1.0,) if trust else _BELIEF):
                 for reach in _REACH:
                     for labels in _LABELS:
                         m0, s0 = self._prior_weights(belief, reach, labels)
@@ -442,7 +461,7 @@ class TopologySampler(optuna.samplers.BaseSampler):
         return m0, s0
 
     def _acquisition(self, pool: _Pool, obs: Obs, post: tuple[np.ndarray, np.ndarray, float, float] | None,
-                     memory: frozenset[tuple[int, ...]] = frozenset()) -> np.ndarray:
+                     memory: frozenset[tuple[int, ...]] = frozenset(), greedy: bool = False) -> np.ndarray:
         """Expected improvement (beyond :data:`_XI`) of each candidate under the model's
         posterior, times the chance it runs; a twin of a measured configuration is
         predicted to measure as its twin did, within the noise.  A candidate more likely
@@ -467,8 +486,11 @@ class TopologySampler(optuna.samplers.BaseSampler):
         if known.any():
             mu[known] = [twin_y[t] for t in pool.twins[known].tolist()]
             sd[known] = _NOISE
-        z = (mu - best - _XI) / sd
-        acq = ((mu - best - _XI) * _ncdf(z) + sd * _npdf(z)) * run
+        if greedy:  # a one-parameter move: the best predicted, less the log of its chance to run
+            acq = mu + np.log(np.maximum(run, 1e-3))
+        else:
+            z = (mu - best - _XI) / sd
+            acq = ((mu - best - _XI) * _ncdf(z) + sd * _npdf(z)) * run
         hopeless = run < 1.0 - _HOPELESS
         if hopeless.any() and not hopeless.all():  # a large gain predicted where failures are explained
             acq[hopeless] = -np.inf  # is the model extrapolating, not a reason to spend a trial
@@ -640,6 +662,69 @@ class TopologySampler(optuna.samplers.BaseSampler):
             for j in np.flatnonzero(same):
                 dist[j] = float(np.abs((self._row(tuple(int(i) for i in pool.keys[j]))[1] - mean) / sd - f0).sum())
             return same & (dist >= dist.max() - 1e-9)
+        return mask if mask.any() else None
+
+    # ------------------------------------------------------------------ exploiting
+    def _probe(self, j: int) -> bool:
+        """Whether trial ``j`` (0 is the first), while the search exploits, is a probe (the
+        model's choice over the whole space) rather than a one-parameter move: every
+        :data:`_PROBE_EVERY`-th, from the second trial on."""
+        return (j - 1) % _PROBE_EVERY == 0
+
+    def _incumbent(self, obs: Obs) -> tuple[int, ...] | None:
+        """The configuration one-parameter moves start from while the search exploits a good
+        first candidate; None once it goes wide (or when the first candidate failed).
+
+        The incumbent is the best configuration so far.  Exploiting goes on while it is near
+        the prior's expectation: a trial (from the third on, :data:`_SURPRISE_FROM`) whose
+        gain over the first candidate, beyond what the prior expected of it (its prior score
+        less the first candidate's), is more than :data:`_NEAR_PRIOR` log units says the
+        prior is wrong here, and the search goes wide; so it does after
+        :data:`_LOCAL_TRIES` one-parameter moves in a row that did not improve the best by
+        :data:`_STALL_GAIN`."""
+        ys = iter(self._targets(obs)[0].tolist())
+        inc, best, tries, y0, p0 = None, -math.inf, 0, 0.0, 0.0
+        for j, (k, v) in enumerate(obs):
+            y = next(ys) if v is not None else -math.inf
+            if inc is None:
+                if v is None:
+                    return None
+                inc, best, y0, p0 = k, y, y, self.priors.score(self.space.config(k))
+                continue
+            if y > best + _STALL_GAIN:
+                inc, best, tries = k, y, 0
+                surprise = (y - y0) - (self.priors.score(self.space.config(k)) - p0)
+                if j >= _SURPRISE_FROM and surprise > _NEAR_PRIOR:
+                    return None
+                continue
+            if y > best:
+                inc, best = k, y
+            if not self._probe(j):
+                tries += 1
+                if tries >= _LOCAL_TRIES:
+                    return None
+        return inc
+
+    def _distance(self, keys: np.ndarray, at: tuple[int, ...]) -> np.ndarray:
+        """Parameters changed from ``at``, where counts moved one step together (OMP and
+        intra-op the same way, copies and threads opposite ways) count as one move."""
+        origin = np.array(at, dtype=int)
+        d = (keys != origin[None, :]).sum(axis=1)
+        names = self.space.names
+        for a, b, sign in (("instances", "threads", -1), ("omp", "intra", 1)):
+            if a in names and b in names:
+                i, j = names.index(a), names.index(b)
+                si, sj = keys[:, i] - origin[i], keys[:, j] - origin[j]
+                d = d - ((np.abs(si) == 1) & (sj == sign * si)).astype(int)
+        return d
+
+    def _local(self, pool: _Pool, obs: Obs) -> np.ndarray | None:
+        """The one-parameter moves from the incumbent (:meth:`_incumbent`) not yet tried, or
+        None when the search no longer exploits (or none is left)."""
+        inc = self._incumbent(obs)
+        if inc is None:
+            return None
+        mask = self._distance(pool.keys, inc) <= 1
         return mask if mask.any() else None
 
     # ------------------------------------------------------------------ candidates

@@ -46,6 +46,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,10 +70,14 @@ HYBRID = "hybrid:8P2T+16E"  # 8 P-cores with 2 threads, 16 E-cores with 1
 
 @lru_cache(maxsize=None)
 def topology_of(desc: str) -> Topology:
-    """A surface's machine: ``synthetic:``-less hwloc synthetic text, or ``hybrid:8P2T+16E``
-    (a client CPU: P-cores with two hardware threads, then E-cores with one, core kinds set)."""
+    """A surface's machine: ``synthetic:``-less hwloc synthetic text, or ``hybrid:<P>P2T+<E>E``
+    such as ``hybrid:8P2T+16E`` (a client CPU: P-cores with two hardware threads, then E-cores
+    with one, core kinds set)."""
     if desc.startswith("hybrid:"):
-        p, e = 8, 16
+        m = re.fullmatch(r"hybrid:(\d+)P2T\+(\d+)E", desc)
+        if m is None:
+            raise ValueError(f"topology_of(): {desc!r} is not hybrid:<P>P2T+<E>E")
+        p, e = int(m.group(1)), int(m.group(2))
         base = Topology.from_synthetic(f"package:1 [numa] core:{p + e} pu:2")
         cores = []
         allowed: set[int] = set()

@@ -59,7 +59,10 @@ HARDWARE = ("knl_phi", "hybrid_client", "numa4_membw", "latency_server", "failin
 STRESS = ("stress_rules_hold", "stress_omp_not_intra", "stress_anti_prior", "stress_unknown_param",
           "stress_plain", "stress_no_structure")
 RECORDED = ("recorded_2cpu_tf_matmul", "recorded_2cpu_torch_cnn")
-ALL = (*HARDWARE, *RECORDED, *MAIN, *STRESS)
+#: the classic cases, modelled from published tuning guides (``guides.py``)
+GUIDES = ("guide_xeon2s_tf_cnn", "guide_xeon2s_tf_alexnet", "guide_xeon2s_tf_wide", "guide_knl_tf", "guide_epyc_ccd",
+          "guide_hybrid_8p8e")
+ALL = (*HARDWARE, *GUIDES, *RECORDED, *MAIN, *STRESS)
 METHODS = ("affinity", "tpe", "random")
 
 
