@@ -348,7 +348,7 @@ class Binding:
             self._deferred |= held
         todo = {t: m for t, m in masks.items() if t not in held}
         if todo:
-            _threads.set_threads_affinity(todo)
+            _threads.set_threads_affinity(todo, listed=True)
             publication.changed(self)  # publish: pins added after apply() (pools found later)
         return sorted(todo)
 
@@ -392,7 +392,7 @@ def _restore_masks(snap: _Snapshot, rounds: int = 100) -> list[str]:
         saved = _threads.task_starts(tids=[t for t in fresh if t in snap.masks])
         todo.update((t, snap.mask(t, start)) for t, start in saved.items())
         try:
-            _threads.set_threads_affinity(todo)
+            _threads.set_threads_affinity(todo, listed=True)
         except BindError as e:  # keep going: restore what can be restored
             errors.append(str(e))
         done.update(fresh)
@@ -431,7 +431,7 @@ def _repin_enclosing_pins(snap: _Snapshot) -> list[str]:
     alive = _threads.task_starts(tids=list(mine))
     todo = {t: mine[t] for t, start in alive.items() if outer._seen[t] == start}
     try:
-        _threads.set_threads_affinity(todo)
+        _threads.set_threads_affinity(todo, listed=True)
     except BindError as e:
         return [f"the enclosing binding's threads could not be pinned again: {e}"]
     return []

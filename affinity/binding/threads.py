@@ -159,14 +159,18 @@ def _foreign(tid: int, what: str) -> AccessDenied:
                                 f"(pid {os.getpid()}); another process's thread is refused and left untouched")
 
 
-def owned_tids(tids: Iterable[object], what: str, *, gone: bool = False) -> list[int | None]:
+def owned_tids(tids: Iterable[object], what: str, *, gone: bool = False, listed: bool = False) -> list[int | None]:
     """The one check that TIDs belong to this process: each a valid TID number of
     a live thread of this process now (the compiled core's ``tgkill(getpid(), tid,
     0)``, one system call per TID and no signal sent; ``/proc`` is read only for a
     TID that fails it, to tell another process's thread from one that is gone).
 
     ``gone=True``: a TID that no task holds any more (a thread that exited) comes
-    back as ``None`` instead of raising; one that another process holds still raises.
+    back as ``None`` instead of raising; one that another process holds still raises
+    -- unless ``listed``: the caller listed the TIDs from this process moments ago
+    (a binding's own threads), so another process's thread under one of them is a
+    thread of ours that exited and whose TID the kernel gave away meanwhile (two
+    churning processes made it happen within seconds): ``None`` too.
 
     Raises
     ------
@@ -181,18 +185,21 @@ def owned_tids(tids: Iterable[object], what: str, *, gone: bool = False) -> list
     strangers = _native.tids_not_ours(out)
     if not strangers:
         return out
-    found = {t: _elsewhere(t, what, gone) for t in dict.fromkeys(strangers)}
+    found = {t: _elsewhere(t, what, gone, listed) for t in dict.fromkeys(strangers)}
     return [found.get(t, t) for t in out]
 
 
-def _elsewhere(tid: int, what: str, gone: bool) -> int | None:
+def _elsewhere(tid: int, what: str, gone: bool, listed: bool = False) -> int | None:
     """A TID that ``tgkill`` refused: ours after all (a thread still exiting: its
-    status still names this process), another process's (:class:`AccessDenied`), or
-    no task's (``None`` if ``gone`` allows it, else :class:`NoSuchThread`)."""
+    status still names this process), another process's (:class:`AccessDenied`;
+    ``None`` if ``listed``: see :func:`owned_tids`), or no task's (``None`` if
+    ``gone`` allows it, else :class:`NoSuchThread`)."""
     tgid = _tgid(tid)
     if tgid == os.getpid():
         return tid
     if tgid is not None:
+        if listed:
+            return None
         raise _foreign(tid, what)
     if gone:
         return None
@@ -383,8 +390,8 @@ def set_process_affinity(cpus: Iterable[int], *, topology: Topology | None = Non
     return got
 
 
-def set_threads_affinity(masks: Mapping[int, Iterable[int]], *, topology: Topology | None = None
-                         ) -> dict[int, frozenset[int]]:
+def set_threads_affinity(masks: Mapping[int, Iterable[int]], *, topology: Topology | None = None,
+                         listed: bool = False) -> dict[int, frozenset[int]]:
     """Bind each thread ``tid`` to ``masks[tid]``, all or nothing.
 
     Parameters
@@ -398,6 +405,10 @@ def set_threads_affinity(masks: Mapping[int, Iterable[int]], *, topology: Topolo
         (``set_threads_affinity({999999: {0}})`` returns ``{}``).
     topology : Topology, optional
         Must be this system's.
+    listed : bool
+        The TIDs were listed from this process moments ago (a binding pinning or
+        restoring its own threads): one that another process holds now is a thread
+        of ours that exited, its TID reused -- left out like one that is gone.
 
     Returns
     -------
@@ -423,7 +434,7 @@ def set_threads_affinity(masks: Mapping[int, Iterable[int]], *, topology: Topolo
     if topology is not None:
         require_system(topology)
     pairs = []
-    for t, c in zip(owned_tids(masks, "set_threads_affinity", gone=True), masks.values()):
+    for t, c in zip(owned_tids(masks, "set_threads_affinity", gone=True, listed=listed), masks.values()):
         if t is None:
             continue  # exited meanwhile: left out, as the core leaves out one that exits during the call
         if c.__class__ is not frozenset or not _checked(c):

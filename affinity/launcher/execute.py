@@ -299,8 +299,6 @@ def _wait(launch: Launch, procs: list[_Started], received: list[int], grace: flo
     """Every instance's exit code; once a signal was forwarded, an instance still running
     ``grace`` seconds later is killed (``SIGKILL``: one that ignores ``SIGTERM`` kept the
     launcher waiting out its whole run, which then said 0), and said so."""
-    import select  # lazy: only several instances are waited for; one is exec'd
-
     deadline = None
     while True:
         alive = [p for p in procs if p.poll() is None]
@@ -316,17 +314,22 @@ def _wait(launch: Launch, procs: list[_Started], received: list[int], grace: flo
             for p in alive:
                 p.wait()
             continue
-        select.select([alive[0].pidfd], [], [], 0.25)  # (a forwarded signal starts the count while we wait)
+        alive[0].wait_a_while(0.25)  # (a forwarded signal starts the count while we wait)
 
 
 class _Started:
-    """An instance started: its PID, a pidfd to wait on (a PID reused after it is
-    reaped is never signalled), and its exit code once reaped (``-N``: killed by
-    signal N, as :mod:`subprocess` says it)."""
+    """An instance started: its PID, its exit code once reaped (``-N``: killed by
+    signal N, as :mod:`subprocess` says it), and a pidfd to wait on where the
+    kernel has them (Linux 5.3; before, :meth:`wait_a_while` sleeps instead).  It is
+    signalled by PID only while it is not reaped: a child's PID is not reused
+    before its parent reaps it, so a signal never reaches another process."""
 
     def __init__(self, pid: int):
         self.pid = pid
-        self.pidfd = os.pidfd_open(pid)
+        try:
+            self.pidfd: int | None = os.pidfd_open(pid)
+        except OSError:  # ENOSYS: an older kernel
+            self.pidfd = None
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
@@ -341,17 +344,27 @@ class _Started:
             self._reaped(os.waitpid(self.pid, 0)[1])
         return int(self.returncode)  # type: ignore[arg-type]
 
+    def wait_a_while(self, seconds: float) -> None:
+        """Return when it exits or after ``seconds`` (a signal handler runs meanwhile)."""
+        if self.pidfd is None:
+            time.sleep(min(seconds, 0.05))
+            return
+        import select  # lazy: only several instances are waited for; one is exec'd
+
+        select.select([self.pidfd], [], [], seconds)
+
     def send_signal(self, signum: int) -> None:
         """Signal it unless it has exited (then nothing)."""
         if self.poll() is None:
             try:
-                signal.pidfd_send_signal(self.pidfd, signum)
+                os.kill(self.pid, signum)
             except ProcessLookupError:
                 pass
 
     def _reaped(self, status: int) -> None:
         self.returncode = os.waitstatus_to_exitcode(status)
-        os.close(self.pidfd)
+        if self.pidfd is not None:
+            os.close(self.pidfd)
 
 
 class _Watchdog:

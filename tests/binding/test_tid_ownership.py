@@ -52,6 +52,22 @@ def test_another_process_is_refused_and_untouched(child):
         assert os.sched_getaffinity(0) == mine  # all or nothing: ours untouched too
 
 
+def test_a_binding_s_own_tid_now_held_by_another_process_is_left_out(child):
+    """A binding pins or restores TIDs it listed from this process moments ago
+    (``listed=True``): a TID another process holds now is a thread of ours that
+    exited, its TID reused (two churning processes made it happen: the binding's
+    refresh raised AccessDenied): left out, that process untouched, ours pinned."""
+    before = os.sched_getaffinity(child)
+    me = threads.current_tid()
+    mine = os.sched_getaffinity(0)
+    try:
+        old = threads.set_threads_affinity({me: {CPUS[0]}, child: {CPUS[0]}}, listed=True)
+        assert set(old) == {me} and os.sched_getaffinity(0) == {CPUS[0]}
+        assert os.sched_getaffinity(child) == before
+    finally:
+        os.sched_setaffinity(0, mine)
+
+
 def test_our_threads_still_pinned():
     with Parked() as t:
         m0 = os.sched_getaffinity(t.tid)

@@ -706,3 +706,20 @@ def test_kill_after_reads_its_variable():
     assert kill_after({}) == KILL_AFTER_S == 10
     assert kill_after({"AFFINITY_KILL_AFTER": "2.5"}) == 2.5
     assert kill_after({"AFFINITY_KILL_AFTER": "-1"}) == kill_after({"AFFINITY_KILL_AFTER": "x"}) == KILL_AFTER_S
+
+
+def test_instances_are_waited_for_without_pidfds(tmp_path, monkeypatch):
+    """A kernel before Linux 5.3 has no pidfd_open: the instances are waited for by
+    polling, and their statuses are the same."""
+    from affinity.launcher import execute
+
+    def no_pidfd(pid):
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(execute.os, "pidfd_open", no_pidfd)
+    started = [execute._Started(os.spawnvp(os.P_NOWAIT, "sh", ["sh", "-c", f"sleep 0.2; exit {c}"])) for c in (0, 3)]
+    assert [p.pidfd for p in started] == [None, None]
+    while started[1].poll() is None:
+        started[1].wait_a_while(0.25)
+    assert [p.wait() for p in started] == [0, 3]
+    started[0].send_signal(signal.SIGTERM)  # reaped: nothing is sent
